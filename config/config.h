@@ -1,0 +1,96 @@
+/* tessera configuration: a PYTORCH_CUDA_ALLOC_CONF-style string, parsed from one table.
+ *
+ * Sources, first one set wins and is used alone (PyTorch's precedence):
+ *   TESSERA_ALLOC_CONF       strict: unknown key or bad value is an error (the shim exits 1)
+ *   PYTORCH_CUDA_ALLOC_CONF  lenient: PyTorch validates it itself; problems are warned about
+ *   PYTORCH_ALLOC_CONF       lenient, as above
+ *
+ * Syntax: key:value,key:value,key:[k:v,k:v,>:v]  (whitespace ignored, as PyTorch's tokenizer).
+ */
+#ifndef TS_CONFIG_H
+#define TS_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TS_ROUNDUP_INTERVALS 16
+
+typedef enum ts_backend_kind {
+    TS_BACKEND_NATIVE = 0,
+    TS_BACKEND_CUDA_MALLOC_ASYNC = 1 /* tessera steps aside: calls pass through uncached */
+} ts_backend_kind;
+
+/* How the shim makes sure a freed block is not reused while earlier device work may touch it. */
+typedef enum ts_fence_mode {
+    TS_FENCE_EVENTS = 0, /* events on the legacy stream and the tracked non-blocking streams */
+    TS_FENCE_SYNC = 1,   /* context synchronise (also covers streams tessera never saw) */
+    TS_FENCE_NONE = 2    /* reuse at once: only safe for single-stream programs */
+} ts_fence_mode;
+
+typedef struct ts_config {
+    /* --- PyTorch keys, PyTorch's meaning --- */
+    size_t max_split_size;              /* bytes; SIZE_MAX: unlimited (default) */
+    size_t max_non_split_rounding;      /* bytes; default: large_segment_size */
+    double garbage_collection_threshold; /* 0: off; else in (0, 1) */
+    uint32_t roundup_power2_divisions[TS_ROUNDUP_INTERVALS]; /* 0 or 1: no power-2 rounding */
+    bool expandable_segments;
+    double per_process_memory_fraction; /* in [0, 1]; 1: no cap */
+    size_t large_segment_size;          /* bytes; default 20 MiB */
+    ts_backend_kind backend;
+
+    /* --- tessera keys --- */
+    bool caching;               /* false: every allocation goes straight to the driver */
+    size_t memory_limit;        /* bytes the allocator may reserve per device; 0: none */
+    bool stats;                 /* publish the /dev/shm stats page */
+    bool oom_report;            /* one diagnostic line on stderr per out-of-memory (rate-limited) */
+    ts_fence_mode reuse_fence;  /* see ts_fence_mode */
+    bool stitching;             /* map free pages of expandable segments into new ranges */
+    size_t stitch_min_block;    /* bytes; requests below this never stitch (default 2 MiB) */
+    uint32_t stitch_max_ranges; /* live stitched virtual ranges per device (default 64) */
+    bool defragment;            /* tessera's best combination: expandable + stitching */
+    bool verbose;               /* print the effective configuration at start-up */
+
+    /* Keys PyTorch accepts that do not apply to tessera: remembered only to be reported. */
+    uint32_t not_applicable_mask; /* bit i: not_applicable key i was given (see config.c) */
+} ts_config;
+
+typedef enum ts_config_mode {
+    TS_CONFIG_STRICT = 0,  /* first problem is an error; *out is left untouched */
+    TS_CONFIG_LENIENT = 1  /* problems become warnings; the offending key keeps its default */
+} ts_config_mode;
+
+/* One problem found while parsing. The message is a single line without the "tessera: " prefix
+ * and without a newline, naming the variable, the key, the offending text, its 0-based position
+ * in the string and the valid range. */
+typedef struct ts_config_diag {
+    char message[512];
+} ts_config_diag;
+
+/* Callback for lenient-mode warnings (one call per problem). */
+typedef void (*ts_config_warn_fn)(void *user, const char *message);
+
+void ts_config_defaults(ts_config *cfg);
+
+/* Parse text into *out, starting from the defaults. varname appears in messages.
+ * Returns 0 on success. STRICT: returns -1 and fills *diag on the first problem; *out unchanged.
+ * LENIENT: always returns 0; each problem goes to warn(user, msg) when warn is non-NULL. */
+int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_config_mode mode,
+                    ts_config_diag *diag, ts_config_warn_fn warn, void *user);
+
+/* Read the environment with the precedence above. *source receives the variable used (NULL when
+ * none is set). Returns 0, or -1 with *diag filled when TESSERA_ALLOC_CONF is invalid. */
+int ts_config_from_env(ts_config *out, const char **source, ts_config_diag *diag,
+                       ts_config_warn_fn warn, void *user);
+
+/* The effective configuration as "key:value,key:value,..." (every key, canonical spelling,
+ * sizes in MiB where PyTorch uses MiB). Returns the length it needed, like snprintf. */
+size_t ts_config_format(const ts_config *cfg, char *buf, size_t len);
+
+/* Human-readable table of every key: name, value syntax, default, meaning. For --help and docs. */
+size_t ts_config_describe(char *buf, size_t len);
+
+/* The roundup_power2_divisions entry for a size (PyTorch's table lookup). */
+uint32_t ts_config_divisions_for(const ts_config *cfg, size_t size);
+
+#endif /* TS_CONFIG_H */

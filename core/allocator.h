@@ -1,0 +1,126 @@
+/* The tessera allocator core: one instance per device (per CUDA context in the shim).
+ *
+ * Behaviour is PyTorch's native CUDA caching allocator (docs/DESIGN.md lists every rule and the
+ * few places tessera deliberately differs), plus expandable segments and stitching over the
+ * backend's virtual-memory operations.
+ *
+ * Thread safety: every entry point takes the instance's mutex. Lock order, outermost first:
+ * the shim's context table lock, then an allocator's mutex; an allocator never takes another
+ * allocator's mutex, and backend calls made under the mutex never call back into tessera.
+ */
+#ifndef TS_ALLOCATOR_H
+#define TS_ALLOCATOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "config/config.h"
+#include "tessera/stats_fields.h"
+
+typedef struct ts_allocator ts_allocator;
+
+/* Where the counters live: normally a device slot of the shared stats page. seq is the slot's
+ * sequence lock word (odd while the allocator writes). Both may be NULL: the allocator then
+ * keeps private copies. */
+typedef struct ts_stats_sink {
+    tessera_device_stats *stats;
+    uint64_t *seq;
+} ts_stats_sink;
+
+ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backend, int device,
+                                  ts_stats_sink sink);
+
+/* Tear down. release_memory: give every cached segment back to the backend first (false after
+ * the device's memory already vanished, e.g. cudaDeviceReset). Live allocations are abandoned. */
+void ts_allocator_destroy(ts_allocator *a, bool release_memory);
+
+/* Allocate size bytes for work on stream. TS_OK and *out, or TS_ENOMEM (counted in num_ooms),
+ * or TS_EINVAL (size 0 or out NULL). */
+int ts_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out);
+
+/* Free a pointer returned by ts_malloc. TS_OK; TS_ENOTFOUND when ptr is not inside any of this
+ * allocator's segments (a foreign pointer: forward it); TS_EINVAL when it is inside one but not
+ * a live allocation (double free, interior pointer). The pool is untouched on error. */
+int ts_free(ts_allocator *a, uintptr_t ptr);
+
+/* Release every cached segment that holds no live allocation (torch.cuda.empty_cache). Returns
+ * the number of bytes given back to the backend. */
+size_t ts_empty_cache(ts_allocator *a);
+
+/* Bytes reserved from the device but not allocated: what cudaMemGetInfo adds back to "free". */
+size_t ts_cached_bytes(ts_allocator *a);
+
+/* Copy of the counters (consistent: taken under the mutex). */
+void ts_get_stats(ts_allocator *a, tessera_device_stats *out);
+
+/* torch.cuda.reset_peak_memory_stats / reset_accumulated_memory_stats. */
+void ts_reset_peak_stats(ts_allocator *a);
+void ts_reset_accumulated_stats(ts_allocator *a);
+
+/* What tessera knows about an address. */
+typedef enum ts_block_state {
+    TS_BLOCK_ALLOCATED = 0,
+    TS_BLOCK_PENDING = 1,  /* freed, waiting for its fence */
+    TS_BLOCK_FREE = 2,
+    TS_BLOCK_UNMAPPED = 3  /* virtual range of an expandable segment with no pages behind it */
+} ts_block_state;
+
+typedef enum ts_segment_kind {
+    TS_SEGMENT_PLAIN = 0,      /* one seg_alloc */
+    TS_SEGMENT_EXPANDABLE = 1, /* a virtual reservation with pages mapped on demand */
+    TS_SEGMENT_STITCHED = 2    /* a virtual range aliasing free pages of expandable segments */
+} ts_segment_kind;
+
+typedef struct ts_block_info {
+    uintptr_t addr;
+    size_t size;
+    size_t requested;
+    ts_block_state state;
+    uintptr_t stream;
+} ts_block_info;
+
+typedef struct ts_segment_info {
+    uintptr_t addr;
+    size_t size;      /* virtual size (mapped + unmapped for expandable segments) */
+    size_t mapped;    /* bytes backed by device memory */
+    bool small_pool;
+    ts_segment_kind kind;
+    uintptr_t stream;
+    size_t nblocks;
+} ts_segment_info;
+
+/* Find the block containing addr. TS_OK with *seg/*blk filled, TS_ENOTFOUND. */
+int ts_lookup(ts_allocator *a, uintptr_t addr, ts_segment_info *seg, ts_block_info *blk);
+
+/* Visit every segment in address order, and each of its blocks in address order. A callback
+ * returning non-zero stops the walk. Runs under the mutex: callbacks must not call tessera. */
+typedef struct ts_walker {
+    void *user;
+    int (*segment)(void *user, const ts_segment_info *seg);
+    int (*block)(void *user, const ts_segment_info *seg, const ts_block_info *blk);
+} ts_walker;
+void ts_allocator_walk(ts_allocator *a, const ts_walker *w);
+
+/* Called under the mutex after a segment-level change, an out-of-memory, and every `every` ops,
+ * so a publisher can refresh a segment map. NULL fn removes it. */
+typedef void (*ts_observer_fn)(void *user, ts_allocator *a);
+void ts_allocator_set_observer(ts_allocator *a, ts_observer_fn fn, void *user, uint32_t every);
+
+/* Largest free cached block in bytes (mapped, any stream). */
+size_t ts_largest_free_block(ts_allocator *a);
+
+/* The heap validator: walks every structure and checks every invariant (no overlap, neighbours
+ * merged, free sets consistent, accounting conserved, reserved == sum of segments). Returns 0
+ * when sound, else -1 with a one-line reason in why. Cost: O(blocks). For tests and debug. */
+int ts_allocator_check(ts_allocator *a, char *why, size_t whylen);
+
+/* The sizes the core would use, exposed for tests and tools. */
+size_t ts_round_size(const ts_config *cfg, size_t size);
+size_t ts_allocation_size(const ts_config *cfg, size_t rounded);
+
+const ts_config *ts_allocator_config(const ts_allocator *a);
+int ts_allocator_device(const ts_allocator *a);
+
+#endif /* TS_ALLOCATOR_H */

@@ -1,0 +1,71 @@
+/* The seam between the allocator core and a device.
+ *
+ * The core never names a CUDA symbol: everything it needs from a device goes through this table.
+ * Implementations: shim/backend_cuda.c (the real driver, through the pointers tessera resolved
+ * itself, so no call re-enters tessera's hooks), tools/sim_backend.c (address-space bookkeeping
+ * for tessera-replay), tests/unit/fake_backend.c (cmocka, with failure injection).
+ *
+ * Contract for every function: returns TS_OK on success or a ts_status error; outputs are
+ * written only on success. Calls are made with the allocator's lock held, so an implementation
+ * must not call back into the allocator. Optional entries may be NULL (virtual memory and fences);
+ * the core then does without the feature.
+ */
+#ifndef TS_BACKEND_H
+#define TS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum ts_status {
+    TS_OK = 0,
+    TS_ENOMEM = 1,     /* the device is out of memory (or the request can never fit) */
+    TS_EINVAL = 2,     /* bad argument: double free, interior pointer, NULL output ... */
+    TS_ENOTFOUND = 3,  /* the pointer is not tessera's: the caller forwards it to the driver */
+    TS_EAGAIN = 4,     /* not yet (a fence still pending) */
+    TS_EBACKEND = 5,   /* the device reported some other failure */
+    TS_EUNSUPPORTED = 6
+} ts_status;
+
+/* Opaque handle to a recorded fence (events on every stream the backend tracks). */
+typedef uint64_t ts_fence;
+
+typedef struct ts_backend {
+    void *ctx;
+
+    /* Whole device allocations: a cudaMalloc-style segment. */
+    int (*seg_alloc)(void *ctx, size_t size, uintptr_t *out);
+    int (*seg_free)(void *ctx, uintptr_t ptr, size_t size);
+
+    /* Free and total device memory as the driver sees it. */
+    int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+
+    /* Wait for all device work issued so far (before unmapping or releasing memory). */
+    int (*synchronize)(void *ctx);
+
+    /* Fences: fence_record covers all device work issued before it returns, on every stream
+     * the backend tracks. fence_query returns TS_OK once that work is done, TS_EAGAIN before.
+     * fence_release gives the fence's resources back (after completion or on teardown).
+     * Optional: when fence_record is NULL the core reuses freed memory at once. */
+    int (*fence_record)(void *ctx, ts_fence *out);
+    int (*fence_query)(void *ctx, ts_fence fence);
+    int (*fence_wait)(void *ctx, ts_fence fence);
+    void (*fence_release)(void *ctx, ts_fence fence);
+
+    /* Virtual memory (optional; all or none). vm_map maps a whole physical handle at va and
+     * grants read-write access to the owning device. */
+    int (*vm_granularity)(void *ctx, size_t *granularity);
+    int (*vm_reserve)(void *ctx, size_t size, uintptr_t *va_out);
+    int (*vm_release)(void *ctx, uintptr_t va, size_t size);
+    int (*vm_create)(void *ctx, size_t size, uint64_t *handle_out);
+    int (*vm_destroy)(void *ctx, uint64_t handle);
+    int (*vm_map)(void *ctx, uintptr_t va, size_t size, uint64_t handle);
+    int (*vm_unmap)(void *ctx, uintptr_t va, size_t size);
+} ts_backend;
+
+static inline int ts_backend_has_vm(const ts_backend *b)
+{
+    return b->vm_reserve && b->vm_release && b->vm_create && b->vm_destroy && b->vm_map &&
+           b->vm_unmap && b->vm_granularity;
+}
+
+#endif /* TS_BACKEND_H */
