@@ -49,7 +49,7 @@ int ts_free(ts_allocator *a, uintptr_t ptr);
  * the number of bytes given back to the backend. */
 size_t ts_empty_cache(ts_allocator *a);
 
-/* Bytes reserved from the device but not allocated: what cudaMemGetInfo adds back to "free". */
+/* Bytes reserved from the device but not allocated: what cudaMemGetInfo adds back to free. */
 size_t ts_cached_bytes(ts_allocator *a);
 
 /* Copy of the counters (consistent: taken under the mutex). */
@@ -91,7 +91,7 @@ typedef struct ts_segment_info {
     size_t nblocks;
 } ts_segment_info;
 
-/* Find the block containing addr. TS_OK with *seg/*blk filled, TS_ENOTFOUND. */
+/* Find the block containing addr. TS_OK with seg and blk filled (either may be NULL), or TS_ENOTFOUND. */
 int ts_lookup(ts_allocator *a, uintptr_t addr, ts_segment_info *seg, ts_block_info *blk);
 
 /* Visit every segment in address order, and each of its blocks in address order. A callback

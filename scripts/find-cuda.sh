@@ -1,6 +1,6 @@
 #!/bin/sh
 # Print the CUDA toolkit prefix whose include/cuda.h exists. Used by meson.build.
-# Order: explicit argument (-Dcuda_home), $CUDA_HOME, $CUDA_PATH, nvcc on PATH, /usr/local/cuda.
+# Order: explicit argument (-Dcuda-toolkit), $CUDA_HOME, $CUDA_PATH, nvcc on PATH, /usr/local/cuda.
 tried=""
 try() {
   [ -n "$1" ] || return 1
@@ -20,5 +20,5 @@ try /usr/local/cuda
 for d in /usr/local/cuda-*; do [ -d "$d" ] && try "$d"; done
 echo "tessera: CUDA toolkit headers not found (need include/cuda.h and include/cuda_runtime_api.h)." >&2
 echo "tessera: looked in:${tried:- (nothing set)}" >&2
-echo "tessera: pass -Dcuda_home=/path/to/cuda, or set CUDA_HOME, or put nvcc on PATH." >&2
+echo "tessera: pass -Dcuda-toolkit=/path/to/cuda, or set CUDA_HOME, or put nvcc on PATH." >&2
 exit 1
