@@ -1,3 +1,628 @@
-/* placeholder: the core is being written */
-#include "core/allocator.h"
-size_t ts_round_size(const ts_config *cfg, size_t size) { (void)cfg; return size; }
+/* The allocation and free paths, in PyTorch's order (DESIGN.md, "The malloc path"). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/pool.h"
+
+/* --- sizes ---------------------------------------------------------------------------------- */
+
+static size_t roundup_power2_next_division(size_t size, uint32_t divisions)
+{
+    if ((size & (size - 1)) == 0)
+        return size;
+    unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+    size_t floor2 = (size_t)1 << lg;
+    unsigned div_lg = 31u - (unsigned)__builtin_clz(divisions);
+    size_t step = floor2 >> div_lg;
+    if (step == 0)
+        return floor2 << 1;
+    size_t r = size & ~(step - 1);
+    return r == size ? size : r + step;
+}
+
+size_t ts_round_size(const ts_config *cfg, size_t size)
+{
+    if (size < TS_MIN_BLOCK)
+        return TS_MIN_BLOCK;
+    uint32_t div = ts_config_divisions_for(cfg, size);
+    if (div > 1 && size > TS_MIN_BLOCK * div)
+        return roundup_power2_next_division(size, div);
+    return (size + TS_MIN_BLOCK - 1) / TS_MIN_BLOCK * TS_MIN_BLOCK;
+}
+
+size_t ts_allocation_size(const ts_config *cfg, size_t rounded)
+{
+    if (rounded <= TS_SMALL_SIZE)
+        return TS_SMALL_BUFFER;
+    if (rounded < TS_MIN_LARGE_ALLOC)
+        return cfg->large_segment_size;
+    return (rounded + TS_ROUND_LARGE - 1) / TS_ROUND_LARGE * TS_ROUND_LARGE;
+}
+
+/* --- locking ---------------------------------------------------------------------------------- */
+
+static void allocator_lock(ts_allocator *a)
+{
+    pthread_mutex_lock(&a->lock);
+}
+
+static void allocator_observe(ts_allocator *a)
+{
+    if (!a->observer)
+        return;
+    if (!a->observe_now && ++a->ops_since_observe < a->observer_every)
+        return;
+    a->observe_now = false;
+    a->ops_since_observe = 0;
+    allocator_update_largest_free(a);
+    st_open(a); /* the observer writes the segment map inside the same window */
+    a->observer(a->observer_user, a);
+}
+
+static void allocator_unlock(ts_allocator *a)
+{
+#ifdef TS_EXPENSIVE_CHECKS
+    char why[256];
+    if (allocator_check_locked(a, why, sizeof why) != 0) {
+        fprintf(stderr, "tessera: internal error: heap check failed: %s\n", why);
+        abort();
+    }
+#endif
+    allocator_observe(a);
+    st_close(a);
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* --- metadata ------------------------------------------------------------------------------- */
+
+ts_block *block_new(ts_allocator *a)
+{
+    return ts_slab_alloc(&a->block_slab);
+}
+
+void block_delete(ts_allocator *a, ts_block *b)
+{
+    ts_slab_free(&a->block_slab, b);
+}
+
+/* --- create / destroy -------------------------------------------------------------------------- */
+
+static void pool_init(ts_pool *p, bool small)
+{
+    memset(p, 0, sizeof *p);
+    p->small = small;
+    p->stat_index = small ? TESSERA_POOL_SMALL : TESSERA_POOL_LARGE;
+}
+
+ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backend, int device,
+                                  ts_stats_sink sink)
+{
+    ts_allocator *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    if (pthread_mutex_init(&a->lock, NULL) != 0 || ts_ptrmap_init(&a->live, 1024) != 0) {
+        free(a);
+        return NULL;
+    }
+    a->cfg = *cfg;
+    a->be = *backend;
+    a->device = device;
+    pool_init(&a->small, true);
+    pool_init(&a->large, false);
+    ts_slab_init(&a->block_slab, sizeof(ts_block));
+    ts_slab_init(&a->segment_slab, sizeof(ts_segment));
+
+    a->st = sink.stats ? sink.stats : &a->own_stats;
+    a->seq = sink.seq ? sink.seq : &a->own_seq;
+
+    size_t free_bytes = 0, total = 0;
+    if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK)
+        a->device_total = total;
+
+    /* The cap: PyTorch's memory fraction (of total memory), and tessera's memory_limit. */
+    size_t cap = SIZE_MAX;
+    if (a->cfg.per_process_memory_fraction < 1.0 && a->device_total > 0)
+        cap = (size_t)(a->cfg.per_process_memory_fraction * (double)a->device_total);
+    if (a->cfg.memory_limit > 0 && a->cfg.memory_limit < cap)
+        cap = a->cfg.memory_limit;
+    if (cap != SIZE_MAX) {
+        a->set_fraction = true;
+        a->allowed_memory_maximum = cap;
+    }
+
+    /* Fences only where the backend has them and the configuration wants them. */
+    a->use_fences = a->be.fence_record && a->be.fence_query && a->be.fence_wait &&
+                    a->cfg.reuse_fence != TS_FENCE_NONE;
+
+    if (a->cfg.expandable_segments || a->cfg.stitching) {
+        size_t g = 0;
+        if (ts_backend_has_vm(&a->be) && a->be.vm_granularity(a->be.ctx, &g) == TS_OK && g > 0)
+            a->vm_granularity = g;
+        else
+            a->cfg.expandable_segments = a->cfg.stitching = false; /* no VM: plain segments */
+    }
+
+    tessera_device_stats *st = a->st;
+    gauge_set(a, &st->max_split_size,
+              a->cfg.max_split_size == SIZE_MAX ? -1 : (int64_t)a->cfg.max_split_size);
+    gauge_set(a, &st->memory_limit_bytes, a->set_fraction ? (int64_t)a->allowed_memory_maximum : 0);
+    gauge_set(a, &st->device_total_bytes, (int64_t)a->device_total);
+    st_close(a);
+    return a;
+}
+
+static void allocator_free_segment_metadata(ts_allocator *a, ts_segment *seg)
+{
+    ts_block *b = seg->first;
+    while (b) {
+        ts_block *next = b->next;
+        block_delete(a, b);
+        b = next;
+    }
+    free(seg->handles);
+    ts_slab_free(&a->segment_slab, seg);
+}
+
+void ts_allocator_destroy(ts_allocator *a, bool release_memory)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->lock);
+    if (release_memory)
+        fences_synchronize_all(a);
+    else
+        fences_drop_all(a);
+    ts_node *n = ts_tree_first(&a->segments);
+    while (n) {
+        ts_node *next = ts_tree_next(n);
+        ts_segment *seg = segment_of_node(n);
+        if (release_memory) {
+            backend_enter(a);
+            if (seg->kind == TS_SEGMENT_PLAIN)
+                a->be.seg_free(a->be.ctx, seg->addr, seg->size);
+            else
+                expandable_destroy_segment(a, seg, true);
+        }
+        allocator_free_segment_metadata(a, seg);
+        n = next;
+    }
+    st_close(a);
+    pthread_mutex_unlock(&a->lock);
+    ts_ptrmap_destroy(&a->live);
+    ts_slab_destroy(&a->block_slab);
+    ts_slab_destroy(&a->segment_slab);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
+/* --- the allocation path -------------------------------------------------------------------- */
+
+/* PyTorch's alloc_block: a new segment (or expandable mapping) for the request. */
+static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t alloc_size,
+                             uint64_t stream, bool is_retry)
+{
+    tessera_device_stats *st = a->st;
+    if (is_retry)
+        counter_add(a, &st->num_alloc_retries, 1);
+
+    if (a->set_fraction && a->total_allocated_memory + alloc_size > a->allowed_memory_maximum)
+        return NULL;
+
+    if (a->cfg.expandable_segments)
+        return expandable_alloc(a, p, size, stream);
+
+    ts_segment *seg = ts_slab_alloc(&a->segment_slab);
+    ts_block *b = seg ? block_new(a) : NULL;
+    if (!b) {
+        if (seg)
+            ts_slab_free(&a->segment_slab, seg);
+        return NULL;
+    }
+    uintptr_t addr = 0;
+    backend_enter(a);
+    if (a->be.seg_alloc(a->be.ctx, alloc_size, &addr) != TS_OK) {
+        block_delete(a, b);
+        ts_slab_free(&a->segment_slab, seg);
+        return NULL;
+    }
+    seg->addr = addr;
+    seg->size = seg->mapped = alloc_size;
+    seg->stream = stream;
+    seg->pool = p;
+    seg->kind = TS_SEGMENT_PLAIN;
+    seg->first = b;
+    seg->nblocks = 1;
+    seg->node.k0 = addr;
+    ts_tree_insert(&a->segments, &seg->node);
+
+    b->addr = addr;
+    b->size = alloc_size;
+    b->stream = stream;
+    b->seg = seg;
+    b->state = TS_BLOCK_FREE; /* not in the free tree: it goes straight to alloc_found_block */
+
+    a->total_allocated_memory += alloc_size;
+    stat_array_increase(a, st->segment, p, 1);
+    stat_array_increase(a, st->reserved_bytes, p, (int64_t)alloc_size);
+    if (alloc_size >= a->cfg.max_split_size)
+        stat_increase(a, &st->oversize_segments, 1);
+    counter_add(a, &st->num_device_alloc, 1);
+    a->observe_now = true;
+    return b;
+}
+
+/* PyTorch's alloc_found_block: carve the request from the low end of b (split) or take b whole.
+ * spare is a preallocated metadata block, consumed when splitting. */
+static ts_block *alloc_found_block(ts_allocator *a, ts_block *b, size_t size, size_t orig_size,
+                                   bool split, ts_block **spare)
+{
+    tessera_device_stats *st = a->st;
+    ts_pool *p = b->seg->pool;
+    const bool already_split = block_is_split(b);
+    const bool expandable = block_is_expandable(b);
+
+    if (split) {
+        ts_block *remaining = b;
+        b = *spare;
+        *spare = NULL;
+        b->addr = remaining->addr;
+        b->size = size;
+        b->stream = remaining->stream;
+        b->seg = remaining->seg;
+        b->prev = remaining->prev;
+        if (b->prev)
+            b->prev->next = b;
+        else
+            b->seg->first = b;
+        b->next = remaining;
+        remaining->prev = b;
+        remaining->addr += size;
+        remaining->size -= size;
+        b->seg->nblocks++;
+        pool_insert_free(p, remaining);
+
+        if (!expandable) {
+            if (already_split) {
+                /* an already-split free block shrinks by size */
+                stat_array_decrease(a, st->inactive_split_bytes, p, (int64_t)size);
+            } else {
+                /* a new split free block appears */
+                stat_array_increase(a, st->inactive_split_bytes, p, (int64_t)remaining->size);
+                stat_array_increase(a, st->inactive_split, p, 1);
+            }
+        }
+    } else if (already_split && !expandable) {
+        stat_array_decrease(a, st->inactive_split_bytes, p, (int64_t)b->size);
+        stat_array_decrease(a, st->inactive_split, p, 1);
+    }
+
+    b->state = TS_BLOCK_ALLOCATED;
+    b->requested = orig_size;
+    ts_ptrmap_put(&a->live, b->addr, b); /* capacity was reserved by the caller */
+
+    stat_array_increase(a, st->allocation, p, 1);
+    stat_array_increase(a, st->allocated_bytes, p, (int64_t)b->size);
+    stat_array_increase(a, st->active, p, 1);
+    stat_array_increase(a, st->active_bytes, p, (int64_t)b->size);
+    stat_array_increase(a, st->requested_bytes, p, (int64_t)orig_size);
+    if (b->size >= a->cfg.max_split_size)
+        stat_increase(a, &st->oversize_allocations, 1);
+    return b;
+}
+
+/* Make sure the live map can take one more entry without allocating later (so that a failure to
+ * grow it is reported before any state changes). */
+static int live_reserve(ts_allocator *a)
+{
+    ts_ptrmap *m = &a->live;
+    if ((m->count + 1) * 2 <= m->mask + 1)
+        return 0;
+    /* Grow by inserting and removing a placeholder key that no device address can equal. */
+    if (ts_ptrmap_put(m, (uintptr_t)1, NULL) != 0)
+        return -1;
+    ts_ptrmap_del(m, (uintptr_t)1);
+    return 0;
+}
+
+static void oom_fill(ts_allocator *a, ts_oom_info *oom, size_t orig, size_t rounded,
+                     size_t alloc_size)
+{
+    if (!oom)
+        return;
+    memset(oom, 0, sizeof *oom);
+    oom->device = a->device;
+    oom->requested = orig;
+    oom->rounded = rounded;
+    oom->segment_size = alloc_size;
+    oom->capacity = a->device_total;
+    size_t free_bytes = 0, total = 0;
+    backend_enter(a);
+    if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK) {
+        oom->device_free = free_bytes;
+        if (!oom->capacity)
+            oom->capacity = total;
+    }
+    oom->allocated = (size_t)a->st->allocated_bytes[TESSERA_POOL_ALL].current;
+    oom->reserved = (size_t)a->st->reserved_bytes[TESSERA_POOL_ALL].current;
+    oom->largest_free_block = ts_largest_free_block_locked(a);
+    oom->limit = a->set_fraction ? a->allowed_memory_maximum : 0;
+    oom->limit_reached = a->set_fraction &&
+                         a->total_allocated_memory + alloc_size > a->allowed_memory_maximum;
+    oom->expandable_segments = a->cfg.expandable_segments;
+    oom->stitching = a->cfg.stitching;
+    oom->max_split_size = a->cfg.max_split_size;
+}
+
+int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
+                 ts_oom_info *oom)
+{
+    if (!out || size == 0)
+        return TS_EINVAL;
+    tessera_device_stats *st = a->st;
+    allocator_lock(a);
+    counter_add(a, &st->num_alloc_calls, 1);
+    counter_add(a, &st->num_ops, 1);
+
+    if (size >= TS_ONE_EXABYTE) {
+        /* Rounding would overflow; PyTorch refuses these outright ("more than 1EB"). */
+        counter_add(a, &st->num_ooms, 1);
+        oom_fill(a, oom, size, size, size);
+        a->observe_now = true;
+        allocator_unlock(a);
+        return TS_ENOMEM;
+    }
+
+    fences_process(a);
+
+    const size_t rounded = ts_round_size(&a->cfg, size);
+    ts_pool *p = rounded <= TS_SMALL_SIZE ? &a->small : &a->large;
+    const size_t alloc_size = ts_allocation_size(&a->cfg, rounded);
+
+    ts_block *spare = block_new(a);
+    if (!spare || live_reserve(a) != 0) {
+        /* Host memory for metadata is exhausted: report it as out of memory, change nothing. */
+        if (spare)
+            block_delete(a, spare);
+        counter_add(a, &st->num_ooms, 1);
+        oom_fill(a, oom, size, rounded, alloc_size);
+        allocator_unlock(a);
+        return TS_ENOMEM;
+    }
+
+    ts_block *b = pool_find_best(a, p, rounded, stream);
+    if (!b) {
+        if (pool_gc_enabled(a))
+            garbage_collect_cached_blocks(a);
+        b = alloc_block(a, p, rounded, alloc_size, stream, false);
+        if (!b && release_available_cached_blocks(a, p, rounded, stream))
+            b = alloc_block(a, p, rounded, alloc_size, stream, false);
+        if (!b) {
+            release_cached_blocks(a);
+            b = alloc_block(a, p, rounded, alloc_size, stream, true);
+        }
+    }
+    if (!b) {
+        block_delete(a, spare);
+        counter_add(a, &st->num_ooms, 1);
+        oom_fill(a, oom, size, rounded, alloc_size);
+        a->observe_now = true;
+        allocator_unlock(a);
+        return TS_ENOMEM;
+    }
+
+    bool split = pool_should_split(a, b, rounded);
+    b = alloc_found_block(a, b, rounded, size, split, &spare);
+    if (spare)
+        block_delete(a, spare);
+    *out = b->addr;
+    allocator_unlock(a);
+    return TS_OK;
+}
+
+int ts_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out)
+{
+    return ts_malloc_ex(a, size, stream, out, NULL);
+}
+
+/* --- the free path ------------------------------------------------------------------------- */
+
+/* PyTorch's try_merge_blocks: absorb src into dst when src is free. Returns the bytes absorbed. */
+static size_t block_try_merge(ts_allocator *a, ts_block *dst, ts_block *src)
+{
+    if (!src || src->state != TS_BLOCK_FREE)
+        return 0;
+    pool_remove_free(src->seg->pool, src);
+    if (dst->prev == src) {
+        dst->addr = src->addr;
+        dst->prev = src->prev;
+        if (dst->prev)
+            dst->prev->next = dst;
+        else
+            dst->seg->first = dst;
+    } else {
+        dst->next = src->next;
+        if (dst->next)
+            dst->next->prev = dst;
+    }
+    size_t absorbed = src->size;
+    dst->size += absorbed;
+    dst->seg->nblocks--;
+    block_delete(a, src);
+    return absorbed;
+}
+
+void block_free_complete(ts_allocator *a, ts_block *b)
+{
+    tessera_device_stats *st = a->st;
+    ts_pool *p = b->seg->pool;
+    const size_t original_size = b->size;
+    const size_t requested = b->requested;
+    int64_t net_blocks = 0, net_bytes = 0;
+
+    ts_block *candidates[2] = {b->prev, b->next};
+    for (int i = 0; i < 2; i++) {
+        size_t absorbed = block_try_merge(a, b, candidates[i]);
+        if (absorbed > 0) {
+            net_blocks -= 1;
+            net_bytes -= (int64_t)absorbed;
+        }
+    }
+    pool_insert_free(p, b);
+    if (block_is_split(b)) {
+        net_blocks += 1;
+        net_bytes += (int64_t)b->size;
+    }
+    /* Expandable blocks are left out of inactive_split: their free pages can always go back. */
+    if (!block_is_expandable(b)) {
+        if (net_blocks > 0)
+            stat_array_increase(a, st->inactive_split, p, net_blocks);
+        else if (net_blocks < 0)
+            stat_array_decrease(a, st->inactive_split, p, -net_blocks);
+        if (net_bytes > 0)
+            stat_array_increase(a, st->inactive_split_bytes, p, net_bytes);
+        else if (net_bytes < 0)
+            stat_array_decrease(a, st->inactive_split_bytes, p, -net_bytes);
+    }
+    stat_array_decrease(a, st->active, p, 1);
+    stat_array_decrease(a, st->active_bytes, p, (int64_t)original_size);
+    stat_array_decrease(a, st->requested_bytes, p, (int64_t)requested);
+}
+
+int ts_free(ts_allocator *a, uintptr_t ptr)
+{
+    tessera_device_stats *st = a->st;
+    allocator_lock(a);
+    ts_block *b = ptr ? ts_ptrmap_del(&a->live, ptr) : NULL;
+    if (!b) {
+        /* Inside one of our segments but not a live allocation: double free or interior
+         * pointer. Never forward it: the driver would free a whole segment. */
+        ts_node *n = ts_tree_floor(&a->segments, ptr, UINT64_MAX, UINT64_MAX);
+        ts_segment *seg = n ? segment_of_node(n) : NULL;
+        int rc = TS_ENOTFOUND;
+        if (ptr && seg && ptr < seg->addr + seg->size) {
+            counter_add(a, &st->num_invalid_frees, 1);
+            rc = TS_EINVAL;
+        }
+        allocator_unlock(a);
+        return rc;
+    }
+    ts_pool *p = b->seg->pool;
+    counter_add(a, &st->num_free_calls, 1);
+    counter_add(a, &st->num_ops, 1);
+    stat_array_decrease(a, st->allocation, p, 1);
+    stat_array_decrease(a, st->allocated_bytes, p, (int64_t)b->size);
+    if (b->size >= a->cfg.max_split_size)
+        stat_decrease(a, &st->oversize_allocations, 1);
+
+    if (a->use_fences)
+        fences_defer_free(a, b);
+    else
+        block_free_complete(a, b);
+    allocator_unlock(a);
+    return TS_OK;
+}
+
+/* --- cache-level operations ------------------------------------------------------------------ */
+
+size_t ts_empty_cache(ts_allocator *a)
+{
+    allocator_lock(a);
+    size_t before = a->total_allocated_memory;
+    counter_add(a, &a->st->num_empty_cache, 1);
+    release_cached_blocks(a);
+    size_t released = before - a->total_allocated_memory;
+    a->observe_now = true;
+    allocator_unlock(a);
+    return released;
+}
+
+size_t ts_cached_bytes(ts_allocator *a)
+{
+    allocator_lock(a);
+    size_t allocated = (size_t)a->st->allocated_bytes[TESSERA_POOL_ALL].current;
+    size_t cached = a->total_allocated_memory > allocated ? a->total_allocated_memory - allocated
+                                                          : 0;
+    allocator_unlock(a);
+    return cached;
+}
+
+size_t ts_reserved_bytes(ts_allocator *a)
+{
+    allocator_lock(a);
+    size_t r = a->total_allocated_memory;
+    allocator_unlock(a);
+    return r;
+}
+
+void ts_get_stats(ts_allocator *a, tessera_device_stats *out)
+{
+    allocator_lock(a);
+    allocator_update_largest_free(a);
+    *out = *a->st;
+    allocator_unlock(a);
+}
+
+void ts_reset_peak_stats(ts_allocator *a)
+{
+    allocator_lock(a);
+    st_open(a);
+    tessera_device_stats *st = a->st;
+#define RESET_PEAK_ARRAY(name, unit, help)                                                         \
+    for (int i = 0; i < TESSERA_POOL_COUNT; i++)                                                   \
+        st_store(&st->name[i].peak, st->name[i].current);
+    TESSERA_STAT_ARRAYS(RESET_PEAK_ARRAY)
+#undef RESET_PEAK_ARRAY
+#define RESET_PEAK_SINGLE(name, help) st_store(&st->name.peak, st->name.current);
+    TESSERA_STAT_SINGLES(RESET_PEAK_SINGLE)
+#undef RESET_PEAK_SINGLE
+    allocator_unlock(a);
+}
+
+void ts_reset_accumulated_stats(ts_allocator *a)
+{
+    allocator_lock(a);
+    st_open(a);
+    tessera_device_stats *st = a->st;
+#define RESET_ACC_ARRAY(name, unit, help)                                                          \
+    for (int i = 0; i < TESSERA_POOL_COUNT; i++) {                                                 \
+        st_store(&st->name[i].allocated, 0);                                                       \
+        st_store(&st->name[i].freed, 0);                                                           \
+    }
+    TESSERA_STAT_ARRAYS(RESET_ACC_ARRAY)
+#undef RESET_ACC_ARRAY
+#define RESET_ACC_SINGLE(name, help)                                                               \
+    st_store(&st->name.allocated, 0);                                                              \
+    st_store(&st->name.freed, 0);
+    TESSERA_STAT_SINGLES(RESET_ACC_SINGLE)
+#undef RESET_ACC_SINGLE
+    /* The counters PyTorch's reset_accumulated_memory_stats clears. */
+    st_store(&st->num_alloc_retries, 0);
+    st_store(&st->num_ooms, 0);
+    st_store(&st->num_sync_all_streams, 0);
+    st_store(&st->num_device_alloc, 0);
+    st_store(&st->num_device_free, 0);
+    allocator_unlock(a);
+}
+
+void ts_allocator_set_observer(ts_allocator *a, ts_observer_fn fn, void *user, uint32_t every)
+{
+    allocator_lock(a);
+    a->observer = fn;
+    a->observer_user = user;
+    a->observer_every = every ? every : 1;
+    a->observe_now = fn != NULL;
+    allocator_unlock(a);
+}
+
+const ts_config *ts_allocator_config(const ts_allocator *a)
+{
+    return &a->cfg;
+}
+
+int ts_allocator_device(const ts_allocator *a)
+{
+    return a->device;
+}
+

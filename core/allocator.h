@@ -40,6 +40,32 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory);
  * or TS_EINVAL (size 0 or out NULL). */
 int ts_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out);
 
+/* What an out-of-memory looked like, for a diagnostic in PyTorch's spirit. */
+typedef struct ts_oom_info {
+    int device;
+    size_t requested;          /* what the program asked for */
+    size_t rounded;            /* the block size it needed */
+    size_t segment_size;       /* the device allocation that failed */
+    size_t capacity;           /* device total */
+    size_t device_free;        /* free according to the driver after the failure */
+    size_t allocated;          /* allocated_bytes.all.current */
+    size_t reserved;           /* reserved_bytes.all.current */
+    size_t largest_free_block; /* largest cached free block */
+    size_t limit;              /* the allocator's cap, 0 when none */
+    bool limit_reached;        /* the cap, not the device, refused the request */
+    bool expandable_segments;
+    bool stitching;
+    size_t max_split_size;
+} ts_oom_info;
+
+/* ts_malloc that also describes an out-of-memory failure in *oom (may be NULL). */
+int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
+                 ts_oom_info *oom);
+
+/* One line (no prefix, no newline): sizes, capacity, free, allocated, reserved but unallocated,
+ * largest free block, and the configuration key that would help. Returns snprintf's value. */
+int ts_format_oom(const ts_oom_info *oom, char *buf, size_t len);
+
 /* Free a pointer returned by ts_malloc. TS_OK; TS_ENOTFOUND when ptr is not inside any of this
  * allocator's segments (a foreign pointer: forward it); TS_EINVAL when it is inside one but not
  * a live allocation (double free, interior pointer). The pool is untouched on error. */
@@ -51,6 +77,9 @@ size_t ts_empty_cache(ts_allocator *a);
 
 /* Bytes reserved from the device but not allocated: what cudaMemGetInfo adds back to free. */
 size_t ts_cached_bytes(ts_allocator *a);
+
+/* Bytes currently reserved from the device (reserved_bytes.all.current). */
+size_t ts_reserved_bytes(ts_allocator *a);
 
 /* Copy of the counters (consistent: taken under the mutex). */
 void ts_get_stats(ts_allocator *a, tessera_device_stats *out);
@@ -102,9 +131,13 @@ typedef struct ts_walker {
     int (*block)(void *user, const ts_segment_info *seg, const ts_block_info *blk);
 } ts_walker;
 void ts_allocator_walk(ts_allocator *a, const ts_walker *w);
+/* The same without taking the mutex: only from inside an observer callback. */
+void ts_allocator_walk_locked(ts_allocator *a, const ts_walker *w);
 
 /* Called under the mutex after a segment-level change, an out-of-memory, and every `every` ops,
- * so a publisher can refresh a segment map. NULL fn removes it. */
+ * so a publisher can refresh a segment map. It runs with the stats sequence lock already odd
+ * (inside the write window), so what it writes next to the counters is covered by the same lock.
+ * NULL fn removes it. */
 typedef void (*ts_observer_fn)(void *user, ts_allocator *a);
 void ts_allocator_set_observer(ts_allocator *a, ts_observer_fn fn, void *user, uint32_t every);
 

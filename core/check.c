@@ -1,0 +1,348 @@
+/* Looking at the heap: lookup, walk, largest free block, and the validator. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "core/pool.h"
+
+static ts_segment *segment_containing(ts_allocator *a, uintptr_t addr)
+{
+    ts_node *n = ts_tree_floor(&a->segments, addr, UINT64_MAX, UINT64_MAX);
+    if (!n)
+        return NULL;
+    ts_segment *seg = segment_of_node(n);
+    return addr < seg->addr + seg->size ? seg : NULL;
+}
+
+static void segment_info_fill(const ts_segment *seg, ts_segment_info *info)
+{
+    info->addr = seg->addr;
+    info->size = seg->size;
+    info->mapped = seg->mapped;
+    info->small_pool = seg->pool->small;
+    info->kind = (ts_segment_kind)seg->kind;
+    info->stream = seg->stream;
+    info->nblocks = seg->nblocks;
+}
+
+static void block_info_fill(const ts_block *b, ts_block_info *info)
+{
+    info->addr = b->addr;
+    info->size = b->size;
+    info->requested = (b->state == TS_BLOCK_ALLOCATED || b->state == TS_BLOCK_PENDING)
+                          ? b->requested
+                          : 0;
+    info->state = (ts_block_state)b->state;
+    info->stream = b->stream;
+}
+
+int ts_lookup(ts_allocator *a, uintptr_t addr, ts_segment_info *seg_out, ts_block_info *blk_out)
+{
+    int rc = TS_ENOTFOUND;
+    pthread_mutex_lock(&a->lock);
+    ts_segment *seg = segment_containing(a, addr);
+    if (seg) {
+        /* Live blocks first (O(1)); otherwise walk the segment (rare: error paths, queries). */
+        ts_block *b = ts_ptrmap_get(&a->live, addr);
+        for (ts_block *c = seg->first; !b && c; c = c->next)
+            if (addr >= c->addr && addr < c->addr + c->size)
+                b = c;
+        if (b) {
+            if (seg_out)
+                segment_info_fill(seg, seg_out);
+            if (blk_out)
+                block_info_fill(b, blk_out);
+            rc = TS_OK;
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+void ts_allocator_walk_locked(ts_allocator *a, const ts_walker *w)
+{
+    for (ts_node *n = ts_tree_first(&a->segments); n; n = ts_tree_next(n)) {
+        ts_segment *seg = segment_of_node(n);
+        ts_segment_info si;
+        segment_info_fill(seg, &si);
+        if (w->segment && w->segment(w->user, &si))
+            return;
+        if (!w->block)
+            continue;
+        for (ts_block *b = seg->first; b; b = b->next) {
+            ts_block_info bi;
+            block_info_fill(b, &bi);
+            if (w->block(w->user, &si, &bi))
+                return;
+        }
+    }
+}
+
+void ts_allocator_walk(ts_allocator *a, const ts_walker *w)
+{
+    pthread_mutex_lock(&a->lock);
+    ts_allocator_walk_locked(a, w);
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* The largest free block over all streams: the last node of each stream's run in the tree. */
+static size_t pool_largest_free(const ts_pool *p)
+{
+    size_t best = 0;
+    ts_node *n = ts_tree_last(&p->free);
+    while (n) {
+        if (n->k1 > best)
+            best = n->k1;
+        if (n->k0 == 0)
+            break;
+        n = ts_tree_floor(&p->free, n->k0 - 1, UINT64_MAX, UINT64_MAX);
+    }
+    return best;
+}
+
+size_t ts_largest_free_block_locked(ts_allocator *a)
+{
+    size_t s = pool_largest_free(&a->small), l = pool_largest_free(&a->large);
+    return s > l ? s : l;
+}
+
+size_t ts_largest_free_block(ts_allocator *a)
+{
+    pthread_mutex_lock(&a->lock);
+    size_t r = ts_largest_free_block_locked(a);
+    pthread_mutex_unlock(&a->lock);
+    return r;
+}
+
+void allocator_update_largest_free(ts_allocator *a)
+{
+    gauge_set(a, &a->st->largest_free_block_bytes, (int64_t)ts_largest_free_block_locked(a));
+}
+
+/* --- the validator ------------------------------------------------------------------------- */
+
+typedef struct check_totals {
+    int64_t allocation[TESSERA_POOL_COUNT];
+    int64_t allocated_bytes[TESSERA_POOL_COUNT];
+    int64_t active[TESSERA_POOL_COUNT];
+    int64_t active_bytes[TESSERA_POOL_COUNT];
+    int64_t requested_bytes[TESSERA_POOL_COUNT];
+    int64_t segment[TESSERA_POOL_COUNT];
+    int64_t reserved_bytes[TESSERA_POOL_COUNT];
+    int64_t inactive_split[TESSERA_POOL_COUNT];
+    int64_t inactive_split_bytes[TESSERA_POOL_COUNT];
+    int64_t oversize_allocations, oversize_segments;
+    size_t free_blocks[2], unmapped_blocks[2], pending, allocated;
+} check_totals;
+
+static int check_fail(char *why, size_t whylen, const char *fmt, ...)
+{
+    if (why && whylen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, whylen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void totals_add(int64_t *arr, const ts_pool *p, int64_t v)
+{
+    arr[TESSERA_POOL_ALL] += v;
+    arr[p->stat_index] += v;
+}
+
+static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char *why,
+                         size_t whylen)
+{
+    ts_pool *p = seg->pool;
+    const int pi = p->small ? 0 : 1;
+    if (seg->pool != &a->small && seg->pool != &a->large)
+        return check_fail(why, whylen, "segment %#" PRIxPTR ": bad pool", seg->addr);
+    if (!seg->first || seg->first->prev)
+        return check_fail(why, whylen, "segment %#" PRIxPTR ": bad first block", seg->addr);
+    uintptr_t expect = seg->addr;
+    size_t nblocks = 0, mapped = 0;
+    const bool split = seg->first->next != NULL;
+    for (ts_block *b = seg->first; b; b = b->next) {
+        nblocks++;
+        if (b->seg != seg)
+            return check_fail(why, whylen, "block %#" PRIxPTR ": wrong segment", b->addr);
+        if (b->addr != expect)
+            return check_fail(why, whylen, "block %#" PRIxPTR ": expected at %#" PRIxPTR
+                              " (gap or overlap)", b->addr, expect);
+        if (b->size == 0 || b->size % TS_MIN_BLOCK != 0)
+            return check_fail(why, whylen, "block %#" PRIxPTR ": size %zu", b->addr, b->size);
+        if (b->next && b->next->prev != b)
+            return check_fail(why, whylen, "block %#" PRIxPTR ": broken links", b->addr);
+        if (b->stream != seg->stream && seg->kind != TS_SEGMENT_STITCHED)
+            return check_fail(why, whylen, "block %#" PRIxPTR ": stream differs", b->addr);
+        expect = b->addr + b->size;
+        if (b->state != TS_BLOCK_UNMAPPED)
+            mapped += b->size;
+        switch (b->state) {
+        case TS_BLOCK_FREE: {
+            t->free_blocks[pi]++;
+            if (b->next && b->next->state == TS_BLOCK_FREE)
+                return check_fail(why, whylen, "free blocks %#" PRIxPTR " and %#" PRIxPTR
+                                  " not merged", b->addr, b->next->addr);
+            ts_node *n = ts_tree_lower_bound(&p->free, b->stream, b->size, b->addr);
+            if (n != &b->node)
+                return check_fail(why, whylen, "free block %#" PRIxPTR " not in its free set",
+                                  b->addr);
+            if (split && seg->kind == TS_SEGMENT_PLAIN) {
+                totals_add(t->inactive_split, p, 1);
+                totals_add(t->inactive_split_bytes, p, (int64_t)b->size);
+            }
+            break;
+        }
+        case TS_BLOCK_UNMAPPED: {
+            t->unmapped_blocks[pi]++;
+            if (b->next && b->next->state == TS_BLOCK_UNMAPPED)
+                return check_fail(why, whylen, "unmapped blocks %#" PRIxPTR " not merged",
+                                  b->addr);
+            ts_node *n = ts_tree_lower_bound(&p->unmapped, b->stream, b->addr, 0);
+            if (n != &b->node)
+                return check_fail(why, whylen, "unmapped block %#" PRIxPTR " not indexed",
+                                  b->addr);
+            break;
+        }
+        case TS_BLOCK_ALLOCATED:
+            t->allocated++;
+            if (ts_ptrmap_get(&a->live, b->addr) != b)
+                return check_fail(why, whylen, "allocated block %#" PRIxPTR " not in live map",
+                                  b->addr);
+            totals_add(t->allocation, p, 1);
+            totals_add(t->allocated_bytes, p, (int64_t)b->size);
+            if (b->size >= a->cfg.max_split_size)
+                t->oversize_allocations++;
+            totals_add(t->active, p, 1);
+            totals_add(t->active_bytes, p, (int64_t)b->size);
+            totals_add(t->requested_bytes, p, (int64_t)b->requested);
+            break;
+        case TS_BLOCK_PENDING:
+            t->pending++;
+            totals_add(t->active, p, 1);
+            totals_add(t->active_bytes, p, (int64_t)b->size);
+            totals_add(t->requested_bytes, p, (int64_t)b->requested);
+            break;
+        default:
+            return check_fail(why, whylen, "block %#" PRIxPTR ": bad state %u", b->addr,
+                              (unsigned)b->state);
+        }
+    }
+    if (expect != seg->addr + seg->size)
+        return check_fail(why, whylen, "segment %#" PRIxPTR ": blocks end at %#" PRIxPTR
+                          " not %#" PRIxPTR, seg->addr, expect, seg->addr + seg->size);
+    if (nblocks != seg->nblocks)
+        return check_fail(why, whylen, "segment %#" PRIxPTR ": %zu blocks, recorded %zu",
+                          seg->addr, nblocks, seg->nblocks);
+    if (mapped != seg->mapped)
+        return check_fail(why, whylen, "segment %#" PRIxPTR ": mapped %zu, recorded %zu",
+                          seg->addr, mapped, seg->mapped);
+    if (seg->kind == TS_SEGMENT_PLAIN) {
+        totals_add(t->segment, p, 1);
+        if (seg->size >= a->cfg.max_split_size)
+            t->oversize_segments++;
+    }
+    if (seg->kind != TS_SEGMENT_STITCHED)
+        totals_add(t->reserved_bytes, p, (int64_t)seg->mapped);
+    return 0;
+}
+
+static int check_stat_array(const char *name, const tessera_stat *s, const int64_t *want,
+                            char *why, size_t whylen)
+{
+    for (int i = 0; i < TESSERA_POOL_COUNT; i++) {
+        if (s[i].current != want[i])
+            return check_fail(why, whylen, "%s[%d].current is %" PRId64 ", heap says %" PRId64,
+                              name, i, s[i].current, want[i]);
+        if (s[i].peak < s[i].current)
+            return check_fail(why, whylen, "%s[%d].peak below current", name, i);
+        if (s[i].allocated - s[i].freed != s[i].current)
+            return check_fail(why, whylen, "%s[%d]: allocated - freed != current", name, i);
+    }
+    return 0;
+}
+
+int allocator_check_locked(ts_allocator *a, char *why, size_t whylen)
+{
+    if (ts_tree_check(&a->segments) || ts_tree_check(&a->small.free) ||
+        ts_tree_check(&a->large.free) || ts_tree_check(&a->small.unmapped) ||
+        ts_tree_check(&a->large.unmapped))
+        return check_fail(why, whylen, "a tree is malformed");
+
+    check_totals t = {0};
+    uintptr_t prev_end = 0;
+    size_t reserved = 0;
+    for (ts_node *n = ts_tree_first(&a->segments); n; n = ts_tree_next(n)) {
+        ts_segment *seg = segment_of_node(n);
+        if (seg->node.k0 != seg->addr)
+            return check_fail(why, whylen, "segment %#" PRIxPTR ": wrong key", seg->addr);
+        if (seg->addr < prev_end)
+            return check_fail(why, whylen, "segment %#" PRIxPTR " overlaps its predecessor",
+                              seg->addr);
+        prev_end = seg->addr + seg->size;
+        if (check_segment(a, seg, &t, why, whylen))
+            return -1;
+        if (seg->kind != TS_SEGMENT_STITCHED)
+            reserved += seg->mapped;
+    }
+    if (t.free_blocks[0] != a->small.free.count || t.free_blocks[1] != a->large.free.count)
+        return check_fail(why, whylen, "free sets hold %zu/%zu blocks, heap has %zu/%zu",
+                          a->small.free.count, a->large.free.count, t.free_blocks[0],
+                          t.free_blocks[1]);
+    if (t.unmapped_blocks[0] != a->small.unmapped.count ||
+        t.unmapped_blocks[1] != a->large.unmapped.count)
+        return check_fail(why, whylen, "unmapped sets disagree with the heap");
+    if (t.allocated != a->live.count)
+        return check_fail(why, whylen, "live map holds %zu, heap has %zu allocated",
+                          a->live.count, t.allocated);
+    if (t.pending != a->pending_count)
+        return check_fail(why, whylen, "pending list holds %zu, heap has %zu", a->pending_count,
+                          t.pending);
+    size_t pending_seen = 0;
+    for (ts_block *b = a->pending_head; b; b = b->pending_next) {
+        if (b->state != TS_BLOCK_PENDING)
+            return check_fail(why, whylen, "pending list has a block in state %u",
+                              (unsigned)b->state);
+        if (b->pending_next && b->pending_next->free_epoch < b->free_epoch)
+            return check_fail(why, whylen, "pending list out of epoch order");
+        pending_seen++;
+    }
+    if (pending_seen != a->pending_count)
+        return check_fail(why, whylen, "pending list length mismatch");
+    if (reserved != a->total_allocated_memory)
+        return check_fail(why, whylen, "segments hold %zu bytes, total_allocated_memory %zu",
+                          reserved, a->total_allocated_memory);
+
+    const tessera_device_stats *st = a->st;
+    if (check_stat_array("allocation", st->allocation, t.allocation, why, whylen) ||
+        check_stat_array("allocated_bytes", st->allocated_bytes, t.allocated_bytes, why,
+                         whylen) ||
+        check_stat_array("active", st->active, t.active, why, whylen) ||
+        check_stat_array("active_bytes", st->active_bytes, t.active_bytes, why, whylen) ||
+        check_stat_array("requested_bytes", st->requested_bytes, t.requested_bytes, why,
+                         whylen) ||
+        check_stat_array("segment", st->segment, t.segment, why, whylen) ||
+        check_stat_array("reserved_bytes", st->reserved_bytes, t.reserved_bytes, why, whylen) ||
+        check_stat_array("inactive_split", st->inactive_split, t.inactive_split, why, whylen) ||
+        check_stat_array("inactive_split_bytes", st->inactive_split_bytes,
+                         t.inactive_split_bytes, why, whylen))
+        return -1;
+    if (st->oversize_allocations.current != t.oversize_allocations ||
+        st->oversize_segments.current != t.oversize_segments)
+        return check_fail(why, whylen, "oversize counters disagree with the heap");
+    if (a->set_fraction && a->total_allocated_memory > a->allowed_memory_maximum)
+        return check_fail(why, whylen, "reserved %zu exceeds the cap %zu",
+                          a->total_allocated_memory, a->allowed_memory_maximum);
+    return 0;
+}
+
+int ts_allocator_check(ts_allocator *a, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&a->lock);
+    int rc = allocator_check_locked(a, why, whylen);
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}

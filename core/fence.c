@@ -1,0 +1,125 @@
+/* Deferred reuse: a freed block stays "pending" until a fence recorded after its free completes.
+ *
+ * The shim cannot see which streams a program will use a pointer on, so every free is treated
+ * like PyTorch treats a block used on another stream: it becomes reusable only once the device
+ * has finished the work issued before the free. Fences are recorded lazily (at most one per
+ * epoch, at the next allocation), queried in order at every allocation, and waited for only on
+ * the paths where PyTorch synchronises (release of cached blocks: empty cache, the last retry).
+ * Pending blocks count as active (PyTorch's active_pending_free), never as free.
+ */
+#include "core/pool.h"
+
+static ts_fence_rec *fence_front(ts_allocator *a)
+{
+    return &a->fences[a->fence_head];
+}
+
+static void fence_pop(ts_allocator *a)
+{
+    a->be.fence_release(a->be.ctx, fence_front(a)->fence);
+    a->fence_head = (a->fence_head + 1) % TS_MAX_FENCES;
+    a->fence_count--;
+}
+
+/* Complete every pending block freed in an epoch <= epoch. */
+static void pending_complete_through(ts_allocator *a, uint64_t epoch)
+{
+    while (a->pending_head && a->pending_head->free_epoch <= epoch) {
+        ts_block *b = a->pending_head;
+        a->pending_head = b->pending_next;
+        if (!a->pending_head)
+            a->pending_tail = NULL;
+        b->pending_next = NULL;
+        a->pending_count--;
+        block_free_complete(a, b);
+    }
+}
+
+void fences_defer_free(ts_allocator *a, ts_block *b)
+{
+    b->state = TS_BLOCK_PENDING;
+    b->free_epoch = a->epoch;
+    b->pending_next = NULL;
+    if (a->pending_tail)
+        a->pending_tail->pending_next = b;
+    else
+        a->pending_head = b;
+    a->pending_tail = b;
+    a->pending_count++;
+    a->epoch_dirty = true;
+}
+
+/* Record a fence covering the current epoch. Returns false when none could be recorded. */
+static bool fence_record_epoch(ts_allocator *a)
+{
+    if (!a->epoch_dirty)
+        return true;
+    if (a->fence_count == TS_MAX_FENCES) {
+        /* Too many outstanding: wait for the oldest rather than grow without bound. */
+        ts_fence_rec *f = fence_front(a);
+        backend_enter(a);
+        a->be.fence_wait(a->be.ctx, f->fence);
+        counter_add(a, &a->st->num_fence_waits, 1);
+        pending_complete_through(a, f->epoch);
+        fence_pop(a);
+    }
+    ts_fence fence;
+    backend_enter(a);
+    if (a->be.fence_record(a->be.ctx, &fence) != TS_OK)
+        return false; /* e.g. a graph capture is underway: try again later */
+    size_t slot = (a->fence_head + a->fence_count) % TS_MAX_FENCES;
+    a->fences[slot].fence = fence;
+    a->fences[slot].epoch = a->epoch;
+    a->fence_count++;
+    a->epoch++;
+    a->epoch_dirty = false;
+    counter_add(a, &a->st->num_fences_recorded, 1);
+    return true;
+}
+
+void fences_process(ts_allocator *a)
+{
+    if (!a->use_fences || a->pending_count == 0)
+        return;
+    fence_record_epoch(a);
+    while (a->fence_count > 0) {
+        ts_fence_rec *f = fence_front(a);
+        backend_enter(a);
+        if (a->be.fence_query(a->be.ctx, f->fence) != TS_OK)
+            break;
+        pending_complete_through(a, f->epoch);
+        fence_pop(a);
+    }
+}
+
+/* PyTorch's synchronize_and_free_events. */
+void fences_synchronize_all(ts_allocator *a)
+{
+    counter_add(a, &a->st->num_sync_all_streams, 1);
+    if (!a->use_fences)
+        return;
+    if (a->pending_count > 0 && !fence_record_epoch(a)) {
+        /* No fence possible (capture underway): leave the pending blocks pending. */
+        return;
+    }
+    while (a->fence_count > 0) {
+        ts_fence_rec *f = fence_front(a);
+        backend_enter(a);
+        if (a->be.fence_query(a->be.ctx, f->fence) != TS_OK) {
+            a->be.fence_wait(a->be.ctx, f->fence);
+            counter_add(a, &a->st->num_fence_waits, 1);
+        }
+        pending_complete_through(a, f->epoch);
+        fence_pop(a);
+    }
+}
+
+/* Forget every fence and pending block without touching the device: its memory and events are
+ * gone with its context, which the backend cleans up on its side. */
+void fences_drop_all(ts_allocator *a)
+{
+    a->fence_head = a->fence_count = 0;
+    a->pending_head = a->pending_tail = NULL;
+    a->pending_count = 0;
+    a->epoch_dirty = false;
+}

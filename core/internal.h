@@ -1,0 +1,237 @@
+/* Allocator internals shared by the core's files. Not part of any API. */
+#ifndef TS_INTERNAL_H
+#define TS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/allocator.h"
+#include "core/ptrmap.h"
+#include "core/slab.h"
+#include "core/tree.h"
+
+/* PyTorch's constants (reference: pytorch-caching-allocator.md section 2.1). */
+#define TS_MIN_BLOCK ((size_t)512)            /* kMinBlockSize */
+#define TS_SMALL_SIZE ((size_t)1 << 20)       /* kSmallSize: <= goes to the small pool */
+#define TS_SMALL_BUFFER ((size_t)2 << 20)     /* kSmallBuffer: small-pool segment size */
+#define TS_MIN_LARGE_ALLOC ((size_t)10 << 20) /* kMinLargeAlloc */
+#define TS_ROUND_LARGE ((size_t)2 << 20)      /* kRoundLarge */
+#define TS_ONE_EXABYTE ((size_t)1 << 60)      /* requests at or above: out of memory at once */
+
+typedef struct ts_block ts_block;
+typedef struct ts_segment ts_segment;
+typedef struct ts_pool ts_pool;
+
+/* A block: a contiguous piece of one segment. Metadata only, never in device memory.
+ *
+ * Invariants (checked by ts_allocator_check):
+ *  - blocks of a segment tile it exactly, in address order through prev/next;
+ *  - FREE blocks are in their pool's free tree with key (stream, size, addr), UNMAPPED blocks in
+ *    its unmapped tree with key (stream, addr, 0), other states in no tree;
+ *  - ALLOCATED blocks, and only they, are in the allocator's live map;
+ *  - two FREE neighbours never touch (they are merged), nor two UNMAPPED ones;
+ *  - PENDING blocks are on the pending FIFO in free order. */
+struct ts_block {
+    ts_node node;
+    uintptr_t addr;
+    size_t size;
+    size_t requested;
+    ts_block *prev, *next;
+    ts_segment *seg;
+    uint64_t stream;
+    uint64_t gc_count_base; /* pool clock when the block entered the free tree */
+    uint64_t free_epoch;    /* fence epoch current when the block was freed */
+    ts_block *pending_next;
+    uint8_t state; /* ts_block_state */
+};
+
+/* A segment: one device allocation (or one virtual reservation for expandable segments).
+ * Its pool, stream and kind never change. */
+struct ts_segment {
+    ts_node node; /* in the allocator's segment tree, key (addr, 0, 0) */
+    uintptr_t addr;
+    size_t size;   /* virtual size */
+    size_t mapped; /* bytes backed by device memory: == size for plain segments */
+    uint64_t stream;
+    ts_pool *pool;
+    ts_block *first;
+    size_t nblocks;
+    uint8_t kind; /* ts_segment_kind */
+
+    /* Expandable segments: a page table over the reservation. handles[i] == 0: unmapped. */
+    size_t page_size;
+    size_t npages;
+    uint64_t *handles;
+};
+
+/* One of the two pools (small: rounded size <= 1 MiB; large). */
+struct ts_pool {
+    ts_tree free;     /* FREE blocks: (stream, size, addr) */
+    ts_tree unmapped; /* UNMAPPED blocks of expandable segments: (stream, addr, 0) */
+    uint64_t get_free_blocks_call_count; /* the garbage collector's clock */
+    bool small;
+    int stat_index; /* TESSERA_POOL_SMALL or TESSERA_POOL_LARGE */
+};
+
+typedef struct ts_fence_rec {
+    ts_fence fence;
+    uint64_t epoch; /* covers blocks freed with free_epoch <= epoch */
+} ts_fence_rec;
+
+#define TS_MAX_FENCES 64
+
+struct ts_allocator {
+    pthread_mutex_t lock;
+    ts_config cfg;
+    ts_backend be;
+    int device;
+
+    ts_pool small, large;
+    ts_tree segments;
+    ts_ptrmap live;
+    ts_slab block_slab;
+    ts_slab segment_slab;
+
+    size_t total_allocated_memory; /* bytes obtained from the device (PyTorch's name) */
+    bool set_fraction;             /* a cap applies (memory fraction or memory_limit) */
+    size_t allowed_memory_maximum;
+    size_t device_total;
+
+    /* Counters: in the stats page when there is one, else in own_stats. */
+    tessera_device_stats *st;
+    uint64_t *seq;
+    bool st_open; /* the sequence lock is odd: a write window is open */
+    tessera_device_stats own_stats;
+    uint64_t own_seq;
+
+    /* Deferred reuse (fences). */
+    bool use_fences;
+    ts_block *pending_head, *pending_tail;
+    size_t pending_count;
+    uint64_t epoch;         /* current epoch: frees are tagged with it */
+    bool epoch_dirty;       /* a free happened in the current epoch: no fence covers it yet */
+    ts_fence_rec fences[TS_MAX_FENCES];
+    size_t fence_head, fence_count;
+
+    /* Expandable segments. */
+    size_t vm_granularity;
+
+    /* Observer (stats page segment map). */
+    ts_observer_fn observer;
+    void *observer_user;
+    uint32_t observer_every;
+    uint32_t ops_since_observe;
+    bool observe_now;
+};
+
+/* --- counters -------------------------------------------------------------------------------
+ * Single writer (the allocator, under its mutex); readers of the stats page may run in other
+ * processes. Fields are written with relaxed atomic stores inside a sequence-lock window that is
+ * opened lazily by the first update and closed before any backend call and at unlock, so a
+ * reader never spins through a slow device call. */
+
+static inline void st_store(int64_t *p, int64_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+
+static inline void st_open(ts_allocator *a)
+{
+    if (!a->st_open) {
+        __atomic_store_n(a->seq, *a->seq + 1, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        a->st_open = true;
+    }
+}
+
+static inline void st_close(ts_allocator *a)
+{
+    if (a->st_open) {
+        __atomic_store_n(a->seq, *a->seq + 1, __ATOMIC_RELEASE);
+        a->st_open = false;
+    }
+}
+
+static inline void stat_increase(ts_allocator *a, tessera_stat *s, int64_t v)
+{
+    st_open(a);
+    int64_t cur = s->current + v;
+    st_store(&s->current, cur);
+    if (cur > s->peak)
+        st_store(&s->peak, cur);
+    st_store(&s->allocated, s->allocated + v);
+}
+
+static inline void stat_decrease(ts_allocator *a, tessera_stat *s, int64_t v)
+{
+    st_open(a);
+    st_store(&s->current, s->current - v);
+    st_store(&s->freed, s->freed + v);
+}
+
+/* Update "all" and the pool's own entry of a stat array. */
+static inline void stat_array_increase(ts_allocator *a, tessera_stat *arr, const ts_pool *p,
+                                       int64_t v)
+{
+    stat_increase(a, &arr[TESSERA_POOL_ALL], v);
+    stat_increase(a, &arr[p->stat_index], v);
+}
+
+static inline void stat_array_decrease(ts_allocator *a, tessera_stat *arr, const ts_pool *p,
+                                       int64_t v)
+{
+    stat_decrease(a, &arr[TESSERA_POOL_ALL], v);
+    stat_decrease(a, &arr[p->stat_index], v);
+}
+
+static inline void counter_add(ts_allocator *a, int64_t *c, int64_t v)
+{
+    st_open(a);
+    st_store(c, *c + v);
+}
+
+static inline void gauge_set(ts_allocator *a, int64_t *g, int64_t v)
+{
+    if (*g != v) {
+        st_open(a);
+        st_store(g, v);
+    }
+}
+
+/* --- block helpers ------------------------------------------------------------------------ */
+
+static inline bool block_is_split(const ts_block *b)
+{
+    return b->prev != NULL || b->next != NULL;
+}
+
+static inline bool block_is_expandable(const ts_block *b)
+{
+    return b->seg->kind == TS_SEGMENT_EXPANDABLE;
+}
+
+static inline ts_block *block_of_node(ts_node *n)
+{
+    return (ts_block *)((char *)n - offsetof(ts_block, node));
+}
+
+static inline ts_segment *segment_of_node(ts_node *n)
+{
+    return (ts_segment *)((char *)n - offsetof(ts_segment, node));
+}
+
+/* Free-tree membership (pool.c). */
+void pool_insert_free(ts_pool *p, ts_block *b);
+void pool_remove_free(ts_pool *p, ts_block *b);
+void pool_insert_unmapped(ts_pool *p, ts_block *b);
+void pool_remove_unmapped(ts_pool *p, ts_block *b);
+
+/* Backend calls with the sequence lock closed around them. */
+static inline void backend_enter(ts_allocator *a)
+{
+    st_close(a);
+}
+
+#endif /* TS_INTERNAL_H */

@@ -1,0 +1,50 @@
+/* The out-of-memory diagnostic line. */
+#include <stdio.h>
+
+#include "core/allocator.h"
+
+/* PyTorch's format_size: bytes, KiB, MiB, GiB with two decimals. */
+static const char *size_text(size_t v, char *buf, size_t len)
+{
+    if (v <= 1024)
+        snprintf(buf, len, "%zu bytes", v);
+    else if (v <= ((size_t)1 << 20))
+        snprintf(buf, len, "%.2f KiB", (double)v / 1024.0);
+    else if (v <= ((size_t)1 << 30))
+        snprintf(buf, len, "%.2f MiB", (double)v / (1024.0 * 1024.0));
+    else
+        snprintf(buf, len, "%.2f GiB", (double)v / (1024.0 * 1024.0 * 1024.0));
+    return buf;
+}
+
+int ts_format_oom(const ts_oom_info *o, char *buf, size_t len)
+{
+    char req[32], seg[32], cap[32], fre[32], alc[32], unalloc[32], lfb[32], lim[32];
+    size_t unallocated = o->reserved > o->allocated ? o->reserved - o->allocated : 0;
+    const char *hint;
+    if (o->limit_reached)
+        hint = "the allocator's cap refused it: raise memory_limit or "
+               "per_process_memory_fraction";
+    else if (unallocated >= o->rounded && !(o->expandable_segments && o->stitching))
+        hint = "reserved but unallocated memory is large: set TESSERA_ALLOC_CONF=defragment:True "
+               "(expandable segments and stitching) to use it";
+    else if (unallocated >= o->rounded)
+        hint = "free memory is in pieces smaller than the stitching minimum: lower "
+               "stitch_min_block_mb";
+    else
+        hint = "the device is full: the program needs less memory or a larger device";
+    char limit_text[64] = "";
+    if (o->limit)
+        snprintf(limit_text, sizeof limit_text, " (cap %s)", size_text(o->limit, lim, sizeof lim));
+    return snprintf(buf, len,
+                    "out of memory on device %d: tried to allocate %s (segment %s); capacity %s%s, "
+                    "%s free; %s allocated, %s reserved but unallocated, largest free block %s; "
+                    "%s",
+                    o->device, size_text(o->requested, req, sizeof req),
+                    size_text(o->segment_size, seg, sizeof seg),
+                    size_text(o->capacity, cap, sizeof cap), limit_text,
+                    size_text(o->device_free, fre, sizeof fre),
+                    size_text(o->allocated, alc, sizeof alc),
+                    size_text(unallocated, unalloc, sizeof unalloc),
+                    size_text(o->largest_free_block, lfb, sizeof lfb), hint);
+}

@@ -1,0 +1,95 @@
+/* Pools: the free sets and the best-fit search with PyTorch's acceptance rules. */
+#include "core/pool.h"
+
+void pool_insert_free(ts_pool *p, ts_block *b)
+{
+    b->node.k0 = b->stream;
+    b->node.k1 = b->size;
+    b->node.k2 = b->addr;
+    b->gc_count_base = p->get_free_blocks_call_count;
+    b->state = TS_BLOCK_FREE;
+    ts_tree_insert(&p->free, &b->node);
+}
+
+void pool_remove_free(ts_pool *p, ts_block *b)
+{
+    ts_tree_remove(&p->free, &b->node);
+}
+
+void pool_insert_unmapped(ts_pool *p, ts_block *b)
+{
+    b->node.k0 = b->stream;
+    b->node.k1 = b->addr;
+    b->node.k2 = 0;
+    b->state = TS_BLOCK_UNMAPPED;
+    ts_tree_insert(&p->unmapped, &b->node);
+}
+
+void pool_remove_unmapped(ts_pool *p, ts_block *b)
+{
+    ts_tree_remove(&p->unmapped, &b->node);
+}
+
+/* What an expandable block could grow to: itself plus the unmapped range right after it. */
+static size_t block_expandable_size(const ts_block *b)
+{
+    return b->size + (b->next && b->next->state == TS_BLOCK_UNMAPPED ? b->next->size : 0);
+}
+
+static inline ts_block *node_block_on_stream(ts_node *n, uint64_t stream)
+{
+    return (n && n->k0 == stream) ? block_of_node(n) : NULL;
+}
+
+ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
+{
+    const ts_config *cfg = &a->cfg;
+
+    if (pool_gc_enabled(a))
+        p->get_free_blocks_call_count++;
+
+    ts_node *n = ts_tree_lower_bound(&p->free, stream, size, 0);
+    ts_block *b = node_block_on_stream(n, stream);
+    if (!b)
+        return NULL;
+
+    if (block_is_expandable(b)) {
+        if (cfg->expandable_segments) {
+            /* For best fit, an expandable block counts as what it could grow to: walk on while
+             * the next candidate could grow less, which keeps a segment's growing tail for the
+             * requests that need it. */
+            ts_block *next = node_block_on_stream(ts_tree_next(&b->node), stream);
+            while (block_is_expandable(b) && next &&
+                   block_expandable_size(next) < block_expandable_size(b)) {
+                b = next;
+                next = node_block_on_stream(ts_tree_next(&b->node), stream);
+            }
+        } else {
+            /* Expandable segments were turned off after some were made: only plain blocks. */
+            do {
+                n = ts_tree_next(&b->node);
+                b = node_block_on_stream(n, stream);
+            } while (b && block_is_expandable(b));
+            if (!b)
+                return NULL;
+        }
+    }
+
+    /* Oversize rule A: a request below max_split_size never takes an oversize block. */
+    if (size < cfg->max_split_size && b->size >= cfg->max_split_size)
+        return NULL;
+    /* Oversize rule B: an oversize request takes a cached block only when the excess is small. */
+    if (size >= cfg->max_split_size && b->size >= size + cfg->max_non_split_rounding)
+        return NULL;
+
+    pool_remove_free(p, b);
+    return b;
+}
+
+bool pool_should_split(const ts_allocator *a, const ts_block *b, size_t size)
+{
+    size_t remaining = b->size - size;
+    if (b->seg->pool->small || a->cfg.expandable_segments)
+        return remaining >= TS_MIN_BLOCK;
+    return size < a->cfg.max_split_size && remaining > TS_SMALL_SIZE;
+}

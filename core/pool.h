@@ -1,0 +1,50 @@
+/* Pools and the core's internal operations, shared between the files of core/. */
+#ifndef TS_POOL_H
+#define TS_POOL_H
+
+#include "core/internal.h"
+
+/* Garbage collection runs when a threshold is set. PyTorch also requires a memory fraction
+ * (issue #106660: the threshold silently does nothing without one); tessera measures against the
+ * cap when there is one and against the device's capacity otherwise. */
+static inline bool pool_gc_enabled(const ts_allocator *a)
+{
+    return a->cfg.garbage_collection_threshold > 0.0;
+}
+
+/* Best fit on stream under PyTorch's rules (get_free_block), removing the block from the free
+ * tree; NULL when no cached block may serve the request. Advances the GC clock. */
+ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
+
+/* PyTorch's should_split. */
+bool pool_should_split(const ts_allocator *a, const ts_block *b, size_t size);
+
+/* allocator.c */
+void block_free_complete(ts_allocator *a, ts_block *b); /* PyTorch's free_block */
+ts_block *block_new(ts_allocator *a);
+void block_delete(ts_allocator *a, ts_block *b);
+
+/* release.c */
+void release_block(ts_allocator *a, ts_block *b);
+bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
+void release_cached_blocks(ts_allocator *a);
+void garbage_collect_cached_blocks(ts_allocator *a);
+
+/* fence.c */
+void fences_process(ts_allocator *a);
+void fences_synchronize_all(ts_allocator *a);
+void fences_defer_free(ts_allocator *a, ts_block *b);
+void fences_drop_all(ts_allocator *a);
+
+/* expandable.c */
+ts_block *expandable_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
+void expandable_unmap_free_block(ts_allocator *a, ts_block *b);
+void expandable_release_segment_if_empty(ts_allocator *a, ts_segment *seg);
+void expandable_destroy_segment(ts_allocator *a, ts_segment *seg, bool release_memory);
+
+/* check.c */
+void allocator_update_largest_free(ts_allocator *a);
+size_t ts_largest_free_block_locked(ts_allocator *a);
+int allocator_check_locked(ts_allocator *a, char *why, size_t whylen);
+
+#endif /* TS_POOL_H */

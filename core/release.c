@@ -1,0 +1,156 @@
+/* Giving memory back: whole free segments, oversize blocks, garbage collection. */
+#include "core/pool.h"
+
+/* PyTorch's release_block: free a cached block that is a whole plain segment. */
+void release_block(ts_allocator *a, ts_block *b)
+{
+    tessera_device_stats *st = a->st;
+    ts_segment *seg = b->seg;
+    ts_pool *p = seg->pool;
+    if (b->state == TS_BLOCK_FREE)
+        pool_remove_free(p, b);
+
+    backend_enter(a);
+    /* A refusal here means the memory is already gone (its context died): the segment is
+     * forgotten either way, so the accounting stays conserved. */
+    (void)a->be.seg_free(a->be.ctx, seg->addr, seg->size);
+
+    a->total_allocated_memory -= seg->size;
+    stat_array_decrease(a, st->segment, p, 1);
+    stat_array_decrease(a, st->reserved_bytes, p, (int64_t)seg->size);
+    if (seg->size >= a->cfg.max_split_size)
+        stat_decrease(a, &st->oversize_segments, 1);
+    counter_add(a, &st->num_device_free, 1);
+
+    ts_tree_remove(&a->segments, &seg->node);
+    block_delete(a, b);
+    ts_slab_free(&a->segment_slab, seg);
+    a->observe_now = true;
+}
+
+static inline ts_block *tree_block(ts_node *n)
+{
+    return n ? block_of_node(n) : NULL;
+}
+
+/* PyTorch's release_available_cached_blocks: with max_split_size set, free oversize cached
+ * blocks on this stream until the request could fit. */
+bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
+{
+    const size_t max_split = a->cfg.max_split_size;
+    if (max_split == SIZE_MAX)
+        return false;
+    const size_t key_size = size < max_split ? max_split : size;
+
+    ts_node *it = ts_tree_lower_bound(&p->free, stream, key_size, 0);
+    ts_block *b = tree_block(it);
+    if (!b || b->stream != stream || block_is_expandable(b)) {
+        /* No single block is large enough: free oversize blocks from the largest down. */
+        ts_node *first = ts_tree_first(&p->free);
+        if (it == first)
+            return false;
+        it = it ? ts_tree_prev(it) : ts_tree_last(&p->free);
+        size_t released = 0;
+        while (released < key_size) {
+            ts_block *cur = block_of_node(it);
+            if (cur->size < max_split || cur->stream != stream)
+                break;
+            bool is_first = it == first;
+            if (!is_first)
+                it = ts_tree_prev(it);
+            if (!block_is_expandable(cur)) {
+                released += cur->size;
+                release_block(a, cur);
+            }
+            if (is_first)
+                break;
+        }
+        return released >= key_size;
+    }
+    release_block(a, b);
+    return true;
+}
+
+/* Free every non-split cached block of a pool; unmap the free pages of expandable segments. */
+static void release_pool_blocks(ts_allocator *a, ts_pool *p)
+{
+    ts_block *to_unmap = NULL;
+    ts_node *n = ts_tree_first(&p->free);
+    while (n) {
+        ts_node *next = ts_tree_next(n);
+        ts_block *b = block_of_node(n);
+        if (block_is_expandable(b)) {
+            /* unmapping changes the free tree: collect first (free blocks never use
+             * pending_next, so it can thread this list) */
+            b->pending_next = to_unmap;
+            to_unmap = b;
+        } else if (!block_is_split(b)) {
+            release_block(a, b);
+        }
+        n = next;
+    }
+    while (to_unmap) {
+        ts_block *b = to_unmap;
+        to_unmap = b->pending_next;
+        b->pending_next = NULL;
+        ts_segment *seg = b->seg;
+        expandable_unmap_free_block(a, b);
+        expandable_release_segment_if_empty(a, seg);
+    }
+}
+
+/* PyTorch's release_cached_blocks (also empty_cache): wait for every pending free, then give
+ * back every segment that holds no live block. */
+void release_cached_blocks(ts_allocator *a)
+{
+    fences_synchronize_all(a);
+    release_pool_blocks(a, &a->large);
+    release_pool_blocks(a, &a->small);
+}
+
+/* PyTorch's garbage_collect_cached_blocks: when reserved memory passes the threshold, free
+ * unsplit large blocks that have stayed unused longer than average, repeating until the target
+ * is reclaimed or nothing more can go. */
+void garbage_collect_cached_blocks(ts_allocator *a)
+{
+    ts_pool *p = &a->large;
+    const size_t basis = a->set_fraction ? a->allowed_memory_maximum : a->device_total;
+    const size_t threshold = (size_t)(a->cfg.garbage_collection_threshold * (double)basis);
+    if (a->total_allocated_memory <= threshold)
+        return;
+    const size_t target = a->total_allocated_memory - threshold;
+    size_t reclaimed = 0;
+
+    uint64_t total_age = 0;
+    size_t freeable = 0;
+    for (ts_node *n = ts_tree_first(&p->free); n; n = ts_tree_next(n)) {
+        ts_block *b = block_of_node(n);
+        if (!block_is_split(b)) {
+            total_age += p->get_free_blocks_call_count - b->gc_count_base;
+            freeable++;
+        }
+    }
+    if (freeable == 0)
+        return;
+
+    bool freed_any = true;
+    while (reclaimed < target && freed_any && freeable > 0) {
+        const double age_threshold = (double)total_age / (double)freeable;
+        freed_any = false;
+        /* No early stop inside a round, as PyTorch: GC should not trigger again too soon. */
+        ts_node *n = ts_tree_first(&p->free);
+        while (n) {
+            ts_node *next = ts_tree_next(n);
+            ts_block *b = block_of_node(n);
+            uint64_t age = p->get_free_blocks_call_count - b->gc_count_base;
+            if (!block_is_split(b) && !block_is_expandable(b) && (double)age >= age_threshold) {
+                freed_any = true;
+                reclaimed += b->size;
+                total_age -= age;
+                freeable--;
+                release_block(a, b);
+            }
+            n = next;
+        }
+    }
+}

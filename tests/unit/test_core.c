@@ -1,0 +1,645 @@
+/* cmocka tests of the allocator core over the device model: PyTorch's rules, exactly. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "core/allocator.h"
+#include "tools/devmodel.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+typedef struct fixture {
+    ts_devmodel *dev;
+    ts_allocator *a;
+    ts_config cfg;
+    tessera_device_stats st;
+} fixture;
+
+static void fx_open(fixture *f, size_t capacity, const ts_config *cfg, bool vm, bool fences)
+{
+    memset(f, 0, sizeof *f);
+    if (cfg)
+        f->cfg = *cfg;
+    else
+        ts_config_defaults(&f->cfg);
+    f->dev = ts_devmodel_create(capacity, 0);
+    assert_non_null(f->dev);
+    ts_backend be = ts_devmodel_backend(f->dev, vm, fences);
+    ts_stats_sink sink = {NULL, NULL};
+    f->a = ts_allocator_create(&f->cfg, &be, 0, sink);
+    assert_non_null(f->a);
+}
+
+static void fx_close(fixture *f)
+{
+    ts_allocator_destroy(f->a, true);
+    ts_devmodel_counters c;
+    ts_devmodel_counters_get(f->dev, &c);
+    /* Destroying with release gives every byte back. */
+    assert_int_equal(c.bytes_in_use, 0);
+    ts_devmodel_destroy(f->dev);
+}
+
+static void fx_check(fixture *f)
+{
+    char why[256] = "";
+    int rc = ts_allocator_check(f->a, why, sizeof why);
+    if (rc != 0)
+        fail_msg("heap check: %s", why);
+}
+
+static const tessera_device_stats *fx_stats(fixture *f)
+{
+    ts_get_stats(f->a, &f->st);
+    return &f->st;
+}
+
+static uintptr_t fx_alloc(fixture *f, size_t size)
+{
+    uintptr_t p = 0;
+    assert_int_equal(ts_malloc(f->a, size, 0, &p), TS_OK);
+    assert_true(p != 0);
+    fx_check(f);
+    return p;
+}
+
+static void fx_free(fixture *f, uintptr_t p)
+{
+    assert_int_equal(ts_free(f->a, p), TS_OK);
+    fx_check(f);
+}
+
+/* --- sizes -------------------------------------------------------------------------------- */
+
+static void test_round_size_examples(void **state)
+{
+    (void)state;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    assert_int_equal(ts_round_size(&cfg, 1), 512);
+    assert_int_equal(ts_round_size(&cfg, 100), 512);
+    assert_int_equal(ts_round_size(&cfg, 512), 512);
+    assert_int_equal(ts_round_size(&cfg, 513), 1024);
+    assert_int_equal(ts_round_size(&cfg, 1000), 1024);
+    assert_int_equal(ts_round_size(&cfg, 5000000), 5000192);
+    for (int i = 0; i < 16; i++)
+        cfg.roundup_power2_divisions[i] = 4;
+    /* 1200 B with 4 divisions: not above 512*4, so the plain 512 rule (reference 2.2). */
+    assert_int_equal(ts_round_size(&cfg, 1200), 1536);
+    /* 5,000,000 B with 4 divisions: floor 4 MiB, step 1 MiB -> 5 MiB. */
+    assert_int_equal(ts_round_size(&cfg, 5000000), 5 * MiB);
+    assert_int_equal(ts_round_size(&cfg, 4 * MiB), 4 * MiB); /* powers of two stay */
+    assert_int_equal(ts_round_size(&cfg, 4 * MiB + 1), 5 * MiB);
+    assert_int_equal(ts_round_size(&cfg, 3000), 3072); /* 3000 > 2048: floor 2048, step 512 */
+    /* divisions 1 means off */
+    for (int i = 0; i < 16; i++)
+        cfg.roundup_power2_divisions[i] = 1;
+    assert_int_equal(ts_round_size(&cfg, 5000000), 5000192);
+}
+
+static void test_allocation_size_examples(void **state)
+{
+    (void)state;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    assert_int_equal(ts_allocation_size(&cfg, 1 * KiB), 2 * MiB);
+    assert_int_equal(ts_allocation_size(&cfg, 1 * MiB), 2 * MiB);
+    assert_int_equal(ts_allocation_size(&cfg, 1 * MiB + 512), 20 * MiB);
+    assert_int_equal(ts_allocation_size(&cfg, 3 * MiB / 2), 20 * MiB);
+    assert_int_equal(ts_allocation_size(&cfg, 10 * MiB - 512), 20 * MiB);
+    assert_int_equal(ts_allocation_size(&cfg, 10 * MiB), 10 * MiB);
+    assert_int_equal(ts_allocation_size(&cfg, 12 * MiB + 300 * KiB + 512), 14 * MiB);
+    assert_int_equal(ts_allocation_size(&cfg, 100 * MiB + 512), 102 * MiB);
+    cfg.large_segment_size = 32 * MiB;
+    assert_int_equal(ts_allocation_size(&cfg, 2 * MiB), 32 * MiB);
+}
+
+/* --- pools, split, merge -------------------------------------------------------------------- */
+
+static void test_small_pool_boundary(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false);
+    fx_alloc(&f, 1 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->segment[TESSERA_POOL_SMALL].current, 1);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_SMALL].current, 2 * MiB);
+    fx_alloc(&f, 1 * MiB + 1);
+    st = fx_stats(&f);
+    assert_int_equal(st->segment[TESSERA_POOL_LARGE].current, 1);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_LARGE].current, 20 * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 22 * MiB);
+    assert_int_equal(st->num_device_alloc, 2);
+    fx_close(&f);
+}
+
+static void test_split_carves_low_end_and_merges(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false);
+    uintptr_t a = fx_alloc(&f, 1000); /* 1024 */
+    uintptr_t b = fx_alloc(&f, 3000); /* 3072 */
+    uintptr_t c = fx_alloc(&f, 512);
+    assert_int_equal(b, a + 1024);
+    assert_int_equal(c, b + 3072);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->segment[TESSERA_POOL_ALL].current, 1);
+    assert_int_equal(st->allocated_bytes[TESSERA_POOL_SMALL].current, 1024 + 3072 + 512);
+    assert_int_equal(st->requested_bytes[TESSERA_POOL_SMALL].current, 1000 + 3000 + 512);
+    assert_int_equal(st->inactive_split[TESSERA_POOL_ALL].current, 1); /* the tail */
+    assert_int_equal(st->inactive_split_bytes[TESSERA_POOL_ALL].current,
+                     2 * MiB - (1024 + 3072 + 512));
+    fx_free(&f, b); /* a hole between two live blocks */
+    st = fx_stats(&f);
+    assert_int_equal(st->inactive_split[TESSERA_POOL_ALL].current, 2);
+    assert_int_equal(st->inactive_split_bytes[TESSERA_POOL_ALL].current,
+                     2 * MiB - (1024 + 512));
+    /* best fit prefers the 3072 hole to the large tail, even for a smaller request */
+    uintptr_t d = fx_alloc(&f, 2048);
+    assert_int_equal(d, b);
+    fx_free(&f, d);
+    fx_free(&f, a);
+    fx_free(&f, c); /* everything merges back into one whole block */
+    st = fx_stats(&f);
+    assert_int_equal(st->inactive_split[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(st->inactive_split_bytes[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(st->active[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 2 * MiB);
+    assert_int_equal(ts_largest_free_block(f.a), 2 * MiB);
+    assert_int_equal(ts_empty_cache(f.a), 2 * MiB);
+    st = fx_stats(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(st->num_device_free, 1);
+    fx_close(&f);
+}
+
+static void test_large_pool_split_threshold(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false);
+    /* 19 MiB from a 20 MiB segment: the 1 MiB remainder is not > 1 MiB: no split. */
+    uintptr_t a = fx_alloc(&f, 2 * MiB); /* 20 MiB segment, 18 MiB remainder split off */
+    uintptr_t b = fx_alloc(&f, 17 * MiB); /* takes 17 of the remaining 18: remainder 1 MiB */
+    assert_int_equal(b, a + 2 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->allocated_bytes[TESSERA_POOL_LARGE].current, 2 * MiB + 18 * MiB);
+    assert_int_equal(st->requested_bytes[TESSERA_POOL_LARGE].current, 2 * MiB + 17 * MiB);
+    assert_int_equal(st->segment[TESSERA_POOL_LARGE].current, 1);
+    fx_free(&f, a);
+    fx_free(&f, b);
+    fx_close(&f);
+}
+
+static void test_segments_tie_break_lowest_address(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false);
+    uintptr_t x = fx_alloc(&f, 12 * MiB);
+    uintptr_t y = fx_alloc(&f, 12 * MiB);
+    uintptr_t z = fx_alloc(&f, 12 * MiB);
+    assert_true(x < y && y < z);
+    fx_free(&f, z);
+    fx_free(&f, x);
+    /* two equal free segments: the lower address wins */
+    assert_int_equal(fx_alloc(&f, 11 * MiB), x);
+    fx_close(&f);
+}
+
+/* --- oversize rules and release_available_cached_blocks -------------------------------------- */
+
+static void test_oversize_rules(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.max_split_size = 40 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, false, false);
+    uintptr_t big = fx_alloc(&f, 50 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->oversize_segments.current, 1);
+    assert_int_equal(st->oversize_allocations.current, 1);
+    assert_int_equal(st->max_split_size, (int64_t)(40 * MiB));
+    fx_free(&f, big);
+    /* rule A: a 30 MiB request (< max_split) does not take the 50 MiB oversize block */
+    uintptr_t p = fx_alloc(&f, 30 * MiB);
+    assert_true(p != big);
+    st = fx_stats(&f);
+    assert_int_equal(st->segment[TESSERA_POOL_ALL].current, 2);
+    /* rule B: 45 MiB may take it (50 < 45 + 20) whole, without splitting */
+    uintptr_t q = fx_alloc(&f, 45 * MiB);
+    assert_int_equal(q, big);
+    st = fx_stats(&f);
+    assert_int_equal(st->allocated_bytes[TESSERA_POOL_ALL].current, 30 * MiB + 50 * MiB);
+    fx_free(&f, q);
+    /* rule B refuses when the excess reaches max_non_split_rounding (20 MiB) */
+    uintptr_t r = fx_alloc(&f, 40 * MiB - 512 + 512); /* 40 MiB: 50 < 60, may take it */
+    assert_int_equal(r, big);
+    fx_free(&f, r);
+    fx_free(&f, p);
+    fx_close(&f);
+}
+
+static void test_release_available_cached_blocks(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.max_split_size = 20 * MiB;
+    fx_open(&f, 200 * MiB, &cfg, false, false);
+    uintptr_t a = fx_alloc(&f, 60 * MiB);
+    uintptr_t b = fx_alloc(&f, 60 * MiB);
+    uintptr_t c = fx_alloc(&f, 60 * MiB);
+    fx_free(&f, a);
+    fx_free(&f, b);
+    /* 100 MiB: no cached block fits, the device has only 20 MiB left; release oversize blocks
+     * from the largest down until 100 MiB are released: both 60s go, no full flush. */
+    uintptr_t d = fx_alloc(&f, 100 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_alloc_retries, 0);
+    assert_int_equal(st->num_device_free, 2);
+    assert_int_equal(st->segment[TESSERA_POOL_ALL].current, 2);
+    fx_free(&f, c);
+    fx_free(&f, d);
+    fx_close(&f);
+}
+
+/* --- retry, OOM ---------------------------------------------------------------------------- */
+
+static void test_retry_then_oom(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 100 * MiB, NULL, false, false);
+    uintptr_t p[5];
+    for (int i = 0; i < 5; i++)
+        p[i] = fx_alloc(&f, 20 * MiB);
+    fx_free(&f, p[1]);
+    fx_free(&f, p[3]);
+    /* 40 MiB: nothing cached fits, device is full -> release every free segment and retry */
+    uintptr_t q = fx_alloc(&f, 40 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_alloc_retries, 1);
+    assert_int_equal(st->num_sync_all_streams, 1);
+    assert_int_equal(st->num_ooms, 0);
+    assert_int_equal(st->num_device_free, 2);
+    (void)q;
+    /* now nothing can be freed: out of memory, counted once, pool intact */
+    uintptr_t r = 0;
+    ts_oom_info oom;
+    assert_int_equal(ts_malloc_ex(f.a, 40 * MiB, 0, &r, &oom), TS_ENOMEM);
+    fx_check(&f);
+    st = fx_stats(&f);
+    assert_int_equal(st->num_ooms, 1);
+    assert_int_equal(st->num_alloc_retries, 2);
+    assert_int_equal(oom.requested, 40 * MiB);
+    assert_int_equal(oom.segment_size, 40 * MiB);
+    assert_int_equal(oom.capacity, 100 * MiB);
+    assert_int_equal(oom.reserved, 100 * MiB);
+    assert_int_equal(oom.allocated, 100 * MiB);
+    char line[512];
+    ts_format_oom(&oom, line, sizeof line);
+    assert_non_null(strstr(line, "tried to allocate 40.00 MiB"));
+    assert_non_null(strstr(line, "capacity 100.00 MiB"));
+    fx_close(&f);
+}
+
+static void test_huge_sizes(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false);
+    uintptr_t p = 0;
+    assert_int_equal(ts_malloc(f.a, SIZE_MAX, 0, &p), TS_ENOMEM);
+    assert_int_equal(ts_malloc(f.a, SIZE_MAX - 511, 0, &p), TS_ENOMEM);
+    assert_int_equal(ts_malloc(f.a, (size_t)1 << 60, 0, &p), TS_ENOMEM);
+    assert_int_equal(ts_malloc(f.a, ((size_t)1 << 60) - 1, 0, &p), TS_ENOMEM);
+    assert_int_equal(ts_malloc(f.a, 2 * GiB, 0, &p), TS_ENOMEM);
+    assert_int_equal(ts_malloc(f.a, 0, 0, &p), TS_EINVAL);
+    assert_int_equal(ts_malloc(f.a, 16, 0, NULL), TS_EINVAL);
+    fx_check(&f);
+    assert_int_equal(fx_stats(&f)->num_ooms, 5);
+    fx_free(&f, fx_alloc(&f, 512)); /* still usable */
+    fx_close(&f);
+}
+
+static void test_memory_limit_cap(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.memory_limit = 50 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, false, false);
+    uintptr_t a = fx_alloc(&f, 20 * MiB);
+    uintptr_t b = fx_alloc(&f, 20 * MiB);
+    uintptr_t c = 0;
+    ts_oom_info oom;
+    assert_int_equal(ts_malloc_ex(f.a, 20 * MiB, 0, &c, &oom), TS_ENOMEM);
+    assert_true(oom.limit_reached);
+    assert_int_equal(oom.limit, 50 * MiB);
+    assert_int_equal(fx_stats(&f)->memory_limit_bytes, (int64_t)(50 * MiB));
+    fx_free(&f, a);
+    fx_free(&f, b);
+    fx_close(&f);
+}
+
+/* --- garbage collection ------------------------------------------------------------------------ */
+
+static void test_garbage_collection(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.per_process_memory_fraction = 0.5;  /* cap: 100 MiB of 200 */
+    cfg.garbage_collection_threshold = 0.4; /* collect above 40 MiB */
+    fx_open(&f, 200 * MiB, &cfg, false, false);
+    uintptr_t old = fx_alloc(&f, 30 * MiB);
+    uintptr_t young = fx_alloc(&f, 14 * MiB);
+    fx_free(&f, old); /* cached from now on: it ages with every large-pool search */
+    for (int i = 0; i < 5; i++) {
+        fx_free(&f, young);
+        assert_int_equal(fx_alloc(&f, 14 * MiB), young); /* best fit: 14 before 30 */
+    }
+    fx_free(&f, young); /* age 0 */
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 44 * MiB);
+    assert_int_equal(st->num_device_free, 0);
+    /* 40 MiB: no cached fit; reserved 44 MiB > 40 MiB threshold -> GC frees the blocks at least
+     * as old as the average age (5 + 0) / 2: the old 30 MiB one only, and that reaches the
+     * 4 MiB target. */
+    uintptr_t n = fx_alloc(&f, 40 * MiB);
+    st = fx_stats(&f);
+    assert_int_equal(st->num_device_free, 1);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 14 * MiB + 40 * MiB);
+    assert_int_equal(fx_alloc(&f, 14 * MiB), young); /* the young block survived */
+    fx_free(&f, n);
+    fx_close(&f);
+}
+
+/* --- bad input ---------------------------------------------------------------------------------- */
+
+static void test_bad_frees(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false);
+    uintptr_t a = fx_alloc(&f, 4096);
+    uintptr_t b = fx_alloc(&f, 4096);
+    assert_int_equal(ts_free(f.a, a + 512), TS_EINVAL);    /* interior */
+    assert_int_equal(ts_free(f.a, 0x1000), TS_ENOTFOUND);  /* foreign */
+    assert_int_equal(ts_free(f.a, 0), TS_ENOTFOUND);       /* NULL: not ours */
+    fx_free(&f, a);
+    assert_int_equal(ts_free(f.a, a), TS_EINVAL);          /* double free */
+    fx_check(&f);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_invalid_frees, 2);
+    assert_int_equal(st->allocation[TESSERA_POOL_ALL].current, 1);
+    ts_block_info bi;
+    ts_segment_info si;
+    assert_int_equal(ts_lookup(f.a, b + 100, &si, &bi), TS_OK);
+    assert_int_equal(bi.addr, b);
+    assert_int_equal(bi.state, TS_BLOCK_ALLOCATED);
+    assert_int_equal(si.size, 2 * MiB);
+    assert_int_equal(ts_lookup(f.a, 0x1000, NULL, NULL), TS_ENOTFOUND);
+    fx_free(&f, b);
+    fx_close(&f);
+}
+
+static void test_seg_alloc_failure_is_clean(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false);
+    ts_devmodel_fail_seg_alloc_after(f.dev, 1);
+    /* the first attempt fails, the final retry succeeds */
+    uintptr_t p = fx_alloc(&f, 4 * MiB);
+    assert_int_equal(fx_stats(&f)->num_alloc_retries, 1);
+    fx_free(&f, p);
+    fx_close(&f);
+}
+
+/* --- fences -------------------------------------------------------------------------------------- */
+
+static void test_fences_defer_reuse(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, true);
+    ts_devmodel_set_manual_fences(f.dev, true);
+    uintptr_t a = fx_alloc(&f, 12 * MiB);
+    fx_free(&f, a);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->active[TESSERA_POOL_ALL].current, 1); /* pending free */
+    assert_int_equal(st->allocation[TESSERA_POOL_ALL].current, 0);
+    /* the device has not passed the fence: the same request gets new memory */
+    uintptr_t b = fx_alloc(&f, 12 * MiB);
+    assert_true(b != a);
+    st = fx_stats(&f);
+    assert_int_equal(st->num_fences_recorded, 1);
+    /* the device catches up: a's block becomes free and is reused */
+    ts_devmodel_complete_fences(f.dev);
+    uintptr_t c = fx_alloc(&f, 12 * MiB);
+    assert_int_equal(c, a);
+    fx_free(&f, b);
+    fx_free(&f, c);
+    /* empty_cache waits for outstanding fences, then releases everything */
+    assert_int_equal(ts_empty_cache(f.a), 24 * MiB);
+    st = fx_stats(&f);
+    assert_int_equal(st->active[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 0);
+    assert_true(st->num_fence_waits >= 1);
+    fx_close(&f);
+}
+
+static void test_fences_oom_waits(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 40 * MiB, NULL, false, true);
+    ts_devmodel_set_manual_fences(f.dev, true);
+    uintptr_t a = fx_alloc(&f, 20 * MiB);
+    uintptr_t b = fx_alloc(&f, 20 * MiB);
+    fx_free(&f, a);
+    /* device full, a pending: the final retry waits for the fence and reuses a's segment */
+    uintptr_t c = fx_alloc(&f, 20 * MiB);
+    assert_int_equal(c, a);
+    assert_int_equal(fx_stats(&f)->num_alloc_retries, 1);
+    fx_free(&f, b);
+    fx_free(&f, c);
+    fx_close(&f);
+}
+
+/* --- randomized model test ----------------------------------------------------------------------- */
+
+typedef struct live {
+    uintptr_t addr;
+    size_t size;
+} live;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static size_t random_size(uint64_t *s)
+{
+    switch (rng_next(s) % 5) {
+    case 0:
+        return 1 + rng_next(s) % 4096;
+    case 1:
+        return 1 + rng_next(s) % MiB;
+    case 2:
+        return MiB + rng_next(s) % (9 * MiB);
+    case 3:
+        return 10 * MiB + rng_next(s) % (40 * MiB);
+    default:
+        return 1 + rng_next(s) % (200 * MiB);
+    }
+}
+
+static void model_run(uint64_t seed, const ts_config *cfg, bool fences, int steps)
+{
+    fixture f;
+    fx_open(&f, 1 * GiB, cfg, false, fences);
+    if (fences)
+        ts_devmodel_set_manual_fences(f.dev, true);
+    live *lv = calloc(4096, sizeof *lv);
+    size_t n = 0;
+    uint64_t s = seed;
+    for (int step = 0; step < steps; step++) {
+        uint64_t r = rng_next(&s) % 100;
+        if (fences && r < 5) {
+            ts_devmodel_complete_fences(f.dev);
+        } else if (r < 55 && n < 4096) {
+            size_t size = random_size(&s);
+            uintptr_t p = 0;
+            int rc = ts_malloc(f.a, size, 0, &p);
+            if (rc == TS_OK) {
+                /* never overlaps a live allocation, always inside device memory */
+                for (size_t i = 0; i < n; i++)
+                    if (p < lv[i].addr + lv[i].size && lv[i].addr < p + size)
+                        fail_msg("seed %llu step %d: %#lx overlaps %#lx", (unsigned long long)seed,
+                                 step, (unsigned long)p, (unsigned long)lv[i].addr);
+                assert_true(ts_devmodel_is_backed(f.dev, p, size));
+                lv[n++] = (live){p, size};
+            } else {
+                assert_int_equal(rc, TS_ENOMEM);
+            }
+        } else if (r < 97 && n > 0) {
+            size_t i = rng_next(&s) % n;
+            assert_int_equal(ts_free(f.a, lv[i].addr), TS_OK);
+            lv[i] = lv[--n];
+        } else {
+            ts_empty_cache(f.a);
+        }
+        char why[256];
+        if (ts_allocator_check(f.a, why, sizeof why) != 0)
+            fail_msg("seed %llu step %d: %s (replay: TESSERA_TEST_SEED=%llu)",
+                     (unsigned long long)seed, step, why, (unsigned long long)seed);
+    }
+    while (n > 0)
+        assert_int_equal(ts_free(f.a, lv[--n].addr), TS_OK);
+    ts_devmodel_complete_fences(f.dev);
+    ts_empty_cache(f.a);
+    fx_check(&f);
+    const tessera_device_stats *st = fx_stats(&f);
+    /* conservation: everything given back */
+    assert_int_equal(st->allocated_bytes[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(st->active_bytes[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(st->num_device_alloc, st->num_device_free);
+    free(lv);
+    fx_close(&f);
+}
+
+static uint64_t test_seed(void)
+{
+    const char *e = getenv("TESSERA_TEST_SEED");
+    static uint64_t seed;
+    if (!seed) {
+        seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL);
+        if (!seed)
+            seed = 1;
+        fprintf(stderr, "randomized model tests: seed %llu (replay with TESSERA_TEST_SEED=%llu)\n",
+                (unsigned long long)seed, (unsigned long long)seed);
+    }
+    return seed;
+}
+
+static void test_model_default(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed();
+    for (int i = 0; i < 8; i++)
+        model_run(seed + (uint64_t)i, NULL, false, 2000);
+}
+
+static void test_model_tuned(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed();
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.max_split_size = 64 * MiB;
+    cfg.max_non_split_rounding = 32 * MiB;
+    for (int i = 0; i < 16; i++)
+        cfg.roundup_power2_divisions[i] = (i % 3 == 0) ? 4 : (i % 3 == 1 ? 8 : 0);
+    cfg.per_process_memory_fraction = 0.75;
+    cfg.garbage_collection_threshold = 0.6;
+    for (int i = 0; i < 6; i++)
+        model_run(seed * 31 + (uint64_t)i, &cfg, false, 2000);
+}
+
+static void test_model_fences(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed();
+    for (int i = 0; i < 6; i++)
+        model_run(seed * 17 + (uint64_t)i, NULL, true, 2000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_size_examples),
+        cmocka_unit_test(test_allocation_size_examples),
+        cmocka_unit_test(test_small_pool_boundary),
+        cmocka_unit_test(test_split_carves_low_end_and_merges),
+        cmocka_unit_test(test_large_pool_split_threshold),
+        cmocka_unit_test(test_segments_tie_break_lowest_address),
+        cmocka_unit_test(test_oversize_rules),
+        cmocka_unit_test(test_release_available_cached_blocks),
+        cmocka_unit_test(test_retry_then_oom),
+        cmocka_unit_test(test_huge_sizes),
+        cmocka_unit_test(test_memory_limit_cap),
+        cmocka_unit_test(test_garbage_collection),
+        cmocka_unit_test(test_bad_frees),
+        cmocka_unit_test(test_seg_alloc_failure_is_clean),
+        cmocka_unit_test(test_fences_defer_reuse),
+        cmocka_unit_test(test_fences_oom_waits),
+        cmocka_unit_test(test_model_default),
+        cmocka_unit_test(test_model_tuned),
+        cmocka_unit_test(test_model_fences),
+    };
+    return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}

@@ -1,0 +1,470 @@
+/* A model of a device for driving the core without CUDA; see devmodel.h. */
+#include "tools/devmodel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tree.h"
+
+#define DEVMODEL_SEG_BASE ((uintptr_t)0x7f0000000000ull) /* plain allocations */
+#define DEVMODEL_VA_BASE ((uintptr_t)0x600000000000ull)  /* virtual reservations */
+#define DEVMODEL_VA_LIMIT ((uintptr_t)0x7e0000000000ull)
+
+/* A range in one of the address maps: an allocation, a reservation or a mapping. */
+typedef struct dm_range {
+    ts_node node; /* key (addr, 0, 0) */
+    uintptr_t addr;
+    size_t size;
+    uint64_t handle; /* mappings: the physical handle */
+} dm_range;
+
+typedef struct dm_handle {
+    size_t size;
+    uint32_t maps;
+    bool live; /* not yet destroyed */
+} dm_handle;
+
+struct ts_devmodel {
+    size_t capacity, page;
+    size_t in_use;
+    ts_tree allocs, reserves, maps;
+    dm_handle *handles;
+    size_t nhandles, handles_cap;
+    bool manual_fences;
+    uint64_t fence_next, fence_done;
+    uint64_t fail_seg, fail_create, fail_map;
+    ts_devmodel_addr_fn script;
+    void *script_user;
+    ts_devmodel_counters c;
+};
+
+static size_t dm_round(const ts_devmodel *m, size_t size)
+{
+    return (size + m->page - 1) / m->page * m->page;
+}
+
+static dm_range *dm_range_of(ts_node *n)
+{
+    return n ? (dm_range *)((char *)n - offsetof(dm_range, node)) : NULL;
+}
+
+static dm_range *dm_find(const ts_tree *t, uintptr_t addr)
+{
+    dm_range *r = dm_range_of(ts_tree_lower_bound(t, addr, 0, 0));
+    return r && r->addr == addr ? r : NULL;
+}
+
+/* The range containing addr, if any. */
+static dm_range *dm_containing(const ts_tree *t, uintptr_t addr)
+{
+    dm_range *r = dm_range_of(ts_tree_floor(t, addr, 0, 0));
+    return r && addr < r->addr + r->size ? r : NULL;
+}
+
+static bool dm_overlaps(const ts_tree *t, uintptr_t addr, size_t size)
+{
+    dm_range *r = dm_range_of(ts_tree_floor(t, addr + size - 1, 0, 0));
+    return r && r->addr + r->size > addr;
+}
+
+static dm_range *dm_insert(ts_tree *t, uintptr_t addr, size_t size, uint64_t handle)
+{
+    dm_range *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->addr = addr;
+    r->size = size;
+    r->handle = handle;
+    r->node.k0 = addr;
+    ts_tree_insert(t, &r->node);
+    return r;
+}
+
+static void dm_erase(ts_tree *t, dm_range *r)
+{
+    ts_tree_remove(t, &r->node);
+    free(r);
+}
+
+static void dm_free_tree(ts_tree *t)
+{
+    ts_node *n = ts_tree_first(t);
+    while (n) {
+        ts_node *next = ts_tree_next(n);
+        free(dm_range_of(n));
+        n = next;
+    }
+    t->root = NULL;
+    t->count = 0;
+}
+
+/* Lowest address >= base where size bytes fit between existing ranges (first fit). */
+static uintptr_t dm_first_fit(const ts_tree *t, uintptr_t base, size_t size, size_t align)
+{
+    uintptr_t cand = base;
+    for (ts_node *n = ts_tree_first(t); n; n = ts_tree_next(n)) {
+        dm_range *r = dm_range_of(n);
+        if (r->addr + r->size <= cand)
+            continue;
+        if (r->addr >= cand + size)
+            break;
+        cand = (r->addr + r->size + align - 1) / align * align;
+    }
+    return cand;
+}
+
+static bool dm_take(ts_devmodel *m, size_t bytes)
+{
+    if (bytes > m->capacity - m->in_use)
+        return false;
+    m->in_use += bytes;
+    m->c.bytes_in_use = m->in_use;
+    if (m->in_use > m->c.peak_bytes_in_use)
+        m->c.peak_bytes_in_use = m->in_use;
+    return true;
+}
+
+static void dm_give(ts_devmodel *m, size_t bytes)
+{
+    m->in_use -= bytes;
+    m->c.bytes_in_use = m->in_use;
+}
+
+static bool dm_fail_now(uint64_t *countdown)
+{
+    if (*countdown == 0)
+        return false;
+    return --*countdown == 0;
+}
+
+/* --- backend functions ---------------------------------------------------------------------- */
+
+static int dm_seg_alloc(void *ctx, size_t size, uintptr_t *out)
+{
+    ts_devmodel *m = ctx;
+    size_t bytes = dm_round(m, size);
+    if (dm_fail_now(&m->fail_seg) || !dm_take(m, bytes)) {
+        m->c.seg_alloc_failures++;
+        return TS_ENOMEM;
+    }
+    uintptr_t addr = 0;
+    if (m->script)
+        addr = m->script(m->script_user, size);
+    if (addr == 0 || dm_overlaps(&m->allocs, addr, bytes))
+        addr = dm_first_fit(&m->allocs, DEVMODEL_SEG_BASE, bytes, m->page);
+    if (!dm_insert(&m->allocs, addr, bytes, 0)) {
+        dm_give(m, bytes);
+        return TS_ENOMEM;
+    }
+    m->c.seg_allocs++;
+    m->c.live_segments++;
+    *out = addr;
+    return TS_OK;
+}
+
+static int dm_seg_free(void *ctx, uintptr_t ptr, size_t size)
+{
+    ts_devmodel *m = ctx;
+    (void)size;
+    dm_range *r = dm_find(&m->allocs, ptr);
+    if (!r)
+        return TS_EINVAL;
+    dm_give(m, r->size);
+    dm_erase(&m->allocs, r);
+    m->c.seg_frees++;
+    m->c.live_segments--;
+    return TS_OK;
+}
+
+static int dm_mem_info(void *ctx, size_t *free_bytes, size_t *total)
+{
+    ts_devmodel *m = ctx;
+    *free_bytes = m->capacity - m->in_use;
+    *total = m->capacity;
+    return TS_OK;
+}
+
+static int dm_synchronize(void *ctx)
+{
+    ts_devmodel *m = ctx;
+    m->c.synchronizes++;
+    m->fence_done = m->fence_next;
+    return TS_OK;
+}
+
+static int dm_fence_record(void *ctx, ts_fence *out)
+{
+    ts_devmodel *m = ctx;
+    *out = ++m->fence_next;
+    if (!m->manual_fences)
+        m->fence_done = m->fence_next;
+    m->c.fences_recorded++;
+    return TS_OK;
+}
+
+static int dm_fence_query(void *ctx, ts_fence f)
+{
+    ts_devmodel *m = ctx;
+    return f <= m->fence_done ? TS_OK : TS_EAGAIN;
+}
+
+static int dm_fence_wait(void *ctx, ts_fence f)
+{
+    ts_devmodel *m = ctx;
+    m->c.fence_waits++;
+    if (f > m->fence_done)
+        m->fence_done = f;
+    return TS_OK;
+}
+
+static void dm_fence_release(void *ctx, ts_fence f)
+{
+    (void)ctx;
+    (void)f;
+}
+
+static int dm_vm_granularity(void *ctx, size_t *g)
+{
+    ts_devmodel *m = ctx;
+    *g = m->page;
+    return TS_OK;
+}
+
+static int dm_vm_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    ts_devmodel *m = ctx;
+    if (size == 0 || size % m->page)
+        return TS_EINVAL;
+    uintptr_t addr = dm_first_fit(&m->reserves, DEVMODEL_VA_BASE, size, m->page);
+    if (addr + size > DEVMODEL_VA_LIMIT || !dm_insert(&m->reserves, addr, size, 0))
+        return TS_ENOMEM;
+    m->c.vm_reserves++;
+    *out = addr;
+    return TS_OK;
+}
+
+static int dm_vm_release(void *ctx, uintptr_t va, size_t size)
+{
+    ts_devmodel *m = ctx;
+    dm_range *r = dm_find(&m->reserves, va);
+    if (!r || r->size != size || dm_overlaps(&m->maps, va, size))
+        return TS_EINVAL; /* unknown, partial, or still mapped */
+    dm_erase(&m->reserves, r);
+    m->c.vm_releases++;
+    return TS_OK;
+}
+
+static int dm_vm_create(void *ctx, size_t size, uint64_t *out)
+{
+    ts_devmodel *m = ctx;
+    if (size == 0 || size % m->page)
+        return TS_EINVAL;
+    if (dm_fail_now(&m->fail_create) || !dm_take(m, size))
+        return TS_ENOMEM;
+    if (m->nhandles == m->handles_cap) {
+        size_t cap = m->handles_cap ? m->handles_cap * 2 : 64;
+        dm_handle *h = realloc(m->handles, cap * sizeof *h);
+        if (!h) {
+            dm_give(m, size);
+            return TS_ENOMEM;
+        }
+        m->handles = h;
+        m->handles_cap = cap;
+    }
+    m->handles[m->nhandles] = (dm_handle){.size = size, .maps = 0, .live = true};
+    *out = ++m->nhandles; /* handles are 1-based: 0 means none */
+    m->c.vm_creates++;
+    return TS_OK;
+}
+
+static dm_handle *dm_handle_get(ts_devmodel *m, uint64_t h)
+{
+    return (h >= 1 && h <= m->nhandles) ? &m->handles[h - 1] : NULL;
+}
+
+static void dm_handle_maybe_free(ts_devmodel *m, dm_handle *h)
+{
+    /* As the driver: a released handle's memory stays until its last mapping goes. */
+    if (!h->live && h->maps == 0 && h->size) {
+        dm_give(m, h->size);
+        h->size = 0;
+    }
+}
+
+static int dm_vm_destroy(void *ctx, uint64_t handle)
+{
+    ts_devmodel *m = ctx;
+    dm_handle *h = dm_handle_get(m, handle);
+    if (!h || !h->live)
+        return TS_EINVAL;
+    h->live = false;
+    dm_handle_maybe_free(m, h);
+    m->c.vm_destroys++;
+    return TS_OK;
+}
+
+static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
+{
+    ts_devmodel *m = ctx;
+    dm_handle *h = dm_handle_get(m, handle);
+    dm_range *res = dm_containing(&m->reserves, va);
+    if (!h || !h->live || h->size != size || !res || va + size > res->addr + res->size ||
+        va % m->page || dm_overlaps(&m->maps, va, size))
+        return TS_EINVAL;
+    if (dm_fail_now(&m->fail_map))
+        return TS_ENOMEM;
+    if (!dm_insert(&m->maps, va, size, handle))
+        return TS_ENOMEM;
+    h->maps++;
+    m->c.vm_maps++;
+    return TS_OK;
+}
+
+static int dm_vm_unmap(void *ctx, uintptr_t va, size_t size)
+{
+    ts_devmodel *m = ctx;
+    /* The range must consist of whole mappings, back to back. */
+    uintptr_t at = va;
+    while (at < va + size) {
+        dm_range *r = dm_find(&m->maps, at);
+        if (!r || at + r->size > va + size)
+            return TS_EINVAL;
+        at += r->size;
+    }
+    at = va;
+    while (at < va + size) {
+        dm_range *r = dm_find(&m->maps, at);
+        at += r->size;
+        dm_handle *h = dm_handle_get(m, r->handle);
+        h->maps--;
+        dm_handle_maybe_free(m, h);
+        dm_erase(&m->maps, r);
+        m->c.vm_unmaps++;
+    }
+    return TS_OK;
+}
+
+/* --- public ---------------------------------------------------------------------------------- */
+
+ts_devmodel *ts_devmodel_create(size_t capacity, size_t page)
+{
+    ts_devmodel *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->page = page ? page : ((size_t)2 << 20);
+    m->capacity = capacity / m->page * m->page;
+    return m;
+}
+
+void ts_devmodel_destroy(ts_devmodel *m)
+{
+    if (!m)
+        return;
+    dm_free_tree(&m->allocs);
+    dm_free_tree(&m->reserves);
+    dm_free_tree(&m->maps);
+    free(m->handles);
+    free(m);
+}
+
+ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences)
+{
+    ts_backend b;
+    memset(&b, 0, sizeof b);
+    b.ctx = m;
+    b.seg_alloc = dm_seg_alloc;
+    b.seg_free = dm_seg_free;
+    b.mem_info = dm_mem_info;
+    b.synchronize = dm_synchronize;
+    if (with_fences) {
+        b.fence_record = dm_fence_record;
+        b.fence_query = dm_fence_query;
+        b.fence_wait = dm_fence_wait;
+        b.fence_release = dm_fence_release;
+    }
+    if (with_vm) {
+        b.vm_granularity = dm_vm_granularity;
+        b.vm_reserve = dm_vm_reserve;
+        b.vm_release = dm_vm_release;
+        b.vm_create = dm_vm_create;
+        b.vm_destroy = dm_vm_destroy;
+        b.vm_map = dm_vm_map;
+        b.vm_unmap = dm_vm_unmap;
+    }
+    return b;
+}
+
+void ts_devmodel_counters_get(const ts_devmodel *m, ts_devmodel_counters *out)
+{
+    *out = m->c;
+}
+
+size_t ts_devmodel_capacity(const ts_devmodel *m)
+{
+    return m->capacity;
+}
+
+void ts_devmodel_set_manual_fences(ts_devmodel *m, bool manual)
+{
+    m->manual_fences = manual;
+}
+
+void ts_devmodel_complete_fences(ts_devmodel *m)
+{
+    m->fence_done = m->fence_next;
+}
+
+uint64_t ts_devmodel_fences_outstanding(const ts_devmodel *m)
+{
+    return m->fence_next - m->fence_done;
+}
+
+void ts_devmodel_fail_seg_alloc_after(ts_devmodel *m, uint64_t n)
+{
+    m->fail_seg = n;
+}
+
+void ts_devmodel_fail_vm_create_after(ts_devmodel *m, uint64_t n)
+{
+    m->fail_create = n;
+}
+
+void ts_devmodel_fail_vm_map_after(ts_devmodel *m, uint64_t n)
+{
+    m->fail_map = n;
+}
+
+void ts_devmodel_set_address_script(ts_devmodel *m, ts_devmodel_addr_fn fn, void *user)
+{
+    m->script = fn;
+    m->script_user = user;
+}
+
+int ts_devmodel_adopt(ts_devmodel *m, uintptr_t addr, size_t size)
+{
+    size_t bytes = dm_round(m, size);
+    if (dm_overlaps(&m->allocs, addr, bytes) || !dm_take(m, bytes))
+        return -1;
+    if (!dm_insert(&m->allocs, addr, bytes, 0)) {
+        dm_give(m, bytes);
+        return -1;
+    }
+    m->c.live_segments++;
+    return 0;
+}
+
+bool ts_devmodel_is_backed(const ts_devmodel *m, uintptr_t addr, size_t size)
+{
+    /* Plain allocations, or a run of mappings covering the whole range. */
+    dm_range *r = dm_containing(&m->allocs, addr);
+    if (r)
+        return addr + size <= r->addr + r->size;
+    uintptr_t at = addr;
+    while (at < addr + size) {
+        r = dm_containing(&m->maps, at);
+        if (!r)
+            return false;
+        at = r->addr + r->size;
+    }
+    return true;
+}

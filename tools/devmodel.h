@@ -1,0 +1,59 @@
+/* A model of a device for driving the core without CUDA: tessera-replay and the unit tests.
+ *
+ * Nothing is ever allocated for device memory: addresses are numbers handed out from a virtual
+ * range. Physical memory is accounted in pages (2 MiB, like a GPU and like the simulated device),
+ * so capacity, out-of-memory and memory info behave like a card's. Virtual-memory operations are
+ * checked as the driver would (granularity, double map, unmapped ranges). Fences complete when
+ * the model's "device clock" passes them: at once by default, or under a test's control.
+ */
+#ifndef TS_DEVMODEL_H
+#define TS_DEVMODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+
+typedef struct ts_devmodel ts_devmodel;
+
+typedef struct ts_devmodel_counters {
+    uint64_t seg_allocs, seg_frees, seg_alloc_failures;
+    uint64_t vm_reserves, vm_releases, vm_creates, vm_destroys, vm_maps, vm_unmaps;
+    uint64_t fences_recorded, fence_waits, synchronizes;
+    size_t bytes_in_use, peak_bytes_in_use; /* physical, page-rounded */
+    size_t live_segments;
+} ts_devmodel_counters;
+
+/* capacity: bytes of device memory. page: accounting granularity (0: 2 MiB). */
+ts_devmodel *ts_devmodel_create(size_t capacity, size_t page);
+void ts_devmodel_destroy(ts_devmodel *m);
+
+/* A backend table whose ctx is the model. with_vm / with_fences select the optional parts. */
+ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences);
+
+void ts_devmodel_counters_get(const ts_devmodel *m, ts_devmodel_counters *out);
+size_t ts_devmodel_capacity(const ts_devmodel *m);
+
+/* Fences: when manual, a fence completes only when the clock reaches it. */
+void ts_devmodel_set_manual_fences(ts_devmodel *m, bool manual);
+void ts_devmodel_complete_fences(ts_devmodel *m); /* the device catches up with everything */
+uint64_t ts_devmodel_fences_outstanding(const ts_devmodel *m);
+
+/* Failure injection: the nth next call of that kind fails (1 = the next one); 0 disarms. */
+void ts_devmodel_fail_seg_alloc_after(ts_devmodel *m, uint64_t n);
+void ts_devmodel_fail_vm_create_after(ts_devmodel *m, uint64_t n);
+void ts_devmodel_fail_vm_map_after(ts_devmodel *m, uint64_t n);
+
+/* Scripted addresses (tessera-replay's PyTorch check): when set, seg_alloc asks fn for the
+ * address to return for a segment of size bytes; fn returns 0 to fall back to the model. */
+typedef uintptr_t (*ts_devmodel_addr_fn)(void *user, size_t size);
+void ts_devmodel_set_address_script(ts_devmodel *m, ts_devmodel_addr_fn fn, void *user);
+
+/* Declare an existing allocation (state that predates a replay). Returns 0, -1 on overlap. */
+int ts_devmodel_adopt(ts_devmodel *m, uintptr_t addr, size_t size);
+
+/* Does [addr, addr+size) lie in memory that is currently allocated or mapped? */
+bool ts_devmodel_is_backed(const ts_devmodel *m, uintptr_t addr, size_t size);
+
+#endif /* TS_DEVMODEL_H */
