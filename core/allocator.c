@@ -174,10 +174,12 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
         fences_synchronize_all(a);
     else
         fences_drop_all(a);
-    ts_node *n = ts_tree_first(&a->segments);
-    while (n) {
-        ts_node *next = ts_tree_next(n);
+    /* Remove each segment from the tree before freeing it: an in-order walk would climb
+     * through parents already freed. */
+    ts_node *n;
+    while ((n = ts_tree_first(&a->segments)) != NULL) {
         ts_segment *seg = segment_of_node(n);
+        ts_tree_remove(&a->segments, n);
         if (release_memory) {
             backend_enter(a);
             if (seg->kind == TS_SEGMENT_PLAIN)
@@ -186,7 +188,6 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
                 expandable_destroy_segment(a, seg, true);
         }
         allocator_free_segment_metadata(a, seg);
-        n = next;
     }
     st_close(a);
     pthread_mutex_unlock(&a->lock);

@@ -149,6 +149,22 @@ size_t ts_largest_free_block(ts_allocator *a);
  * when sound, else -1 with a one-line reason in why. Cost: O(blocks). For tests and debug. */
 int ts_allocator_check(ts_allocator *a, char *why, size_t whylen);
 
+/* Install a segment that already exists on the device with the given block layout (blocks tile
+ * it in address order; adjacent free pieces are merged). For tools that replay a recorded
+ * state. TS_OK, TS_EINVAL (bad tiling or overlap), TS_ENOMEM. Not counted as a device call. */
+typedef struct ts_import_block {
+    uintptr_t addr;
+    size_t size;
+    size_t requested;
+    bool allocated;
+} ts_import_block;
+int ts_allocator_import_segment(ts_allocator *a, uintptr_t addr, size_t size, uintptr_t stream,
+                                bool small_pool, const ts_import_block *blocks, size_t n);
+
+/* Give back the plain segment starting at addr if it is entirely free. TS_OK, TS_EINVAL (it
+ * holds live or pending blocks), TS_ENOTFOUND. */
+int ts_allocator_release_segment(ts_allocator *a, uintptr_t addr);
+
 /* The sizes the core would use, exposed for tests and tools. */
 size_t ts_round_size(const ts_config *cfg, size_t size);
 size_t ts_allocation_size(const ts_config *cfg, size_t rounded);

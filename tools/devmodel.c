@@ -86,14 +86,20 @@ static void dm_erase(ts_tree *t, dm_range *r)
     free(r);
 }
 
+static void dm_free_subtree(ts_node *n)
+{
+    /* post-order: a node goes only after both subtrees (in-order walks climb through parents) */
+    while (n) {
+        dm_free_subtree(n->left);
+        ts_node *right = n->right;
+        free(dm_range_of(n));
+        n = right;
+    }
+}
+
 static void dm_free_tree(ts_tree *t)
 {
-    ts_node *n = ts_tree_first(t);
-    while (n) {
-        ts_node *next = ts_tree_next(n);
-        free(dm_range_of(n));
-        n = next;
-    }
+    dm_free_subtree(t->root);
     t->root = NULL;
     t->count = 0;
 }

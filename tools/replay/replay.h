@@ -1,0 +1,37 @@
+/* tessera-replay's engine: a trace through the core over the device model. */
+#ifndef TS_REPLAY_H
+#define TS_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "tools/replay/trace.h"
+
+typedef struct replay_result {
+    size_t peak_allocated;  /* allocated_bytes.all.peak */
+    size_t peak_reserved;   /* reserved_bytes.all.peak */
+    size_t peak_requested;  /* requested_bytes.all.peak */
+    double utilization;     /* peak_allocated / peak_reserved */
+    uint64_t num_device_alloc, num_device_free;
+    uint64_t num_alloc_retries, num_ooms, num_stitches;
+    uint64_t vm_maps, vm_unmaps, vm_creates;
+    size_t failed_allocs;   /* allocations that got out of memory */
+    size_t ops;             /* allocations plus frees replayed */
+    double ns_per_op;       /* host time per replayed operation */
+} replay_result;
+
+/* Replay t from an empty device of capacity bytes (0: effectively unlimited). Returns 0, or -1
+ * when the core could not be created (host memory). */
+int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_result *r);
+
+/* Smallest capacity (a multiple of 2 MiB) on which t runs without an out-of-memory error, by
+ * bisection between 2 MiB and the peak reserved of an unlimited run. */
+size_t replay_min_capacity(const trace *t, const ts_config *cfg, const replay_result *unlimited);
+
+/* The PyTorch fidelity check of a snapshot (see check.c). Prints the summary line; returns 0
+ * only when every allocation and segment matched. */
+int replay_check_pytorch(const char *path, bool verbose);
+
+#endif /* TS_REPLAY_H */

@@ -1,0 +1,117 @@
+/* Replaying a trace through the core over the device model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/allocator.h"
+#include "tools/devmodel.h"
+#include "tools/replay/replay.h"
+
+#define REPLAY_UNLIMITED ((size_t)1 << 50) /* 1 PiB: never the limit */
+#define PAGE ((size_t)2 << 20)
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_result *r)
+{
+    memset(r, 0, sizeof *r);
+    ts_devmodel *dev = ts_devmodel_create(capacity ? capacity : REPLAY_UNLIMITED, PAGE);
+    if (!dev)
+        return -1;
+    /* Fences off: a single-stream trace reuses at once, as PyTorch does on one stream. */
+    ts_backend be = ts_devmodel_backend(dev, true, false);
+    ts_stats_sink sink = {NULL, NULL};
+    ts_allocator *a = ts_allocator_create(cfg, &be, 0, sink);
+    uintptr_t *slots = calloc(t->nslots ? t->nslots : 1, sizeof *slots);
+    if (!a || !slots) {
+        free(slots);
+        ts_allocator_destroy(a, false);
+        ts_devmodel_destroy(dev);
+        return -1;
+    }
+    const bool progress = t->n > 2000000 && getenv("TESSERA_REPLAY_QUIET") == NULL;
+    double t0 = now_ns(), last = t0;
+    for (size_t i = 0; i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (e->kind == TRACE_ALLOC) {
+            uintptr_t p = 0;
+            if (ts_malloc(a, e->size, e->stream, &p) == TS_OK)
+                slots[e->slot] = p;
+            else
+                r->failed_allocs++;
+        } else if (slots[e->slot]) {
+            ts_free(a, slots[e->slot]);
+            slots[e->slot] = 0;
+        }
+        if (progress && (i & 0xffff) == 0) {
+            double now = now_ns();
+            if (now - last > 1e9) {
+                fprintf(stderr, "tessera-replay: %s: %zu/%zu events\r", t->source, i, t->n);
+                last = now;
+            }
+        }
+    }
+    double elapsed = now_ns() - t0;
+    if (progress)
+        fprintf(stderr, "\n");
+
+    tessera_device_stats st;
+    ts_get_stats(a, &st);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(dev, &dc);
+    r->peak_allocated = (size_t)st.allocated_bytes[TESSERA_POOL_ALL].peak;
+    r->peak_reserved = (size_t)st.reserved_bytes[TESSERA_POOL_ALL].peak;
+    r->peak_requested = (size_t)st.requested_bytes[TESSERA_POOL_ALL].peak;
+    r->utilization = r->peak_reserved ? (double)r->peak_allocated / (double)r->peak_reserved : 0;
+    r->num_device_alloc = (uint64_t)st.num_device_alloc;
+    r->num_device_free = (uint64_t)st.num_device_free;
+    r->num_alloc_retries = (uint64_t)st.num_alloc_retries;
+    r->num_ooms = (uint64_t)st.num_ooms;
+    r->num_stitches = (uint64_t)st.num_stitches;
+    r->vm_maps = dc.vm_maps;
+    r->vm_unmaps = dc.vm_unmaps;
+    r->vm_creates = dc.vm_creates;
+    r->ops = t->n;
+    r->ns_per_op = t->n ? elapsed / (double)t->n : 0;
+
+    free(slots);
+    ts_allocator_destroy(a, true);
+    ts_devmodel_destroy(dev);
+    return 0;
+}
+
+static bool replay_fits(const trace *t, const ts_config *cfg, size_t capacity)
+{
+    replay_result r;
+    if (replay_run(t, cfg, capacity, &r) != 0)
+        return false;
+    return r.failed_allocs == 0;
+}
+
+size_t replay_min_capacity(const trace *t, const ts_config *cfg, const replay_result *unlimited)
+{
+    size_t hi = (unlimited->peak_reserved + PAGE - 1) / PAGE; /* in pages: known to fit */
+    if (hi == 0)
+        return 0;
+    if (!replay_fits(t, cfg, hi * PAGE))
+        hi *= 2; /* not expected: capacity changes nothing until it is reached */
+    size_t lo = 0; /* in pages: assumed not to fit */
+    /* nothing can fit below the peak of what the program holds at once */
+    size_t floor_pages = unlimited->peak_requested / PAGE;
+    if (floor_pages > 0)
+        lo = floor_pages - 1;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (replay_fits(t, cfg, mid * PAGE))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return hi * PAGE;
+}
