@@ -16,6 +16,11 @@
 
 #define TS_ROUNDUP_INTERVALS 16
 
+#define TS_CONFIG_TOKEN_MAX 256           /* longest key or value, whitespace removed */
+#define TS_CONFIG_RAW_MAX 64              /* kept text of an uninterpreted key, NUL included */
+#define TS_CONFIG_NOT_APPLICABLE_COUNT 12 /* bits used in ts_config.not_applicable_mask */
+#define TS_CONFIG_FORMAT_MAX 2048         /* always holds ts_config_format's output and its NUL */
+
 typedef enum ts_backend_kind {
     TS_BACKEND_NATIVE = 0,
     TS_BACKEND_CUDA_MALLOC_ASYNC = 1 /* tessera steps aside: calls pass through uncached */
@@ -53,6 +58,14 @@ typedef struct ts_config {
 
     /* Keys PyTorch accepts that do not apply to tessera: remembered only to be reported. */
     uint32_t not_applicable_mask; /* bit i: not_applicable key i was given (see config.c) */
+    /* Their values, kept only so that ts_config_format can print them back; never interpreted. */
+    struct ts_config_not_applicable {
+        uint32_t bools;                       /* bit i: boolean key i was given as True */
+        uint32_t pinned_num_register_threads; /* a power of two <= 128 */
+        size_t pinned_reserve_segment_size_mb;
+        char expandable_segments_reserve[TS_CONFIG_RAW_MAX];          /* as given, no spaces */
+        char expandable_segments_reserve_by_class[TS_CONFIG_RAW_MAX]; /* as given, no spaces */
+    } not_applicable;
 } ts_config;
 
 typedef enum ts_config_mode {
@@ -67,14 +80,20 @@ typedef struct ts_config_diag {
     char message[512];
 } ts_config_diag;
 
-/* Callback for lenient-mode warnings (one call per problem). */
+/* Callback for lenient-mode problems (one call per problem) and, in both modes, notes. */
 typedef void (*ts_config_warn_fn)(void *user, const char *message);
 
 void ts_config_defaults(ts_config *cfg);
 
 /* Parse text into *out, starting from the defaults. varname appears in messages.
  * Returns 0 on success. STRICT: returns -1 and fills *diag on the first problem; *out unchanged.
- * LENIENT: always returns 0; each problem goes to warn(user, msg) when warn is non-NULL. */
+ * LENIENT: always returns 0; each problem goes to warn(user, msg) when warn is non-NULL (the
+ * message then ends in "; ignored"), and the entry is skipped.
+ * In both modes, after a successful parse, warn also receives notes (not problems): one line per
+ * given key that does not apply to tessera, and one when backend:cudaMallocAsync is combined with
+ * keys only the native allocator reads. text NULL reads as "". diag and warn may be NULL.
+ * Beyond PyTorch's syntax the parser accepts max_split_size_mb:unlimited and
+ * garbage_collection_threshold:off (the defaults), so that ts_config_format's output parses. */
 int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_config_mode mode,
                     ts_config_diag *diag, ts_config_warn_fn warn, void *user);
 
@@ -84,7 +103,9 @@ int ts_config_from_env(ts_config *out, const char **source, ts_config_diag *diag
                        ts_config_warn_fn warn, void *user);
 
 /* The effective configuration as "key:value,key:value,..." (every key, canonical spelling,
- * sizes in MiB where PyTorch uses MiB). Returns the length it needed, like snprintf. */
+ * sizes in MiB where PyTorch uses MiB, then the not-applicable keys that were given). Parsing it
+ * in strict mode gives an identical configuration. Returns the length it needed, like snprintf
+ * (buf may be NULL when len is 0). */
 size_t ts_config_format(const ts_config *cfg, char *buf, size_t len);
 
 /* Human-readable table of every key: name, value syntax, default, meaning. For --help and docs. */
@@ -92,5 +113,15 @@ size_t ts_config_describe(char *buf, size_t len);
 
 /* The roundup_power2_divisions entry for a size (PyTorch's table lookup). */
 uint32_t ts_config_divisions_for(const ts_config *cfg, size_t size);
+
+/* Name of the key behind bit `bit` of not_applicable_mask; NULL when bit is out of range. */
+const char *ts_config_not_applicable_name(unsigned bit);
+
+/* Field-by-field equality (padding and unused string bytes are ignored). */
+bool ts_config_equal(const ts_config *a, const ts_config *b);
+
+/* Canonical spellings, as accepted by the parser ("native", "events", ...); "?" if out of range. */
+const char *ts_config_backend_name(ts_backend_kind backend);
+const char *ts_config_fence_name(ts_fence_mode mode);
 
 #endif /* TS_CONFIG_H */
