@@ -198,6 +198,60 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
     free(a);
 }
 
+static void stat_to_zero(ts_allocator *a, tessera_stat *s)
+{
+    if (s->current > 0)
+        stat_decrease(a, s, s->current);
+    else if (s->current < 0)
+        stat_increase(a, s, -s->current);
+}
+
+void ts_allocator_forget_all(ts_allocator *a)
+{
+    pthread_mutex_lock(&a->lock);
+    fences_drop_all(a);
+    ts_node *n;
+    while ((n = ts_tree_first(&a->segments)) != NULL) {
+        ts_tree_remove(&a->segments, n);
+        allocator_free_segment_metadata(a, segment_of_node(n));
+    }
+    /* every block went with its segment: the indexes are empty */
+    memset(&a->small.free, 0, sizeof a->small.free);
+    memset(&a->small.unmapped, 0, sizeof a->small.unmapped);
+    memset(&a->large.free, 0, sizeof a->large.free);
+    memset(&a->large.unmapped, 0, sizeof a->large.unmapped);
+    memset(a->live.slots, 0, (a->live.mask + 1) * sizeof *a->live.slots);
+    a->live.count = 0;
+    a->total_allocated_memory = 0;
+    tessera_device_stats *st = a->st;
+#define ZERO_ARRAY(name, unit, help)                                                               \
+    for (int i = 0; i < TESSERA_POOL_COUNT; i++)                                                   \
+        stat_to_zero(a, &st->name[i]);
+    TESSERA_STAT_ARRAYS(ZERO_ARRAY)
+#undef ZERO_ARRAY
+#define ZERO_SINGLE(name, help) stat_to_zero(a, &st->name);
+    TESSERA_STAT_SINGLES(ZERO_SINGLE)
+#undef ZERO_SINGLE
+    gauge_set(a, &st->largest_free_block_bytes, 0);
+    gauge_set(a, &st->stitched_bytes, 0);
+    a->observe_now = true;
+    allocator_observe(a);
+    st_close(a);
+    pthread_mutex_unlock(&a->lock);
+}
+
+void ts_note_passthrough(ts_allocator *a)
+{
+    allocator_lock(a);
+    counter_add(a, &a->st->num_passthrough_calls, 1);
+    allocator_unlock(a);
+}
+
+size_t ts_allocator_cap(const ts_allocator *a)
+{
+    return a->set_fraction ? a->allowed_memory_maximum : 0;
+}
+
 /* --- the allocation path -------------------------------------------------------------------- */
 
 /* PyTorch's alloc_block: a new segment (or expandable mapping) for the request. */
@@ -399,7 +453,7 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         b = alloc_block(a, p, rounded, alloc_size, stream, false);
         if (!b && release_available_cached_blocks(a, p, rounded, stream))
             b = alloc_block(a, p, rounded, alloc_size, stream, false);
-        if (!b) {
+        if (!b && !backend_capturing(a)) {
             release_cached_blocks(a);
             b = alloc_block(a, p, rounded, alloc_size, stream, true);
         }
@@ -493,6 +547,11 @@ void block_free_complete(ts_allocator *a, ts_block *b)
 
 int ts_free(ts_allocator *a, uintptr_t ptr)
 {
+    return ts_free_ex(a, ptr, NULL);
+}
+
+int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested)
+{
     tessera_device_stats *st = a->st;
     allocator_lock(a);
     ts_block *b = ptr ? ts_ptrmap_del(&a->live, ptr) : NULL;
@@ -510,6 +569,8 @@ int ts_free(ts_allocator *a, uintptr_t ptr)
         return rc;
     }
     ts_pool *p = b->seg->pool;
+    if (requested)
+        *requested = b->requested;
     counter_add(a, &st->num_free_calls, 1);
     counter_add(a, &st->num_ops, 1);
     stat_array_decrease(a, st->allocation, p, 1);

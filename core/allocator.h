@@ -70,6 +70,19 @@ int ts_format_oom(const ts_oom_info *oom, char *buf, size_t len);
  * allocator's segments (a foreign pointer: forward it); TS_EINVAL when it is inside one but not
  * a live allocation (double free, interior pointer). The pool is untouched on error. */
 int ts_free(ts_allocator *a, uintptr_t ptr);
+/* ts_free that also reports the freed allocation's requested size (may be NULL). */
+int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested);
+
+/* The device's memory vanished with its context (cudaDeviceReset, cuCtxDestroy): drop every
+ * segment and block without calling the backend. Current counters go to zero; accumulated
+ * counters stay. The allocator remains usable (empty). */
+void ts_allocator_forget_all(ts_allocator *a);
+
+/* Count a call the shim forwarded to the driver untouched (num_passthrough_calls). */
+void ts_note_passthrough(ts_allocator *a);
+
+/* The allocator's cap in bytes (memory_limit or per_process_memory_fraction), 0 when none. */
+size_t ts_allocator_cap(const ts_allocator *a);
 
 /* Release every cached segment that holds no live allocation (torch.cuda.empty_cache). Returns
  * the number of bytes given back to the backend. */

@@ -51,6 +51,11 @@ typedef struct ts_backend {
     int (*fence_wait)(void *ctx, ts_fence fence);
     void (*fence_release)(void *ctx, ts_fence fence);
 
+    /* Is a CUDA graph capture underway (optional)? While one is, the core records, queries and
+     * waits on no fence and never releases cached segments (PyTorch skips that step during
+     * capture too): any of those could invalidate the capture. */
+    int (*capture_active)(void *ctx);
+
     /* Virtual memory (optional; all or none). vm_map maps a whole physical handle at va and
      * grants read-write access to the owning device. */
     int (*vm_granularity)(void *ctx, size_t *granularity);

@@ -58,8 +58,9 @@ static bool fence_record_epoch(ts_allocator *a)
         /* Too many outstanding: wait for the oldest rather than grow without bound. */
         ts_fence_rec *f = fence_front(a);
         backend_enter(a);
-        a->be.fence_wait(a->be.ctx, f->fence);
         counter_add(a, &a->st->num_fence_waits, 1);
+        if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
+            return false;
         pending_complete_through(a, f->epoch);
         fence_pop(a);
     }
@@ -79,7 +80,7 @@ static bool fence_record_epoch(ts_allocator *a)
 
 void fences_process(ts_allocator *a)
 {
-    if (!a->use_fences || a->pending_count == 0)
+    if (!a->use_fences || a->pending_count == 0 || backend_capturing(a))
         return;
     fence_record_epoch(a);
     while (a->fence_count > 0) {
@@ -106,8 +107,9 @@ void fences_synchronize_all(ts_allocator *a)
         ts_fence_rec *f = fence_front(a);
         backend_enter(a);
         if (a->be.fence_query(a->be.ctx, f->fence) != TS_OK) {
-            a->be.fence_wait(a->be.ctx, f->fence);
             counter_add(a, &a->st->num_fence_waits, 1);
+            if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
+                return; /* could not wait: the blocks stay pending */
         }
         pending_complete_through(a, f->epoch);
         fence_pop(a);

@@ -12,6 +12,11 @@ static inline bool pool_gc_enabled(const ts_allocator *a)
     return a->cfg.garbage_collection_threshold > 0.0;
 }
 
+static inline bool backend_capturing(const ts_allocator *a)
+{
+    return a->be.capture_active && a->be.capture_active(a->be.ctx);
+}
+
 /* Best fit on stream under PyTorch's rules (get_free_block), removing the block from the free
  * tree; NULL when no cached block may serve the request. Advances the GC clock. */
 ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);

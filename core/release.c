@@ -103,6 +103,8 @@ static void release_pool_blocks(ts_allocator *a, ts_pool *p)
  * back every segment that holds no live block. */
 void release_cached_blocks(ts_allocator *a)
 {
+    if (backend_capturing(a))
+        return;
     fences_synchronize_all(a);
     release_pool_blocks(a, &a->large);
     release_pool_blocks(a, &a->small);

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/allocator.h"
 #include "tessera/stats_page.h"
@@ -61,6 +62,8 @@ void ts_statspage_release(ts_statspage *p, int slot);
  * The observer refreshes the slot's segment map (ts_statspage_publish_map). */
 void ts_statspage_observer(void *user, ts_allocator *a);
 void *ts_statspage_observer_user(ts_statspage *p, int slot);
+/* The (page, slot) an observer user argument stands for; -1 when user is NULL. */
+int ts_statspage_observer_target(void *user, ts_statspage **page);
 
 /* Refresh the segment map of a slot from the allocator, inside the slot's sequence lock (nested
  * correctly when the allocator already holds it odd). Call with the allocator's mutex held (the
@@ -168,6 +171,10 @@ uint64_t ts_pid_namespace(const char *pid_or_self);
  * 0 or an errno value. */
 int ts_page_list(const char *dir, int **pids, size_t *n);
 
+/* The owner state of an opened page (status: what the open returned), including pages without
+ * an identity (creation never finished), judged by the pid of their name and their age. */
+int ts_page_judge(ts_page *pg, int status, int pid, char *why, size_t whylen);
+
 /* Is the page of pid in dir removable (stale)? Opens it into pg (closed by the caller).
  * Returns 1 stale, 0 not; why says which and why. */
 int ts_page_is_stale(ts_page *pg, const char *dir, int pid, char *why, size_t whylen);
@@ -184,7 +191,7 @@ int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user);
 typedef struct ts_slot_view {
     uint32_t index;
     int status;                   /* ts_page_status of its snapshot */
-    char error[256];
+    char error[320];
     tessera_page_slot_head head;  /* valid when status is TS_PAGE_OK */
 } ts_slot_view;
 
@@ -204,8 +211,10 @@ typedef struct ts_proc_view {
 /* Read a whole process page (dir/tessera.pid): header, liveness (when check_owner), every active
  * slot's counters. Always fills v (status says what happened); free with ts_proc_view_free. */
 void ts_proc_view_load(ts_proc_view *v, const char *dir, int pid, bool check_owner);
-/* The same from an open page (owner state given by the caller). */
-void ts_proc_view_from_page(ts_proc_view *v, ts_page *pg, int owner, const char *owner_why);
+/* The same from a page opened by the caller (status: what the open returned; owner: as judged
+ * by the caller). v->pid may be preset (else taken from the header). */
+void ts_proc_view_from_page(ts_proc_view *v, ts_page *pg, int status, int owner,
+                            const char *owner_why);
 void ts_proc_view_free(ts_proc_view *v);
 
 static inline bool ts_proc_view_is_stale(const ts_proc_view *v)

@@ -1,0 +1,917 @@
+/* Reading whole pages into views, and the outputs of tessera-stat: table, detail, JSON,
+ * Prometheus text format, ASCII segment map. Every counter name comes from the X-macros of
+ * tessera/stats_fields.h; nothing here trusts a byte of a page beyond what the validators
+ * checked (strings are re-sanitised for each output format). */
+#include "core/statspage.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* the counter table                                                                          */
+
+enum field_kind { F_ARRAY, F_SINGLE, F_COUNTER, F_GAUGE };
+
+struct field {
+    const char *name;
+    const char *unit; /* "bytes" or "count" */
+    const char *help;
+    enum field_kind kind;
+    size_t offset;
+    size_t size;
+};
+
+#define STATS_OFF(n) offsetof(tessera_device_stats, n)
+#define STATS_SIZE(n) sizeof(((tessera_device_stats *)0)->n)
+static const struct field FIELDS[] = {
+#define X_ARRAY(n, u, h) {#n, u, h, F_ARRAY, STATS_OFF(n), STATS_SIZE(n)},
+    TESSERA_STAT_ARRAYS(X_ARRAY)
+#undef X_ARRAY
+#define X_SINGLE(n, h) {#n, "count", h, F_SINGLE, STATS_OFF(n), STATS_SIZE(n)},
+    TESSERA_STAT_SINGLES(X_SINGLE)
+#undef X_SINGLE
+#define X_COUNTER(n, h) {#n, "count", h, F_COUNTER, STATS_OFF(n), STATS_SIZE(n)},
+    TESSERA_COUNTERS(X_COUNTER)
+#undef X_COUNTER
+#define X_GAUGE(n, u, h) {#n, u, h, F_GAUGE, STATS_OFF(n), STATS_SIZE(n)},
+    TESSERA_GAUGES(X_GAUGE)
+#undef X_GAUGE
+};
+#define NFIELDS (sizeof FIELDS / sizeof FIELDS[0])
+
+static const char *const POOL_NAMES[TESSERA_POOL_COUNT] = TESSERA_POOL_NAMES;
+static const char *const SUB_NAMES[4] = {"current", "peak", "allocated", "freed"};
+
+static int64_t stat_word(const tessera_device_stats *s, size_t offset)
+{
+    int64_t v;
+    memcpy(&v, (const char *)s + offset, sizeof v);
+    return v;
+}
+
+/* Offset of stat array field f, pool, sub (0 current, 1 peak, 2 allocated, 3 freed). */
+static size_t stat_off(const struct field *f, int pool, int sub)
+{
+    return f->offset + (size_t)pool * sizeof(tessera_stat) + (size_t)sub * sizeof(int64_t);
+}
+
+/* Did the writer know this field? (stats_words counts the words it maintains.) */
+static bool field_present(const tessera_page_header *h, const struct field *f)
+{
+    return f->offset + f->size <= (size_t)h->stats_words * 8;
+}
+
+static int64_t get_stat(const tessera_device_stats *s, const char *name, int pool, int sub)
+{
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const struct field *f = &FIELDS[i];
+        if (strcmp(f->name, name) != 0)
+            continue;
+        if (f->kind == F_ARRAY)
+            return stat_word(s, stat_off(f, pool, sub));
+        if (f->kind == F_SINGLE)
+            return stat_word(s, f->offset + (size_t)sub * sizeof(int64_t));
+        return stat_word(s, f->offset);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* text helpers                                                                               */
+
+const char *ts_format_bytes(char *buf, size_t len, uint64_t bytes)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024) {
+        snprintf(buf, len, "%" PRIu64 " B", bytes);
+        return buf;
+    }
+    double v = (double)bytes / 1024.0;
+    size_t u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+static const char *fmt_signed_bytes(char *buf, size_t len, int64_t v)
+{
+    if (v >= 0)
+        return ts_format_bytes(buf, len, (uint64_t)v);
+    if (len < 2)
+        return ts_format_bytes(buf, len, 0);
+    buf[0] = '-';
+    ts_format_bytes(buf + 1, len - 1, (uint64_t)0 - (uint64_t)v);
+    return buf;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), or 0 when invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+enum esc_mode { ESC_TERM, ESC_JSON, ESC_PROM_LABEL, ESC_PROM_HELP };
+
+/* Write at most max_bytes of bytes from a NUL-terminated field (bounded by cap), as valid UTF-8
+ * (invalid bytes become U+FFFD, '?' on a terminal), escaped for mode. Never cuts a character.
+ * Returns the number of characters written (for terminal alignment). */
+static size_t put_text(FILE *f, const char *text, size_t cap, size_t max_bytes, enum esc_mode mode)
+{
+    size_t n = strnlen(text, cap);
+    const unsigned char *s = (const unsigned char *)text;
+    size_t used = 0, chars = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq(s + i, n - i);
+        size_t adv = len ? len : 1;
+        size_t out = len ? len : (mode == ESC_TERM ? 1 : 3);
+        if (used + out > max_bytes)
+            break;
+        used += out;
+        chars++;
+        if (!len) {
+            fputs(mode == ESC_TERM ? "?" : "\xef\xbf\xbd", f);
+        } else if (len > 1) {
+            fwrite(s + i, 1, len, f);
+        } else {
+            unsigned char c = s[i];
+            switch (mode) {
+            case ESC_TERM:
+                fputc(c < 0x20 || c == 0x7f ? '?' : c, f);
+                break;
+            case ESC_JSON:
+                if (c == '"' || c == '\\')
+                    fprintf(f, "\\%c", c);
+                else if (c < 0x20 || c == 0x7f)
+                    fprintf(f, "\\u%04x", c);
+                else
+                    fputc(c, f);
+                break;
+            case ESC_PROM_LABEL:
+            case ESC_PROM_HELP:
+                if (c == '\\')
+                    fputs("\\\\", f);
+                else if (c == '\n')
+                    fputs("\\n", f);
+                else if (c == '"' && mode == ESC_PROM_LABEL)
+                    fputs("\\\"", f);
+                else
+                    fputc(c, f);
+                break;
+            }
+        }
+        i += adv;
+    }
+    return chars;
+}
+
+/* A terminal cell: width characters, cut with "..." when longer, left-aligned. */
+static void put_cell(FILE *f, const char *text, size_t cap, size_t width)
+{
+    size_t n = strnlen(text, cap);
+    size_t chars = 0;
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < n; chars++) {
+        size_t len = utf8_seq(s + i, n - i);
+        i += len ? len : 1;
+    }
+    size_t shown;
+    if (chars <= width) {
+        shown = put_text(f, text, cap, SIZE_MAX, ESC_TERM);
+    } else {
+        /* print width-3 characters, then "..." */
+        size_t bytes = 0, c = 0;
+        while (bytes < n && c < width - 3) {
+            size_t len = utf8_seq(s + bytes, n - bytes);
+            bytes += len ? len : 1;
+            c++;
+        }
+        char tmp[TESSERA_PAGE_CONFIG_LEN];
+        if (bytes >= sizeof tmp)
+            bytes = sizeof tmp - 1;
+        memcpy(tmp, text, bytes);
+        tmp[bytes] = '\0';
+        shown = put_text(f, tmp, sizeof tmp, SIZE_MAX, ESC_TERM) + 3;
+        fputs("...", f);
+    }
+    for (; shown < width; shown++)
+        fputc(' ', f);
+}
+
+static void fmt_time(char *buf, size_t len, int64_t unix_s)
+{
+    time_t t = (time_t)unix_s;
+    struct tm tm;
+    if (unix_s <= 0 || !localtime_r(&t, &tm) || strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        snprintf(buf, len, "unknown");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* views                                                                                      */
+
+void ts_proc_view_free(ts_proc_view *v)
+{
+    if (!v)
+        return;
+    free(v->slots);
+    v->slots = NULL;
+    v->nslots = 0;
+}
+
+static void load_slots(ts_proc_view *v, ts_page *pg)
+{
+    uint32_t n = pg->hdr.slot_count;
+    if (n == 0 || n > TESSERA_PAGE_MAX_SLOT_COUNT)
+        return;
+    v->slots = calloc(n, sizeof *v->slots);
+    if (!v->slots) {
+        v->status = TS_PAGE_EIO;
+        snprintf(v->error, sizeof v->error, "out of memory");
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        ts_slot_view *s = &v->slots[v->nslots];
+        memset(s, 0, sizeof *s);
+        s->index = i;
+        s->status = ts_page_snapshot(pg, i, &s->head, NULL, NULL);
+        if (s->status == TS_PAGE_EEMPTY)
+            continue;
+        if (s->status != TS_PAGE_OK)
+            snprintf(s->error, sizeof s->error, "%s", pg->error);
+        v->nslots++;
+    }
+}
+
+void ts_proc_view_from_page(ts_proc_view *v, ts_page *pg, int status, int owner,
+                            const char *owner_why)
+{
+    int pid = v->pid;
+    memset(v, 0, sizeof *v);
+    v->pid = pid;
+    if (v->pid <= 0 && pg->have_identity)
+        v->pid = pg->hdr.pid;
+    v->status = status;
+    v->owner = owner;
+    snprintf(v->owner_why, sizeof v->owner_why, "%s", owner_why ? owner_why : "");
+    if (status != TS_PAGE_OK)
+        snprintf(v->error, sizeof v->error, "%s", pg->error);
+    v->have_identity = pg->have_identity;
+    if (pg->have_identity)
+        memcpy(&v->hdr, &pg->hdr, status == TS_PAGE_OK ? sizeof v->hdr : 128);
+    if (status == TS_PAGE_OK)
+        load_slots(v, pg);
+}
+
+void ts_proc_view_load(ts_proc_view *v, const char *dir, int pid, bool check_owner)
+{
+    ts_page pg;
+    ts_page_init(&pg);
+    char why[192] = "not checked";
+    memset(v, 0, sizeof *v);
+    v->pid = pid;
+    int status = ts_page_open_pid(&pg, dir, pid);
+    int owner = TS_OWNER_LIVE;
+    if (check_owner)
+        owner = ts_page_judge(&pg, status, pid, why, sizeof why);
+    ts_proc_view_from_page(v, &pg, status, owner, why);
+    ts_page_close(&pg);
+}
+
+/* Is this view's data current (a readable page of a live or unverifiable owner)? */
+static bool view_is_live(const ts_proc_view *v)
+{
+    return v->status == TS_PAGE_OK && !ts_owner_is_stale(v->owner);
+}
+
+static const char *view_command(const ts_proc_view *v)
+{
+    return v->have_identity && v->status == TS_PAGE_OK ? v->hdr.cmdline : "";
+}
+
+/* Label of slot i among the view's slots: "0", or "0/0x..." when its device repeats. */
+static void slot_label(const ts_proc_view *v, uint32_t i, char *buf, size_t len)
+{
+    const ts_slot_view *s = &v->slots[i];
+    bool dup = false;
+    for (uint32_t j = 0; j < i; j++)
+        if (v->slots[j].status == TS_PAGE_OK && v->slots[j].head.device == s->head.device)
+            dup = true;
+    if (s->status != TS_PAGE_OK)
+        snprintf(buf, len, "slot%" PRIu32, s->index);
+    else if (dup)
+        snprintf(buf, len, "%" PRId32 "/0x%" PRIx64, s->head.device, s->head.context_id);
+    else
+        snprintf(buf, len, "%" PRId32, s->head.device);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* table                                                                                      */
+
+void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *dir)
+{
+    size_t live = 0, stale = 0, bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ts_owner_is_stale(views[i].owner))
+            stale++;
+        else if (views[i].status == TS_PAGE_OK)
+            live++;
+        else
+            bad++;
+    }
+    char a[48], r[48], u[48];
+    if (live == 0) {
+        fprintf(f, "no tessera processes (in %s)\n", dir ? dir : ts_statspage_dir());
+    } else {
+        fprintf(f, "%-8s %-28s %-6s %12s %12s %12s %7s %8s %6s\n", "PID", "COMMAND", "DEVICE",
+                "ALLOCATED", "RESERVED", "UNALLOCATED", "FRAG", "RETRIES", "OOMS");
+        for (size_t i = 0; i < n; i++) {
+            const ts_proc_view *v = &views[i];
+            if (!view_is_live(v))
+                continue;
+            if (v->nslots == 0) {
+                fprintf(f, "%-8d ", v->pid);
+                put_cell(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
+                fprintf(f, " %-6s %12s %12s %12s %7s %8s %6s\n", "-", "-", "-", "-", "-", "-", "-");
+                continue;
+            }
+            for (uint32_t k = 0; k < v->nslots; k++) {
+                const ts_slot_view *s = &v->slots[k];
+                char dev[48];
+                slot_label(v, k, dev, sizeof dev);
+                fprintf(f, "%-8d ", v->pid);
+                put_cell(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
+                fprintf(f, " %-6s", dev);
+                if (s->status != TS_PAGE_OK) {
+                    fprintf(f, " %s: %s\n", ts_page_status_name(s->status), s->error);
+                    continue;
+                }
+                const tessera_device_stats *st = &s->head.stats;
+                int64_t alloc = get_stat(st, "allocated_bytes", TESSERA_POOL_ALL, 0);
+                int64_t res = get_stat(st, "reserved_bytes", TESSERA_POOL_ALL, 0);
+                int64_t unalloc;
+                if (__builtin_sub_overflow(res, alloc, &unalloc))
+                    unalloc = res < 0 ? INT64_MIN : INT64_MAX;
+                char frag[16];
+                if (res > 0)
+                    snprintf(frag, sizeof frag, "%.1f%%", 100.0 * (1.0 - (double)alloc / (double)res));
+                else
+                    snprintf(frag, sizeof frag, "-");
+                fprintf(f, " %12s %12s %12s %7s %8" PRId64 " %6" PRId64 "\n",
+                        fmt_signed_bytes(a, sizeof a, alloc), fmt_signed_bytes(r, sizeof r, res),
+                        fmt_signed_bytes(u, sizeof u, unalloc), frag,
+                        get_stat(st, "num_alloc_retries", 0, 0), get_stat(st, "num_ooms", 0, 0));
+            }
+        }
+    }
+    if (stale) {
+        fprintf(f, "\nstale pages (their processes are gone; remove them with `tessera-stat --gc`):\n");
+        for (size_t i = 0; i < n; i++) {
+            const ts_proc_view *v = &views[i];
+            if (!ts_owner_is_stale(v->owner))
+                continue;
+            fprintf(f, "%-8d %-6s ", v->pid, "stale");
+            put_cell(f, view_command(v), sizeof v->hdr.cmdline, 28);
+            fprintf(f, " ");
+            put_text(f, v->owner_why, sizeof v->owner_why, SIZE_MAX, ESC_TERM);
+            fputc('\n', f);
+        }
+    }
+    if (bad) {
+        fprintf(f, "\nunreadable pages:\n");
+        for (size_t i = 0; i < n; i++) {
+            const ts_proc_view *v = &views[i];
+            if (ts_owner_is_stale(v->owner) || v->status == TS_PAGE_OK)
+                continue;
+            fprintf(f, "%-8d %-12s ", v->pid, ts_page_status_name(v->status));
+            put_text(f, v->error, sizeof v->error, SIZE_MAX, ESC_TERM);
+            fputc('\n', f);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* detail                                                                                     */
+
+void ts_render_env_load(ts_render_env *env)
+{
+    memset(env, 0, sizeof *env);
+    env->now_s = (int64_t)time(NULL);
+    if (ts_read_boot_id(env->boot_id, sizeof env->boot_id) != 0)
+        env->boot_id[0] = '\0';
+    FILE *f = fopen("/proc/stat", "re");
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        long long bt;
+        if (sscanf(line, "btime %lld", &bt) == 1) {
+            env->boot_time_s = bt;
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static void put_key(FILE *f, const char *key)
+{
+    fprintf(f, "  %-44s", key);
+}
+
+void ts_render_detail(FILE *f, const ts_proc_view *v, const ts_render_env *env)
+{
+    char buf[96], tbuf[64];
+    fprintf(f, "pid       %d", v->pid);
+    fprintf(f, " (%s: ", ts_owner_is_stale(v->owner) ? "STALE" : ts_owner_state_name(v->owner));
+    put_text(f, v->owner_why, sizeof v->owner_why, SIZE_MAX, ESC_TERM);
+    fprintf(f, ")\n");
+    if (v->status != TS_PAGE_OK) {
+        fprintf(f, "page      %s: ", ts_page_status_name(v->status));
+        put_text(f, v->error, sizeof v->error, SIZE_MAX, ESC_TERM);
+        fputc('\n', f);
+        return;
+    }
+    const tessera_page_header *h = &v->hdr;
+    fprintf(f, "command   ");
+    put_text(f, h->cmdline, sizeof h->cmdline, SIZE_MAX, ESC_TERM);
+    fputc('\n', f);
+    bool same_boot = env && env->boot_time_s > 0 && h->clock_ticks_per_second > 0 &&
+                     h->start_time_ticks / h->clock_ticks_per_second < (uint64_t)INT32_MAX &&
+                     (!h->boot_id[0] || strcmp(env->boot_id, h->boot_id) == 0);
+    if (same_boot) {
+        fmt_time(tbuf, sizeof tbuf,
+                 env->boot_time_s + (int64_t)(h->start_time_ticks / h->clock_ticks_per_second));
+        fprintf(f, "started   %s (start time %" PRIu64 " ticks after boot)\n", tbuf,
+                h->start_time_ticks);
+    } else {
+        fprintf(f, "started   %" PRIu64 " clock ticks after boot %s\n", h->start_time_ticks,
+                h->boot_id[0] ? h->boot_id : "(unknown)");
+    }
+    fmt_time(tbuf, sizeof tbuf, (int64_t)(h->created_ns / UINT64_C(1000000000)));
+    fprintf(f, "tessera   ");
+    put_text(f, h->version, sizeof h->version, SIZE_MAX, ESC_TERM);
+    fprintf(f, " (page layout %" PRIu32 ", created %s%s)\n", h->layout_version, tbuf,
+            (h->flags & TESSERA_PAGE_FLAG_CLOSED) ? ", closed by its owner" : "");
+    fprintf(f, "config    ");
+    put_text(f, h->config, sizeof h->config, SIZE_MAX, ESC_TERM);
+    fputc('\n', f);
+    if (v->nslots == 0)
+        fprintf(f, "\nno device slots in use yet\n");
+    for (uint32_t k = 0; k < v->nslots; k++) {
+        const ts_slot_view *s = &v->slots[k];
+        if (s->status != TS_PAGE_OK) {
+            fprintf(f, "\nslot %" PRIu32 ": %s: ", s->index, ts_page_status_name(s->status));
+            put_text(f, s->error, sizeof s->error, SIZE_MAX, ESC_TERM);
+            fputc('\n', f);
+            continue;
+        }
+        fprintf(f, "\ndevice %" PRId32 "  context 0x%" PRIx64 "  slot %" PRIu32 "  sequence %" PRIu64 "\n",
+                s->head.device, s->head.context_id, s->index, s->head.seq);
+        const tessera_device_stats *st = &s->head.stats;
+        for (size_t i = 0; i < NFIELDS; i++) {
+            const struct field *fd = &FIELDS[i];
+            if (!field_present(h, fd))
+                continue;
+            if (fd->kind == F_ARRAY) {
+                for (int p = 0; p < TESSERA_POOL_COUNT; p++)
+                    for (int sub = 0; sub < 4; sub++) {
+                        snprintf(buf, sizeof buf, "%s.%s.%s", fd->name, POOL_NAMES[p], SUB_NAMES[sub]);
+                        put_key(f, buf);
+                        fprintf(f, "%" PRId64 "\n", stat_word(st, stat_off(fd, p, sub)));
+                    }
+            } else if (fd->kind == F_SINGLE) {
+                for (int sub = 0; sub < 4; sub++) {
+                    snprintf(buf, sizeof buf, "%s.%s", fd->name, SUB_NAMES[sub]);
+                    put_key(f, buf);
+                    fprintf(f, "%" PRId64 "\n", stat_word(st, fd->offset + (size_t)sub * 8));
+                }
+            } else {
+                put_key(f, fd->name);
+                fprintf(f, "%" PRId64 "\n", stat_word(st, fd->offset));
+            }
+        }
+        const tessera_page_map *m = &s->head.map;
+        if (m->flags & TESSERA_MAP_VALID) {
+            char lf[48];
+            fprintf(f, "  segment map: %" PRIu32 " segments, %" PRIu32 " blocks, taken at op %" PRIu64
+                       "%s; largest free block %" PRIu64 " bytes (%s); `tessera-stat map %d` draws it\n",
+                    m->total_segments, m->total_blocks, m->ops,
+                    (m->flags & TESSERA_MAP_TRUNCATED) ? " (truncated)" : "", m->largest_free,
+                    ts_format_bytes(lf, sizeof lf, m->largest_free), v->pid);
+        } else {
+            fprintf(f, "  segment map: not published yet\n");
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* JSON                                                                                       */
+
+static void json_str(FILE *f, const char *text, size_t cap)
+{
+    fputc('"', f);
+    put_text(f, text, cap, SIZE_MAX, ESC_JSON);
+    fputc('"', f);
+}
+
+void ts_render_json(FILE *f, const ts_proc_view *views, size_t n)
+{
+    fputs("{", f);
+    for (size_t i = 0; i < n; i++) {
+        const ts_proc_view *v = &views[i];
+        fprintf(f, "%s\n  \"%d\": {", i ? "," : "", v->pid);
+        fprintf(f, "\n    \"stale\": %s", ts_owner_is_stale(v->owner) ? "true" : "false");
+        fprintf(f, ",\n    \"state\": \"%s\"", ts_owner_state_name(v->owner));
+        fprintf(f, ",\n    \"state_reason\": ");
+        json_str(f, v->owner_why, sizeof v->owner_why);
+        if (v->status != TS_PAGE_OK) {
+            fprintf(f, ",\n    \"error\": ");
+            json_str(f, v->error, sizeof v->error);
+            fprintf(f, ",\n    \"error_kind\": \"%s\"\n  }", ts_page_status_name(v->status));
+            continue;
+        }
+        const tessera_page_header *h = &v->hdr;
+        fprintf(f, ",\n    \"command\": ");
+        json_str(f, h->cmdline, sizeof h->cmdline);
+        fprintf(f, ",\n    \"config\": ");
+        json_str(f, h->config, sizeof h->config);
+        fprintf(f, ",\n    \"version\": ");
+        json_str(f, h->version, sizeof h->version);
+        fprintf(f, ",\n    \"layout_version\": %" PRIu32, h->layout_version);
+        fprintf(f, ",\n    \"start_time_ticks\": %" PRIu64, h->start_time_ticks);
+        fprintf(f, ",\n    \"created_ns\": %" PRIu64, h->created_ns);
+        for (uint32_t k = 0; k < v->nslots; k++) {
+            const ts_slot_view *s = &v->slots[k];
+            char label[48];
+            slot_label(v, k, label, sizeof label);
+            fprintf(f, ",\n    \"%s\": {", label);
+            if (s->status != TS_PAGE_OK) {
+                fprintf(f, "\"error\": ");
+                json_str(f, s->error, sizeof s->error);
+                fprintf(f, ", \"error_kind\": \"%s\"}", ts_page_status_name(s->status));
+                continue;
+            }
+            const tessera_device_stats *st = &s->head.stats;
+            fprintf(f, "\n      \"device\": %" PRId32 ",\n      \"context_id\": %" PRIu64, s->head.device,
+                    s->head.context_id);
+            for (size_t x = 0; x < NFIELDS; x++) {
+                const struct field *fd = &FIELDS[x];
+                if (!field_present(h, fd))
+                    continue;
+                if (fd->kind == F_ARRAY) {
+                    for (int p = 0; p < TESSERA_POOL_COUNT; p++)
+                        for (int sub = 0; sub < 4; sub++)
+                            fprintf(f, ",\n      \"%s.%s.%s\": %" PRId64, fd->name, POOL_NAMES[p],
+                                    SUB_NAMES[sub], stat_word(st, stat_off(fd, p, sub)));
+                } else if (fd->kind == F_SINGLE) {
+                    for (int sub = 0; sub < 4; sub++)
+                        fprintf(f, ",\n      \"%s.%s\": %" PRId64, fd->name, SUB_NAMES[sub],
+                                stat_word(st, fd->offset + (size_t)sub * 8));
+                } else {
+                    fprintf(f, ",\n      \"%s\": %" PRId64, fd->name, stat_word(st, fd->offset));
+                }
+            }
+            const tessera_page_map *m = &s->head.map;
+            fprintf(f, ",\n      \"segment_map\": {\"published\": %s, \"ops\": %" PRIu64
+                       ", \"segments\": %" PRIu32 ", \"blocks\": %" PRIu32 ", \"truncated\": %s"
+                       ", \"largest_free_block\": %" PRIu64 ", \"free_bytes\": %" PRIu64
+                       ", \"free_blocks\": %" PRIu32 "}",
+                    (m->flags & TESSERA_MAP_VALID) ? "true" : "false", m->ops, m->total_segments,
+                    m->total_blocks, (m->flags & TESSERA_MAP_TRUNCATED) ? "true" : "false",
+                    m->largest_free, m->free_bytes, m->free_blocks);
+            fprintf(f, "\n    }");
+        }
+        fprintf(f, "\n  }");
+    }
+    fputs(n ? "\n}\n" : "}\n", f);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Prometheus text format                                                                     */
+
+#define PROM_COMMAND_MAX 128 /* bytes of the command line carried in the label */
+
+static void prom_labels(FILE *f, const ts_proc_view *v, uint32_t k, int pool)
+{
+    const ts_slot_view *s = &v->slots[k];
+    fprintf(f, "{pid=\"%d\",device=\"%" PRId32 "\"", v->pid, s->head.device);
+    char label[48];
+    slot_label(v, k, label, sizeof label);
+    if (strchr(label, '/'))
+        fprintf(f, ",context=\"0x%" PRIx64 "\"", s->head.context_id);
+    if (pool >= 0)
+        fprintf(f, ",pool=\"%s\"", POOL_NAMES[pool]);
+    fputs(",command=\"", f);
+    put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
+    fputs("\"}", f);
+}
+
+static void prom_family(FILE *f, const char *name, const char *type, const char *help,
+                        const char *help2)
+{
+    fprintf(f, "# HELP %s ", name);
+    put_text(f, help, strlen(help) + 1, SIZE_MAX, ESC_PROM_HELP);
+    if (help2)
+        put_text(f, help2, strlen(help2) + 1, SIZE_MAX, ESC_PROM_HELP);
+    fprintf(f, "\n# TYPE %s %s\n", name, type);
+}
+
+/* Visit every readable slot of every live view. */
+#define FOR_LIVE_SLOTS(views, n, v, k)                                                             \
+    for (size_t vi_ = 0; vi_ < (n); vi_++)                                                         \
+        for (const ts_proc_view *v = &(views)[vi_]; v; v = NULL)                                   \
+            if (view_is_live(v))                                                                   \
+                for (uint32_t k = 0; k < v->nslots; k++)                                           \
+                    if (v->slots[k].status == TS_PAGE_OK)
+
+/* Metric names: tessera_ + memory_stats name; peak: _peak; allocated/freed: _allocated_total /
+ * _freed_total (counters); num_X counters: tessera_X_total; byte gauges end in _bytes. */
+void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n)
+{
+    static const char *const sub_suffix[4] = {"", "_peak", "_allocated_total", "_freed_total"};
+    static const char *const sub_type[4] = {"gauge", "gauge", "counter", "counter"};
+    static const char *const sub_help[4] = {
+        " (current value)", " (peak since start or the last peak reset)",
+        " (sum of all increases)", " (sum of all decreases)"};
+    char name[128], help2[160];
+    for (size_t x = 0; x < NFIELDS; x++) {
+        const struct field *fd = &FIELDS[x];
+        if (fd->kind == F_ARRAY || fd->kind == F_SINGLE) {
+            for (int sub = 0; sub < 4; sub++) {
+                snprintf(name, sizeof name, "tessera_%s%s", fd->name, sub_suffix[sub]);
+                snprintf(help2, sizeof help2, "%s; memory_stats %s%s.%s", sub_help[sub], fd->name,
+                         fd->kind == F_ARRAY ? ".<pool>" : "", SUB_NAMES[sub]);
+                prom_family(f, name, sub_type[sub], fd->help, help2);
+                FOR_LIVE_SLOTS(views, n, v, k)
+                {
+                    if (!field_present(&v->hdr, fd))
+                        continue;
+                    const tessera_device_stats *st = &v->slots[k].head.stats;
+                    if (fd->kind == F_ARRAY) {
+                        for (int p = 0; p < TESSERA_POOL_COUNT; p++) {
+                            fputs(name, f);
+                            prom_labels(f, v, k, p);
+                            fprintf(f, " %" PRId64 "\n", stat_word(st, stat_off(fd, p, sub)));
+                        }
+                    } else {
+                        fputs(name, f);
+                        prom_labels(f, v, k, -1);
+                        fprintf(f, " %" PRId64 "\n", stat_word(st, fd->offset + (size_t)sub * 8));
+                    }
+                }
+            }
+            continue;
+        }
+        const char *base = fd->name;
+        if (fd->kind == F_COUNTER) {
+            if (strncmp(base, "num_", 4) == 0)
+                base += 4;
+            snprintf(name, sizeof name, "tessera_%s_total", base);
+        } else {
+            size_t bl = strlen(base);
+            bool bytes = strcmp(fd->unit, "bytes") == 0;
+            bool has = bl >= 6 && strcmp(base + bl - 6, "_bytes") == 0;
+            snprintf(name, sizeof name, "tessera_%s%s", base, bytes && !has ? "_bytes" : "");
+        }
+        snprintf(help2, sizeof help2, "; memory_stats %s", fd->name);
+        prom_family(f, name, fd->kind == F_COUNTER ? "counter" : "gauge", fd->help, help2);
+        FOR_LIVE_SLOTS(views, n, v, k)
+        {
+            if (!field_present(&v->hdr, fd))
+                continue;
+            fputs(name, f);
+            prom_labels(f, v, k, -1);
+            fprintf(f, " %" PRId64 "\n", stat_word(&v->slots[k].head.stats, fd->offset));
+        }
+    }
+
+    prom_family(f, "tessera_utilization_ratio", "gauge",
+                "Peak allocated bytes over peak reserved bytes (all pools); absent while nothing "
+                "was reserved", NULL);
+    FOR_LIVE_SLOTS(views, n, v, k)
+    {
+        const tessera_device_stats *st = &v->slots[k].head.stats;
+        int64_t ap = get_stat(st, "allocated_bytes", TESSERA_POOL_ALL, 1);
+        int64_t rp = get_stat(st, "reserved_bytes", TESSERA_POOL_ALL, 1);
+        if (rp <= 0)
+            continue;
+        fputs("tessera_utilization_ratio", f);
+        prom_labels(f, v, k, -1);
+        fprintf(f, " %.6g\n", (double)ap / (double)rp);
+    }
+
+    prom_family(f, "tessera_page_info", "gauge",
+                "Always 1: one series per live process publishing a tessera stats page", NULL);
+    for (size_t i = 0; i < n; i++) {
+        const ts_proc_view *v = &views[i];
+        if (!view_is_live(v))
+            continue;
+        fprintf(f, "tessera_page_info{pid=\"%d\",command=\"", v->pid);
+        put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
+        fputs("\",version=\"", f);
+        put_text(f, v->hdr.version, sizeof v->hdr.version, SIZE_MAX, ESC_PROM_LABEL);
+        fputs("\",config=\"", f);
+        put_text(f, v->hdr.config, sizeof v->hdr.config, SIZE_MAX, ESC_PROM_LABEL);
+        fputs("\"} 1\n", f);
+    }
+
+    size_t live = 0, stale = 0, bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ts_owner_is_stale(views[i].owner))
+            stale++;
+        else if (views[i].status == TS_PAGE_OK)
+            live++;
+        else
+            bad++;
+    }
+    prom_family(f, "tessera_pages", "gauge",
+                "Stats pages found, by state (live, stale: owner gone, unreadable)", NULL);
+    fprintf(f, "tessera_pages{state=\"live\"} %zu\n", live);
+    fprintf(f, "tessera_pages{state=\"stale\"} %zu\n", stale);
+    fprintf(f, "tessera_pages{state=\"unreadable\"} %zu\n", bad);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* segment map                                                                                */
+
+enum cell_state { C_ALLOC, C_STITCH, C_PENDING, C_FREE, C_UNMAPPED, C_UNKNOWN, C_COUNT };
+static const char CELL_CHAR[C_COUNT] = {'X', 's', 'p', '-', '.', '?'};
+
+static const char *kind_name(unsigned k)
+{
+    switch (k) {
+    case TESSERA_SEGMENT_PLAIN: return "plain";
+    case TESSERA_SEGMENT_EXPANDABLE: return "expandable";
+    case TESSERA_SEGMENT_STITCHED: return "stitched";
+    default: return "?";
+    }
+}
+
+static uint64_t next_pow2(uint64_t v)
+{
+    uint64_t p = 1;
+    while (p < v && p <= UINT64_MAX / 2)
+        p <<= 1;
+    return p;
+}
+
+/* Spread [off, off+len) of a segment over cells of `scale` bytes. */
+static void cells_add(uint64_t (*cells)[C_COUNT], uint64_t ncells, uint64_t scale, uint64_t off,
+                      uint64_t len, int state)
+{
+    while (len > 0) {
+        uint64_t c = off / scale;
+        if (c >= ncells)
+            return;
+        uint64_t room = scale - off % scale;
+        uint64_t take = len < room ? len : room;
+        cells[c][state] += take;
+        off += take;
+        len -= take;
+    }
+}
+
+void ts_render_map(FILE *f, const ts_proc_view *v, const tessera_page_slot_head *head,
+                   const tessera_page_segment *segs, const tessera_page_block *blocks,
+                   unsigned width)
+{
+    const tessera_page_map *m = &head->map;
+    char b1[48], b2[48], b3[48], b4[48], b5[48], b6[48];
+    if (width < 8)
+        width = 8;
+    if (width > 1024)
+        width = 1024;
+    fprintf(f, "segment map of pid %d (", v->pid);
+    put_cell(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 40);
+    fprintf(f, "), device %" PRId32 ", context 0x%" PRIx64 "\n", head->device, head->context_id);
+    if (!(m->flags & TESSERA_MAP_VALID)) {
+        fprintf(f, "no segment map published yet (the allocator publishes one after a segment "
+                   "change, an out-of-memory, and periodically)\n");
+        return;
+    }
+    uint64_t largest_seg = 1;
+    for (uint32_t i = 0; i < m->nsegments; i++)
+        if (segs[i].size > largest_seg)
+            largest_seg = segs[i].size;
+    uint64_t scale = next_pow2(largest_seg / width + (largest_seg % width != 0));
+    if (scale == 0)
+        scale = 1;
+    fprintf(f, "taken at op %" PRIu64 "; %" PRIu32 " segments, %" PRIu32 " blocks; scale: 1 character = %s\n",
+            m->ops, m->total_segments, m->total_blocks, ts_format_bytes(b1, sizeof b1, scale));
+    fprintf(f, "legend: X allocated  p pending free  - free  . unmapped  s stitched (allocated)"
+               "  ? not recorded\n");
+    if (m->flags & TESSERA_MAP_TRUNCATED)
+        fprintf(f, "map truncated: %" PRIu32 " of %" PRIu32 " segments and %" PRIu32 " of %" PRIu32
+                   " blocks recorded (limits %u and %u); the totals below cover everything\n",
+                m->nsegments, m->total_segments, m->nblocks, m->total_blocks,
+                TESSERA_PAGE_MAX_SEGMENTS, TESSERA_PAGE_MAX_BLOCKS);
+    fputc('\n', f);
+
+    uint64_t (*cells)[C_COUNT] = calloc(width, sizeof *cells);
+    if (!cells) {
+        fprintf(f, "(out of memory drawing the map)\n");
+        return;
+    }
+    for (uint32_t i = 0; i < m->nsegments; i++) {
+        const tessera_page_segment *s = &segs[i];
+        uint64_t ncells = s->size / scale + (s->size % scale != 0);
+        if (ncells == 0)
+            ncells = 1;
+        if (ncells > width)
+            ncells = width;
+        memset(cells, 0, (size_t)width * sizeof *cells);
+        uint64_t off = 0;
+        for (uint32_t b = 0; b < s->nblocks; b++) {
+            const tessera_page_block *blk = &blocks[s->first_block + b];
+            int st;
+            switch (blk->state) {
+            case TESSERA_BLOCK_ALLOCATED:
+                st = s->kind == TESSERA_SEGMENT_STITCHED ? C_STITCH : C_ALLOC;
+                break;
+            case TESSERA_BLOCK_PENDING: st = C_PENDING; break;
+            case TESSERA_BLOCK_FREE: st = C_FREE; break;
+            default: st = C_UNMAPPED; break;
+            }
+            uint64_t len = blk->size;
+            if (off >= s->size)
+                break;
+            if (len > s->size - off)
+                len = s->size - off;
+            cells_add(cells, ncells, scale, off, len, st);
+            off += len;
+        }
+        if (off < s->size)
+            cells_add(cells, ncells, scale, off, s->size - off, C_UNKNOWN);
+        fprintf(f, "%4" PRIu32 "  0x%012" PRIx64 " %11s  %-10s %-5s |", i, s->address,
+                ts_format_bytes(b1, sizeof b1, s->size), kind_name(s->kind),
+                s->pool == TESSERA_POOL_SMALL ? "small" : "large");
+        for (uint64_t c = 0; c < ncells; c++) {
+            int best = C_UNKNOWN;
+            uint64_t most = 0;
+            for (int st = 0; st < C_COUNT; st++) /* ties go to the earlier (more important) */
+                if (cells[c][st] > most) {
+                    most = cells[c][st];
+                    best = st;
+                }
+            fputc(CELL_CHAR[best], f);
+        }
+        fputs("|", f);
+        if (s->nblocks < s->nblocks_total)
+            fprintf(f, " (%" PRIu32 " of %" PRIu32 " blocks recorded)", s->nblocks, s->nblocks_total);
+        fputc('\n', f);
+    }
+    free(cells);
+    if (m->nsegments < m->total_segments)
+        fprintf(f, "   ... %" PRIu32 " more segments not recorded\n", m->total_segments - m->nsegments);
+
+    fprintf(f, "\nreserved %s in %" PRIu32 " segments (%s mapped): allocated %s, pending free %s, "
+               "free %s in %" PRIu32 " blocks, unmapped %s\n",
+            ts_format_bytes(b1, sizeof b1, m->segment_bytes), m->total_segments,
+            ts_format_bytes(b2, sizeof b2, m->mapped_bytes),
+            ts_format_bytes(b3, sizeof b3, m->allocated_bytes),
+            ts_format_bytes(b4, sizeof b4, m->pending_bytes),
+            ts_format_bytes(b5, sizeof b5, m->free_bytes), m->free_blocks,
+            ts_format_bytes(b6, sizeof b6, m->unmapped_bytes));
+    fprintf(f, "largest free block %s", ts_format_bytes(b1, sizeof b1, m->largest_free));
+    if (m->free_blocks == 0)
+        fprintf(f, ": nothing is free in the cache, so every new request needs new device memory");
+    else if (m->free_blocks == 1)
+        fprintf(f, ": it is all the free cached memory; a request above it needs a new segment");
+    else if (m->largest_free < m->free_bytes)
+        fprintf(f, ": a request above it needs a new segment although %s are free in %" PRIu32 " pieces",
+                ts_format_bytes(b2, sizeof b2, m->free_bytes), m->free_blocks);
+    if (m->pending_bytes)
+        fprintf(f, " (%s more become free when their fences complete)",
+                ts_format_bytes(b3, sizeof b3, m->pending_bytes));
+    fputc('\n', f);
+}

@@ -1,0 +1,436 @@
+/* The core's backend over the real CUDA driver, for one context.
+ *
+ * Every call goes through the real entry points in ts_real (never an exported name), so nothing
+ * re-enters tessera's hooks. Calls are made with the allocator's mutex held, by the thread whose
+ * current context is this backend's (allocations happen in the caller's context).
+ *
+ * Fences (reuse_fence:events): an event on the legacy default stream, which waits for every
+ * blocking stream of the context, plus one on each non-blocking stream the program created.
+ * Once all of them complete, no work issued before the fence can touch memory freed before it.
+ * reuse_fence:sync synchronises the context instead (covers streams tessera never saw).
+ * While a graph capture is underway nothing here records, queries or waits (the core is told
+ * through capture_active), and allocations run in relaxed capture mode so they cannot
+ * invalidate the capture.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim/shim.h"
+
+#define FENCE_MAX_EVENTS 129 /* the legacy stream + 128 non-blocking streams */
+
+typedef struct cuda_fence {
+    struct cuda_fence *next_free;
+    struct cuda_fence *next_all; /* every fence this backend made, for teardown */
+    uint32_t nevents;
+    bool sync;    /* complete only after a context synchronise */
+    bool done;
+    CUevent events[FENCE_MAX_EVENTS];
+} cuda_fence;
+
+struct ts_cuda_backend {
+    CUcontext ctx;
+    CUdevice dev;
+    ts_fence_mode mode;
+    CUevent *event_pool; /* recycled events (never destroyed while the context lives) */
+    size_t nevents, events_cap;
+    cuda_fence *fence_pool;
+    cuda_fence *fences_all;
+};
+
+static int cu_status(CUresult r)
+{
+    switch (r) {
+    case CUDA_SUCCESS: return TS_OK;
+    case CUDA_ERROR_OUT_OF_MEMORY: return TS_ENOMEM;
+    case CUDA_ERROR_NOT_READY: return TS_EAGAIN;
+    case CUDA_ERROR_INVALID_VALUE: return TS_EINVAL;
+    default: return TS_EBACKEND;
+    }
+}
+
+/* Allocations during a capture run in relaxed mode (as PyTorch's cudaMalloc does). */
+typedef struct capture_relax {
+    bool on;
+    CUstreamCaptureMode saved;
+} capture_relax;
+
+static void relax_begin(capture_relax *r)
+{
+    r->on = ts_capture_underway() && ts_real.cuThreadExchangeStreamCaptureMode;
+    if (r->on) {
+        r->saved = CU_STREAM_CAPTURE_MODE_RELAXED;
+        ts_real.cuThreadExchangeStreamCaptureMode(&r->saved);
+    }
+}
+
+static void relax_end(capture_relax *r)
+{
+    if (r->on)
+        ts_real.cuThreadExchangeStreamCaptureMode(&r->saved);
+}
+
+/* Make this backend's context current for the duration of a call, if it is not already. */
+typedef struct ctx_guard {
+    bool pushed;
+} ctx_guard;
+
+static void guard_begin(ts_cuda_backend *b, ctx_guard *g)
+{
+    CUcontext cur = NULL;
+    g->pushed = false;
+    if (ts_real.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != b->ctx &&
+        ts_real.cuCtxPushCurrent_v2 && ts_real.cuCtxPushCurrent_v2(b->ctx) == CUDA_SUCCESS)
+        g->pushed = true;
+}
+
+static void guard_end(ctx_guard *g)
+{
+    CUcontext dummy;
+    if (g->pushed)
+        ts_real.cuCtxPopCurrent_v2(&dummy);
+}
+
+/* --- segments --------------------------------------------------------------------------------- */
+
+static int cb_seg_alloc(void *ctx, size_t size, uintptr_t *out)
+{
+    ts_cuda_backend *b = ctx;
+    ctx_guard g;
+    capture_relax r;
+    guard_begin(b, &g);
+    relax_begin(&r);
+    CUdeviceptr p = 0;
+    CUresult res = ts_real.cuMemAlloc_v2(&p, size);
+    relax_end(&r);
+    guard_end(&g);
+    if (res != CUDA_SUCCESS)
+        return cu_status(res);
+    *out = (uintptr_t)p;
+    return TS_OK;
+}
+
+static int cb_seg_free(void *ctx, uintptr_t ptr, size_t size)
+{
+    ts_cuda_backend *b = ctx;
+    (void)size;
+    ctx_guard g;
+    guard_begin(b, &g);
+    CUresult res = ts_real.cuMemFree_v2((CUdeviceptr)ptr);
+    guard_end(&g);
+    return cu_status(res);
+}
+
+static int cb_mem_info(void *ctx, size_t *free_bytes, size_t *total)
+{
+    ts_cuda_backend *b = ctx;
+    ctx_guard g;
+    guard_begin(b, &g);
+    CUresult res = ts_real.cuMemGetInfo_v2(free_bytes, total);
+    guard_end(&g);
+    return cu_status(res);
+}
+
+static int cb_synchronize(void *ctx)
+{
+    ts_cuda_backend *b = ctx;
+    if (ts_capture_underway())
+        return TS_EAGAIN;
+    ctx_guard g;
+    guard_begin(b, &g);
+    CUresult res = ts_real.cuCtxSynchronize();
+    guard_end(&g);
+    return cu_status(res);
+}
+
+static int cb_capture_active(void *ctx)
+{
+    (void)ctx;
+    return ts_capture_underway();
+}
+
+/* --- fences --------------------------------------------------------------------------------- */
+
+static CUevent event_get(ts_cuda_backend *b)
+{
+    if (b->nevents > 0)
+        return b->event_pool[--b->nevents];
+    CUevent e = NULL;
+    if (ts_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        return NULL;
+    return e;
+}
+
+static void event_put(ts_cuda_backend *b, CUevent e)
+{
+    if (b->nevents == b->events_cap) {
+        size_t cap = b->events_cap ? b->events_cap * 2 : 32;
+        CUevent *n = realloc(b->event_pool, cap * sizeof *n);
+        if (!n) {
+            ts_real.cuEventDestroy_v2(e);
+            return;
+        }
+        b->event_pool = n;
+        b->events_cap = cap;
+    }
+    b->event_pool[b->nevents++] = e;
+}
+
+static void fence_put(ts_cuda_backend *b, cuda_fence *f)
+{
+    for (uint32_t i = 0; i < f->nevents; i++)
+        event_put(b, f->events[i]);
+    f->nevents = 0;
+    f->next_free = b->fence_pool;
+    b->fence_pool = f;
+}
+
+static int cb_fence_record(void *ctx, ts_fence *out)
+{
+    ts_cuda_backend *b = ctx;
+    if (ts_capture_underway())
+        return TS_EAGAIN;
+    cuda_fence *f = b->fence_pool;
+    if (f) {
+        b->fence_pool = f->next_free;
+    } else {
+        if (!(f = malloc(sizeof *f)))
+            return TS_ENOMEM;
+        f->next_all = b->fences_all;
+        b->fences_all = f;
+    }
+    f->next_free = NULL;
+    f->nevents = 0;
+    f->sync = f->done = false;
+
+    ctx_guard g;
+    guard_begin(b, &g);
+    int rc = TS_OK;
+    CUstream streams[FENCE_MAX_EVENTS];
+    streams[0] = CU_STREAM_LEGACY;
+    size_t n = 1;
+    if (b->mode == TS_FENCE_SYNC) {
+        f->sync = true;
+    } else {
+        size_t total = ts_streams_nonblocking(b->ctx, streams + 1, FENCE_MAX_EVENTS - 1);
+        if (total > FENCE_MAX_EVENTS - 1) {
+            f->sync = true; /* more streams than one fence holds: synchronise instead */
+            ts_log_once(&cb_fence_record, "more than %d non-blocking streams: reuse fences "
+                                          "synchronise the context instead",
+                        FENCE_MAX_EVENTS - 1);
+        } else {
+            n += total;
+        }
+    }
+    for (size_t i = 0; i < n && !f->sync; i++) {
+        CUevent e = event_get(b);
+        if (!e || ts_real.cuEventRecord(e, streams[i]) != CUDA_SUCCESS) {
+            /* a stream destroyed meanwhile, or no events left: fall back to synchronising */
+            if (e)
+                event_put(b, e);
+            f->sync = true;
+            break;
+        }
+        f->events[f->nevents++] = e;
+    }
+    guard_end(&g);
+    if (rc != TS_OK) {
+        fence_put(b, f);
+        return rc;
+    }
+    *out = (ts_fence)(uintptr_t)f;
+    return TS_OK;
+}
+
+static int cb_fence_query(void *ctx, ts_fence fence)
+{
+    ts_cuda_backend *b = ctx;
+    cuda_fence *f = (cuda_fence *)(uintptr_t)fence;
+    if (f->done)
+        return TS_OK;
+    if (ts_capture_underway())
+        return TS_EAGAIN;
+    if (f->sync) {
+        /* Without events to ask, the only proof is a synchronise: do it now, once. */
+        ctx_guard g;
+        guard_begin(b, &g);
+        ts_real.cuCtxSynchronize();
+        guard_end(&g);
+        f->done = true;
+        return TS_OK;
+    }
+    for (uint32_t i = 0; i < f->nevents; i++) {
+        CUresult r = ts_real.cuEventQuery(f->events[i]);
+        if (r == CUDA_ERROR_NOT_READY)
+            return TS_EAGAIN;
+        /* Any other error means the context is broken (a sticky fault): nothing will run
+         * any more, so the memory cannot be touched either. */
+    }
+    f->done = true;
+    return TS_OK;
+}
+
+static int cb_fence_wait(void *ctx, ts_fence fence)
+{
+    ts_cuda_backend *b = ctx;
+    cuda_fence *f = (cuda_fence *)(uintptr_t)fence;
+    if (f->done)
+        return TS_OK;
+    if (ts_capture_underway())
+        return TS_EAGAIN;
+    if (f->sync)
+        return cb_fence_query(ctx, fence);
+    for (uint32_t i = 0; i < f->nevents; i++)
+        ts_real.cuEventSynchronize(f->events[i]);
+    f->done = true;
+    (void)b;
+    return TS_OK;
+}
+
+static void cb_fence_release(void *ctx, ts_fence fence)
+{
+    fence_put(ctx, (cuda_fence *)(uintptr_t)fence);
+}
+
+/* --- virtual memory ------------------------------------------------------------------------------ */
+
+static void alloc_prop(const ts_cuda_backend *b, CUmemAllocationProp *prop)
+{
+    memset(prop, 0, sizeof *prop);
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = b->dev;
+}
+
+static int cb_vm_granularity(void *ctx, size_t *gran)
+{
+    ts_cuda_backend *b = ctx;
+    CUmemAllocationProp prop;
+    alloc_prop(b, &prop);
+    return cu_status(ts_real.cuMemGetAllocationGranularity(gran, &prop,
+                                                           CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+}
+
+static int cb_vm_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    (void)ctx;
+    CUdeviceptr va = 0;
+    CUresult r = ts_real.cuMemAddressReserve(&va, size, 0, 0, 0);
+    if (r != CUDA_SUCCESS)
+        return cu_status(r);
+    *out = (uintptr_t)va;
+    return TS_OK;
+}
+
+static int cb_vm_release(void *ctx, uintptr_t va, size_t size)
+{
+    (void)ctx;
+    return cu_status(ts_real.cuMemAddressFree((CUdeviceptr)va, size));
+}
+
+static int cb_vm_create(void *ctx, size_t size, uint64_t *out)
+{
+    ts_cuda_backend *b = ctx;
+    CUmemAllocationProp prop;
+    alloc_prop(b, &prop);
+    CUmemGenericAllocationHandle h = 0;
+    capture_relax r;
+    relax_begin(&r);
+    CUresult res = ts_real.cuMemCreate(&h, size, &prop, 0);
+    relax_end(&r);
+    if (res != CUDA_SUCCESS)
+        return cu_status(res);
+    *out = (uint64_t)h;
+    return TS_OK;
+}
+
+static int cb_vm_destroy(void *ctx, uint64_t handle)
+{
+    (void)ctx;
+    return cu_status(ts_real.cuMemRelease((CUmemGenericAllocationHandle)handle));
+}
+
+static int cb_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
+{
+    ts_cuda_backend *b = ctx;
+    CUresult r = ts_real.cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
+    if (r != CUDA_SUCCESS)
+        return cu_status(r);
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = b->dev;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = ts_real.cuMemSetAccess((CUdeviceptr)va, size, &access, 1);
+    if (r != CUDA_SUCCESS) {
+        /* Never leave a mapping the core does not know about (PyTorch issue #188008). */
+        ts_real.cuMemUnmap((CUdeviceptr)va, size);
+        return cu_status(r);
+    }
+    return TS_OK;
+}
+
+static int cb_vm_unmap(void *ctx, uintptr_t va, size_t size)
+{
+    (void)ctx;
+    return cu_status(ts_real.cuMemUnmap((CUdeviceptr)va, size));
+}
+
+/* --- construction -------------------------------------------------------------------------------- */
+
+ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_backend *out)
+{
+    ts_cuda_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->ctx = ctx;
+    b->dev = dev;
+    b->mode = ts_shim_config()->reuse_fence;
+    memset(out, 0, sizeof *out);
+    out->ctx = b;
+    out->seg_alloc = cb_seg_alloc;
+    out->seg_free = cb_seg_free;
+    out->mem_info = cb_mem_info;
+    out->synchronize = cb_synchronize;
+    out->capture_active = cb_capture_active;
+    if (ts_real.cuEventCreate && ts_real.cuEventRecord && ts_real.cuEventQuery &&
+        ts_real.cuEventSynchronize) {
+        out->fence_record = cb_fence_record;
+        out->fence_query = cb_fence_query;
+        out->fence_wait = cb_fence_wait;
+        out->fence_release = cb_fence_release;
+    }
+    if (ts_real.cuMemAddressReserve && ts_real.cuMemAddressFree && ts_real.cuMemCreate &&
+        ts_real.cuMemRelease && ts_real.cuMemMap && ts_real.cuMemUnmap &&
+        ts_real.cuMemSetAccess && ts_real.cuMemGetAllocationGranularity) {
+        out->vm_granularity = cb_vm_granularity;
+        out->vm_reserve = cb_vm_reserve;
+        out->vm_release = cb_vm_release;
+        out->vm_create = cb_vm_create;
+        out->vm_destroy = cb_vm_destroy;
+        out->vm_map = cb_vm_map;
+        out->vm_unmap = cb_vm_unmap;
+    }
+    return b;
+}
+
+void ts_cuda_backend_forget(ts_cuda_backend *b)
+{
+    /* The events died with the context: drop the handles without calling the driver. */
+    b->nevents = 0;
+    cuda_fence *f = b->fences_all;
+    while (f) {
+        cuda_fence *next = f->next_all;
+        free(f);
+        f = next;
+    }
+    b->fences_all = NULL;
+    b->fence_pool = NULL;
+}
+
+void ts_cuda_backend_rebind(ts_cuda_backend *b, CUcontext ctx, CUdevice dev)
+{
+    ts_cuda_backend_forget(b);
+    b->ctx = ctx;
+    b->dev = dev;
+}

@@ -1,0 +1,380 @@
+/* Process life: configuration at load time, one allocator per CUDA context, the stats page,
+ * out-of-memory reports, fork and exit.
+ *
+ * The context table: entries are created on first use of a context and never freed (a pointer
+ * to an entry may be held by a hook running on another thread). When a context dies (cuCtxDestroy,
+ * a primary context reset), its allocator forgets its memory without touching the device and the
+ * entry becomes free for the next context of the same device, allocator and all.
+ *
+ * Lock order: table_lock, then an allocator's mutex. The fast path takes neither: it reads the
+ * calling thread's last entry, checks it against the current context, and calls the core.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/statspage.h"
+#include "shim/shim.h"
+
+#define MAX_CONTEXTS 256
+#define STATS_PUBLISH_EVERY 64 /* ops between segment-map refreshes */
+
+typedef struct ctx_entry {
+    CUcontext ctx; /* NULL: free (or dead); read without the lock */
+    CUdevice dev;
+    bool primary;
+    bool used;     /* has an allocator (alive or dead) */
+    ts_allocator *a;
+    ts_cuda_backend *be;
+    int slot;      /* stats page slot, < 0 when none */
+} ctx_entry;
+
+static ctx_entry table[MAX_CONTEXTS];
+static int table_used; /* entries [0, table_used) have been used */
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread ctx_entry *tls_last __attribute__((tls_model("initial-exec")));
+
+static ts_config g_cfg;
+static bool g_active;
+static const char *g_source;
+static char g_warnings[2048];
+static size_t g_warnings_len;
+static bool g_announced;
+
+static ts_statspage *g_page;
+static bool g_page_tried;
+static pthread_mutex_t page_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const ts_config *ts_shim_config(void)
+{
+    return &g_cfg;
+}
+
+bool ts_shim_active(void)
+{
+    return g_active;
+}
+
+/* --- load time ------------------------------------------------------------------------------- */
+
+static void warn_collect(void *user, const char *message)
+{
+    (void)user;
+    int n = snprintf(g_warnings + g_warnings_len, sizeof g_warnings - g_warnings_len, "%s\n",
+                     message);
+    if (n > 0 && (size_t)n < sizeof g_warnings - g_warnings_len)
+        g_warnings_len += (size_t)n;
+}
+
+static void fork_prepare(void);
+static void fork_parent(void);
+static void fork_child(void);
+
+/* Runs when the library is loaded, before main: no CUDA here, only the configuration, so that a
+ * bad TESSERA_ALLOC_CONF stops the program before it runs rather than half-way through. */
+__attribute__((constructor)) static void shim_load(void)
+{
+    ts_config_diag diag;
+    if (ts_config_from_env(&g_cfg, &g_source, &diag, warn_collect, NULL) != 0) {
+        ts_log("%s", diag.message);
+        ts_log("stopping before the program starts (fix or unset TESSERA_ALLOC_CONF; "
+               "keys are listed in docs/configuration.md)");
+        _exit(1);
+    }
+    g_active = g_cfg.caching && g_cfg.backend == TS_BACKEND_NATIVE;
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* Said once, by the first allocator: only processes that use CUDA talk. */
+static void announce(void)
+{
+    if (g_announced)
+        return;
+    g_announced = true;
+    if (g_warnings_len) {
+        char *save = NULL;
+        for (char *line = strtok_r(g_warnings, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+            ts_log("%s", line);
+    }
+    if (g_cfg.verbose) {
+        char text[2048];
+        ts_config_format(&g_cfg, text, sizeof text);
+        ts_log("configuration from %s: %s", g_source ? g_source : "defaults", text);
+    }
+}
+
+/* --- the stats page ---------------------------------------------------------------------------- */
+
+static void shim_exit(void)
+{
+    ts_statspage *p = __atomic_exchange_n(&g_page, NULL, __ATOMIC_ACQ_REL);
+    ts_statspage_close(p, true);
+}
+
+static ts_statspage *page_get(void)
+{
+    if (!g_cfg.stats)
+        return NULL;
+    pthread_mutex_lock(&page_lock);
+    if (!g_page && !g_page_tried) {
+        g_page_tried = true;
+        char conf[2048], err[320];
+        ts_config_format(&g_cfg, conf, sizeof conf);
+        ts_statspage *p = NULL;
+        int rc = ts_statspage_create(NULL, conf, &p, err, sizeof err);
+        if (rc == 0) {
+            g_page = p;
+            atexit(shim_exit);
+        } else {
+            ts_log("no stats page (%s); counters stay private to the process", err);
+        }
+    }
+    ts_statspage *p = g_page;
+    pthread_mutex_unlock(&page_lock);
+    return p;
+}
+
+/* --- the context table ---------------------------------------------------------------------- */
+
+static ctx_entry *table_find(CUcontext ctx)
+{
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (__atomic_load_n(&table[i].ctx, __ATOMIC_ACQUIRE) == ctx)
+            return &table[i];
+    return NULL;
+}
+
+static bool context_is_primary(CUcontext ctx, CUdevice dev)
+{
+    CUcontext primary = NULL;
+    if (!ts_real.cuDevicePrimaryCtxRetain || !ts_real.cuDevicePrimaryCtxRelease_v2)
+        return false;
+    if (ts_real.cuDevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS)
+        return false;
+    ts_real.cuDevicePrimaryCtxRelease_v2(dev);
+    return primary == ctx;
+}
+
+static ctx_entry *table_create(CUcontext ctx)
+{
+    CUdevice dev = 0;
+    if (ts_real.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+        return NULL;
+    pthread_mutex_lock(&table_lock);
+    ctx_entry *e = table_find(ctx);
+    if (e) {
+        pthread_mutex_unlock(&table_lock);
+        return e;
+    }
+    announce();
+    /* A dead entry of the same device is revived with its (empty) allocator. */
+    for (int i = 0; i < table_used && !e; i++)
+        if (table[i].used && table[i].ctx == NULL && table[i].dev == dev && table[i].a)
+            e = &table[i];
+    if (e) {
+        ts_cuda_backend_rebind(e->be, ctx, dev);
+    } else {
+        if (table_used == MAX_CONTEXTS) {
+            pthread_mutex_unlock(&table_lock);
+            ts_log_once(&table, "more than %d CUDA contexts: the others are not cached",
+                        MAX_CONTEXTS);
+            return NULL;
+        }
+        e = &table[table_used];
+        ts_backend be;
+        e->be = ts_cuda_backend_create(ctx, dev, &be);
+        ts_stats_sink sink = {NULL, NULL};
+        ts_statspage *page = page_get();
+        e->slot = page ? ts_statspage_claim(page, (int)dev, (uint64_t)(uintptr_t)ctx, &sink) : -1;
+        e->a = e->be ? ts_allocator_create(&g_cfg, &be, (int)dev, sink) : NULL;
+        if (!e->a) {
+            pthread_mutex_unlock(&table_lock);
+            ts_log_once(&table_create, "cannot create an allocator (out of host memory)");
+            return NULL;
+        }
+        if (page && e->slot >= 0)
+            ts_allocator_set_observer(e->a, ts_statspage_observer,
+                                      ts_statspage_observer_user(page, e->slot),
+                                      STATS_PUBLISH_EVERY);
+        e->used = true;
+        __atomic_store_n(&table_used, table_used + 1, __ATOMIC_RELEASE);
+    }
+    e->dev = dev;
+    e->primary = context_is_primary(ctx, dev);
+    __atomic_store_n(&e->ctx, ctx, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&table_lock);
+    return e;
+}
+
+ts_allocator *ts_ctx_allocator(CUcontext *ctx_out)
+{
+    CUcontext ctx = NULL;
+    if (ts_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
+        *ctx_out = NULL;
+        return NULL;
+    }
+    *ctx_out = ctx;
+    ctx_entry *e = tls_last;
+    if (!e || __atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) != ctx) {
+        e = table_find(ctx);
+        if (!e)
+            e = table_create(ctx);
+        if (!e)
+            return NULL;
+        tls_last = e;
+    }
+    return e->a;
+}
+
+int ts_ctx_free(uintptr_t ptr, size_t *requested)
+{
+    ctx_entry *first = tls_last;
+    if (first && first->a) {
+        int rc = ts_free_ex(first->a, ptr, requested);
+        if (rc != TS_ENOTFOUND)
+            return rc;
+    }
+    /* Not the thread's usual context: another device's pointer, or a foreign one. */
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        ctx_entry *e = &table[i];
+        if (e == first || !__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE))
+            continue;
+        int rc = ts_free_ex(e->a, ptr, requested);
+        if (rc != TS_ENOTFOUND)
+            return rc;
+    }
+    return TS_ENOTFOUND;
+}
+
+int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk)
+{
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        ctx_entry *e = &table[i];
+        if (__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) && ts_lookup(e->a, ptr, seg, blk) == TS_OK)
+            return TS_OK;
+    }
+    return TS_ENOTFOUND;
+}
+
+static void entry_forget(ctx_entry *e)
+{
+    /* Remove the entry from lookups first, then drop the memory the context took with it. */
+    __atomic_store_n(&e->ctx, NULL, __ATOMIC_RELEASE);
+    ts_allocator_forget_all(e->a);
+    ts_cuda_backend_forget(e->be);
+}
+
+void ts_ctx_forget(CUcontext ctx)
+{
+    if (!ctx)
+        return;
+    pthread_mutex_lock(&table_lock);
+    ctx_entry *e = table_find(ctx);
+    if (e)
+        entry_forget(e);
+    pthread_mutex_unlock(&table_lock);
+}
+
+void ts_ctx_forget_primary(CUdevice dev)
+{
+    pthread_mutex_lock(&table_lock);
+    for (int i = 0; i < table_used; i++) {
+        ctx_entry *e = &table[i];
+        if (e->ctx && e->primary && e->dev == dev)
+            entry_forget(e);
+    }
+    pthread_mutex_unlock(&table_lock);
+}
+
+bool ts_ctx_meminfo(size_t *cached, size_t *reserved, size_t *cap)
+{
+    CUcontext ctx = NULL;
+    if (ts_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return false;
+    ctx_entry *e = table_find(ctx);
+    if (!e)
+        return false;
+    *cached = ts_cached_bytes(e->a);
+    *reserved = ts_reserved_bytes(e->a);
+    *cap = ts_allocator_cap(e->a);
+    return true;
+}
+
+void ts_ctx_count_passthrough(void)
+{
+    /* Counted on the thread's last allocator, when it has one: a page reader then sees how
+     * many calls tessera left to the driver. */
+    ctx_entry *e = tls_last;
+    if (e && e->a)
+        ts_note_passthrough(e->a);
+}
+
+/* --- out of memory ------------------------------------------------------------------------------ */
+
+static pthread_mutex_t oom_lock = PTHREAD_MUTEX_INITIALIZER;
+static time_t oom_last;
+static unsigned oom_suppressed;
+
+void ts_report_oom(const ts_oom_info *oom)
+{
+    if (!g_cfg.oom_report)
+        return;
+    /* At most one line a second: a program retrying in a loop must not flood its log. */
+    pthread_mutex_lock(&oom_lock);
+    time_t now = time(NULL);
+    if (oom_last == now) {
+        oom_suppressed++;
+        pthread_mutex_unlock(&oom_lock);
+        return;
+    }
+    unsigned suppressed = oom_suppressed;
+    oom_suppressed = 0;
+    oom_last = now;
+    pthread_mutex_unlock(&oom_lock);
+    char line[768];
+    ts_format_oom(oom, line, sizeof line);
+    if (suppressed)
+        ts_log("%s (%u more out-of-memory reports suppressed)", line, suppressed);
+    else
+        ts_log("%s", line);
+}
+
+/* --- fork ----------------------------------------------------------------------------------------- */
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&table_lock);
+    pthread_mutex_lock(&page_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&page_lock);
+    pthread_mutex_unlock(&table_lock);
+}
+
+/* The child starts clean: CUDA is unusable after fork, the parent's cache is not the child's,
+ * and the parent's page must be neither written nor removed by the child. Entries are dropped
+ * without touching their allocators (their mutexes may have been held by threads that do not
+ * exist in the child). */
+static void fork_child(void)
+{
+    pthread_mutex_init(&table_lock, NULL);
+    pthread_mutex_init(&page_lock, NULL);
+    pthread_mutex_init(&oom_lock, NULL);
+    memset(table, 0, sizeof table);
+    table_used = 0;
+    tls_last = NULL;
+    ts_statspage_forget(g_page);
+    g_page = NULL;
+    g_page_tried = false;
+    ts_streams_reset_after_fork();
+    ts_trace_after_fork();
+}

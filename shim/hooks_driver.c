@@ -1,0 +1,350 @@
+/* Driver-level hooks. Reached three ways: cuGetProcAddress (every cudart, static or shared, asks
+ * it for its whole table through the pointer it got from dlsym, which tessera wraps), dlsym on a
+ * libcuda handle (old runtimes, libraries that resolve entry points themselves), and the exported
+ * symbols below (programs linked with -lcuda). Each hook: lazy init, pick the allocator, call the
+ * core, return. */
+#include <string.h>
+
+#include "shim/shim.h"
+
+#define HOOK_READY() (ts_driver_ready() || ts_driver_init(true, true))
+
+static bool hook_pass(const ts_tls *t)
+{
+    return t->depth > 0 || !ts_shim_active();
+}
+
+/* --- allocation ---------------------------------------------------------------------------- */
+
+CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size)
+{
+    ts_tls *t = ts_tls_get();
+    if (t->force_result) {
+        /* tessera's runtime hook asked cudart to record this failure as its last error */
+        CUresult r = (CUresult)t->force_result;
+        t->force_result = 0;
+        return r;
+    }
+    if (!HOOK_READY())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (hook_pass(t) || !dptr || size == 0)
+        return ts_real.cuMemAlloc_v2(dptr, size); /* the driver's own answer, errors included */
+    CUcontext ctx;
+    ts_allocator *a = ts_ctx_allocator(&ctx);
+    if (!a)
+        return ts_real.cuMemAlloc_v2(dptr, size);
+    uintptr_t p = 0;
+    ts_oom_info oom;
+    int rc = ts_malloc_ex(a, size, 0, &p, &oom);
+    if (rc == TS_OK) {
+        *dptr = (CUdeviceptr)p;
+        ts_trace_alloc(p, size, false);
+        return CUDA_SUCCESS;
+    }
+    ts_trace_alloc(0, size, true);
+    ts_report_oom(&oom);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult ts_driver_free(CUdeviceptr dptr)
+{
+    ts_tls *t = ts_tls_get();
+    if (t->force_result) {
+        CUresult r = (CUresult)t->force_result;
+        t->force_result = 0;
+        return r;
+    }
+    if (!HOOK_READY())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (hook_pass(t) || dptr == 0)
+        return ts_real.cuMemFree_v2(dptr);
+    size_t size = 0;
+    int rc = ts_ctx_free((uintptr_t)dptr, &size);
+    if (rc == TS_OK) {
+        ts_trace_free((uintptr_t)dptr, size);
+        return CUDA_SUCCESS;
+    }
+    if (rc == TS_EINVAL) {
+        /* Inside a tessera segment but not a live allocation: never forward it, the driver
+         * would free the whole segment under other allocations. */
+        ts_log_once(&ts_driver_free, "invalid free of %#llx: double free or a pointer inside an "
+                                     "allocation (returned CUDA_ERROR_INVALID_VALUE; further "
+                                     "invalid frees are counted in num_invalid_frees)",
+                    (unsigned long long)dptr);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    ts_ctx_count_passthrough();
+    return ts_real.cuMemFree_v2(dptr); /* not ours: allocated before tessera, or elsewhere */
+}
+
+void ts_meminfo_adjust(size_t *free_bytes, size_t *total)
+{
+    size_t cached = 0, reserved = 0, cap = 0, f = 0, tot = 0;
+    if ((!free_bytes && !total) || !ts_ctx_meminfo(&cached, &reserved, &cap))
+        return;
+    if (ts_real.cuMemGetInfo_v2(&f, &tot) != CUDA_SUCCESS)
+        return;
+    /* Cached-but-unused bytes are free for the program: tessera gives them back on demand. With
+     * a cap, the device looks as large as the cap. Never underflows. */
+    size_t in_use = reserved > cached ? reserved - cached : 0;
+    size_t t_adj = (cap && cap < tot) ? cap : tot;
+    size_t f_adj = f + cached;
+    if (f_adj > t_adj)
+        f_adj = t_adj;
+    if (cap) {
+        size_t room = cap > in_use ? cap - in_use : 0;
+        if (f_adj > room)
+            f_adj = room;
+    }
+    if (free_bytes)
+        *free_bytes = f_adj;
+    if (total)
+        *total = t_adj;
+}
+
+static CUresult hook_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
+{
+    return ts_driver_alloc(dptr, size);
+}
+
+static CUresult hook_cuMemFree_v2(CUdeviceptr dptr)
+{
+    return ts_driver_free(dptr);
+}
+
+static CUresult hook_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    if (!HOOK_READY())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuMemGetInfo_v2(free_bytes, total);
+    if (r == CUDA_SUCCESS && !hook_pass(ts_tls_get()))
+        ts_meminfo_adjust(free_bytes, total);
+    return r;
+}
+
+/* --- streams and captures (what the reuse fences must cover) -------------------------------- */
+
+static void stream_note(CUresult r, CUstream *ph, unsigned int flags)
+{
+    CUcontext ctx = NULL;
+    if (r == CUDA_SUCCESS && ph && ts_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS)
+        ts_streams_add(*ph, ctx, flags);
+}
+
+static CUresult hook_cuStreamCreate(CUstream *ph, unsigned int flags)
+{
+    if (!HOOK_READY() || !ts_real.cuStreamCreate)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuStreamCreate(ph, flags);
+    stream_note(r, ph, flags);
+    return r;
+}
+
+static CUresult hook_cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
+{
+    if (!HOOK_READY() || !ts_real.cuStreamCreateWithPriority)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuStreamCreateWithPriority(ph, flags, priority);
+    stream_note(r, ph, flags);
+    return r;
+}
+
+static CUresult hook_cuStreamDestroy_v2(CUstream s)
+{
+    if (!HOOK_READY() || !ts_real.cuStreamDestroy_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    ts_streams_remove(s);
+    return ts_real.cuStreamDestroy_v2(s);
+}
+
+static CUresult hook_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
+{
+    if (!HOOK_READY() || !ts_real.cuStreamBeginCapture_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuStreamBeginCapture_v2(s, mode);
+    if (r == CUDA_SUCCESS)
+        ts_capture_begin(s);
+    return r;
+}
+
+static CUresult hook_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
+{
+    if (!HOOK_READY() || !ts_real.cuStreamBeginCapture_v2_ptsz)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuStreamBeginCapture_v2_ptsz(s, mode);
+    if (r == CUDA_SUCCESS)
+        ts_capture_begin(s);
+    return r;
+}
+
+static CUresult hook_cuStreamEndCapture(CUstream s, CUgraph *g)
+{
+    if (!HOOK_READY() || !ts_real.cuStreamEndCapture)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuStreamEndCapture(s, g);
+    ts_capture_end(s); /* the capture is over whatever the result (invalidated ones too) */
+    return r;
+}
+
+static CUresult hook_cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
+{
+    if (!HOOK_READY() || !ts_real.cuStreamEndCapture_ptsz)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuStreamEndCapture_ptsz(s, g);
+    ts_capture_end(s);
+    return r;
+}
+
+/* --- contexts dying ------------------------------------------------------------------------------ */
+
+static CUresult hook_cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    if (!HOOK_READY() || !ts_real.cuDevicePrimaryCtxReset_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    ts_ctx_forget_primary(dev); /* its memory is about to vanish: no double frees later */
+    return ts_real.cuDevicePrimaryCtxReset_v2(dev);
+}
+
+static CUresult hook_cuCtxDestroy_v2(CUcontext ctx)
+{
+    if (!HOOK_READY() || !ts_real.cuCtxDestroy_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    ts_ctx_forget(ctx);
+    return ts_real.cuCtxDestroy_v2(ctx);
+}
+
+/* --- IPC --------------------------------------------------------------------------------------- */
+
+/* A handle names a whole driver allocation: for a block in the middle of a tessera segment the
+ * importing process would map the segment's base, not the block. Refuse, and say why. A block
+ * at its segment's base is exported as is: the importer maps it at offset 0 (it can also see the
+ * rest of the segment, as with PyTorch's own IPC). */
+static CUresult hook_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
+{
+    if (!HOOK_READY() || !ts_real.cuIpcGetMemHandle)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    ts_segment_info seg;
+    ts_block_info blk;
+    if (ts_shim_active() && ts_ctx_lookup((uintptr_t)dptr, &seg, &blk) == TS_OK &&
+        (uintptr_t)dptr != seg.addr) {
+        ts_log("cuIpcGetMemHandle/cudaIpcGetMemHandle on %#llx, %llu bytes into a tessera segment: "
+               "another process would map the segment's start instead; refused with "
+               "CUDA_ERROR_INVALID_VALUE. Export a pointer you got from cudaMalloc that starts a "
+               "segment (allocations of 1 MiB+ with max_split_size_mb set get their own), or run "
+               "the exporting process with TESSERA_ALLOC_CONF=caching:False",
+               (unsigned long long)dptr, (unsigned long long)((uintptr_t)dptr - seg.addr));
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return ts_real.cuIpcGetMemHandle(h, dptr);
+}
+
+/* --- cuGetProcAddress ---------------------------------------------------------------------------- */
+
+static void gpa_fix(const char *symbol, void **pfn, int version)
+{
+    if (!symbol || !pfn || !*pfn)
+        return;
+    if (!ts_driver_ready())
+        ts_driver_init(false, true);
+    if (strcmp(symbol, "cuGetProcAddress") == 0)
+        *pfn = version >= 12000 ? (void *)ts_gpa_v2_wrapper : (void *)ts_gpa_v1_wrapper;
+    else
+        *pfn = ts_route(*pfn);
+}
+
+CUresult ts_gpa_v2_wrapper(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                           CUdriverProcAddressQueryResult *status)
+{
+    ts_gpa_v2_fn real = __atomic_load_n(&ts_real.cuGetProcAddress_v2, __ATOMIC_ACQUIRE);
+    if (!real) {
+        ts_driver_init(true, true);
+        real = __atomic_load_n(&ts_real.cuGetProcAddress_v2, __ATOMIC_ACQUIRE);
+        if (!real)
+            return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    CUresult r = real(symbol, pfn, cudaVersion, flags, status);
+    if (r == CUDA_SUCCESS)
+        gpa_fix(symbol, pfn, cudaVersion);
+    return r;
+}
+
+CUresult ts_gpa_v1_wrapper(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    ts_gpa_v1_fn real = __atomic_load_n(&ts_real.cuGetProcAddress_v1, __ATOMIC_ACQUIRE);
+    if (!real) {
+        ts_driver_init(true, true);
+        real = __atomic_load_n(&ts_real.cuGetProcAddress_v1, __ATOMIC_ACQUIRE);
+        if (!real)
+            return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    CUresult r = real(symbol, pfn, cudaVersion, flags);
+    if (r == CUDA_SUCCESS)
+        gpa_fix(symbol, pfn, cudaVersion);
+    return r;
+}
+
+/* --- the table routing maps real pointers into ------------------------------------------------ */
+
+#define HOOK(sym, exp, ver, ptsz, fn, real)                                                        \
+    {sym, exp, ver, ptsz, (void *)(fn), (void **)&ts_real.real}
+
+static const ts_hook_entry hook_table[] = {
+    HOOK("cuMemAlloc", "cuMemAlloc_v2", 3020, false, hook_cuMemAlloc_v2, cuMemAlloc_v2),
+    HOOK("cuMemFree", "cuMemFree_v2", 3020, false, hook_cuMemFree_v2, cuMemFree_v2),
+    HOOK("cuMemGetInfo", "cuMemGetInfo_v2", 3020, false, hook_cuMemGetInfo_v2, cuMemGetInfo_v2),
+    HOOK("cuStreamCreate", "cuStreamCreate", 2000, false, hook_cuStreamCreate, cuStreamCreate),
+    HOOK("cuStreamCreateWithPriority", "cuStreamCreateWithPriority", 5050, false,
+         hook_cuStreamCreateWithPriority, cuStreamCreateWithPriority),
+    HOOK("cuStreamDestroy", "cuStreamDestroy_v2", 4000, false, hook_cuStreamDestroy_v2,
+         cuStreamDestroy_v2),
+    HOOK("cuStreamBeginCapture", "cuStreamBeginCapture_v2", 10010, false,
+         hook_cuStreamBeginCapture_v2, cuStreamBeginCapture_v2),
+    HOOK("cuStreamBeginCapture", "cuStreamBeginCapture_v2_ptsz", 10010, true,
+         hook_cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2_ptsz),
+    HOOK("cuStreamEndCapture", "cuStreamEndCapture", 10000, false, hook_cuStreamEndCapture,
+         cuStreamEndCapture),
+    HOOK("cuStreamEndCapture", "cuStreamEndCapture_ptsz", 10000, true,
+         hook_cuStreamEndCapture_ptsz, cuStreamEndCapture_ptsz),
+    HOOK("cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2", 11000, false,
+         hook_cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_v2),
+    HOOK("cuCtxDestroy", "cuCtxDestroy_v2", 4000, false, hook_cuCtxDestroy_v2, cuCtxDestroy_v2),
+    HOOK("cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, false, hook_cuIpcGetMemHandle,
+         cuIpcGetMemHandle),
+};
+
+const ts_hook_entry *ts_hook_table(size_t *n)
+{
+    *n = sizeof hook_table / sizeof hook_table[0];
+    return hook_table;
+}
+
+/* --- exported symbols, for programs linked with -lcuda and lookups that find them first ------ */
+
+#undef cuGetProcAddress
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g);
+
+#define EXPORT_ALIAS(target) __attribute__((alias(#target), visibility("default")))
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) EXPORT_ALIAS(hook_cuMemAlloc_v2);
+CUresult cuMemFree_v2(CUdeviceptr dptr) EXPORT_ALIAS(hook_cuMemFree_v2);
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) EXPORT_ALIAS(hook_cuMemGetInfo_v2);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status)
+    EXPORT_ALIAS(ts_gpa_v2_wrapper);
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+    EXPORT_ALIAS(ts_gpa_v1_wrapper);
+CUresult cuStreamCreate(CUstream *ph, unsigned int flags) EXPORT_ALIAS(hook_cuStreamCreate);
+CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
+    EXPORT_ALIAS(hook_cuStreamCreateWithPriority);
+CUresult cuStreamDestroy_v2(CUstream s) EXPORT_ALIAS(hook_cuStreamDestroy_v2);
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
+    EXPORT_ALIAS(hook_cuStreamBeginCapture_v2);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
+    EXPORT_ALIAS(hook_cuStreamBeginCapture_v2_ptsz);
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g) EXPORT_ALIAS(hook_cuStreamEndCapture);
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) EXPORT_ALIAS(hook_cuStreamEndCapture_ptsz);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) EXPORT_ALIAS(hook_cuDevicePrimaryCtxReset_v2);
+CUresult cuCtxDestroy_v2(CUcontext ctx) EXPORT_ALIAS(hook_cuCtxDestroy_v2);
+CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr) EXPORT_ALIAS(hook_cuIpcGetMemHandle);

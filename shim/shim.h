@@ -1,0 +1,196 @@
+/* The interposer's internals: shared between the files of shim/. Nothing here is exported.
+ *
+ * Layers, outermost first:
+ *   dlsym.c           the dlsym interposer: hands out our cuGetProcAddress wrappers
+ *   hooks_driver.c    cuGetProcAddress(_v2) wrappers and the driver hooks (exported too)
+ *   hooks_runtime.c   cudaMalloc, cudaFree, cudaMemGetInfo, ... (shared cudart only)
+ *   context.c         CUDA context -> allocator; page, trace, fork and exit handling
+ *   backend_cuda.c    the core's backend over the real driver; fences on tracked streams
+ *   streams.c         which non-blocking streams exist, and whether a capture is underway
+ *   real.c            the real dlsym, the real driver entry points, the routing table
+ *
+ * Hooks stay thin: lazy init, pick the allocator, call the core, return. tessera's own driver
+ * calls always go through the real pointers resolved here, never through an exported name, so
+ * they never re-enter a hook.
+ */
+#ifndef TS_SHIM_H
+#define TS_SHIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include "config/config.h"
+#include "core/allocator.h"
+
+#define TS_HIDDEN __attribute__((visibility("hidden")))
+#define TS_EXPORT __attribute__((visibility("default")))
+
+/* The old 4-argument cuGetProcAddress ABI (CUDA 11.3 - 11.8). */
+typedef CUresult (*ts_gpa_v1_fn)(const char *symbol, void **pfn, int cudaVersion,
+                                 cuuint64_t flags);
+typedef CUresult (*ts_gpa_v2_fn)(const char *symbol, void **pfn, int cudaVersion,
+                                 cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+
+/* The real driver, as resolved from libcuda.so.1 itself. Optional entries may be NULL. */
+typedef struct ts_real_driver {
+    ts_gpa_v2_fn cuGetProcAddress_v2;
+    ts_gpa_v1_fn cuGetProcAddress_v1; /* the 4-argument export "cuGetProcAddress" */
+    CUresult (*cuDriverGetVersion)(int *);
+    CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree_v2)(CUdeviceptr);
+    CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuCtxDestroy_v2)(CUcontext);
+    CUresult (*cuDeviceTotalMem_v2)(size_t *, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRelease_v2)(CUdevice);
+    CUresult (*cuDevicePrimaryCtxReset_v2)(CUdevice);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventDestroy_v2)(CUevent);
+    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+    CUresult (*cuStreamCreateWithPriority)(CUstream *, unsigned int, int);
+    CUresult (*cuStreamDestroy_v2)(CUstream);
+    CUresult (*cuStreamBeginCapture_v2)(CUstream, CUstreamCaptureMode);
+    CUresult (*cuStreamBeginCapture_v2_ptsz)(CUstream, CUstreamCaptureMode);
+    CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*cuStreamEndCapture_ptsz)(CUstream, CUgraph *);
+    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
+    CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
+                                    unsigned long long);
+    CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+    CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                            unsigned long long);
+    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+    CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                         unsigned long long);
+    CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
+    CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *,
+                                              CUmemAllocationGranularity_flags);
+} ts_real_driver;
+
+extern TS_HIDDEN ts_real_driver ts_real;
+
+/* --- real.c ---------------------------------------------------------------------------------- */
+
+/* The real dlsym (glibc's), resolved with dlvsym so it is never our own. */
+TS_HIDDEN void *ts_real_dlsym(void *handle, const char *name);
+
+/* Resolve the driver (dlopen libcuda.so.1 when load is true and it is not loaded yet), fill
+ * ts_real and the routing table. Idempotent and thread-safe. Returns true when the driver is
+ * usable. Never waits for another thread's initialisation when called with wait false. */
+TS_HIDDEN bool ts_driver_init(bool load, bool wait);
+TS_HIDDEN bool ts_driver_ready(void);
+
+/* Our hook for a real driver function pointer, by identity; fn itself when not hooked. */
+TS_HIDDEN void *ts_route(void *fn);
+
+/* Remember a real cuGetProcAddress pointer seen through dlsym before initialisation. */
+TS_HIDDEN void ts_real_note_gpa(void *fn, bool v2);
+
+/* --- per-thread state ----------------------------------------------------------------------- */
+
+typedef struct ts_tls {
+    int depth;         /* > 0 while tessera itself calls into CUDA: hooks pass straight through */
+    int force_result;  /* a CUresult the next cuMemAlloc_v2 / cuMemFree_v2 hook returns as is */
+    bool in_init;      /* this thread is initialising tessera */
+} ts_tls;
+
+TS_HIDDEN ts_tls *ts_tls_get(void);
+
+/* --- hooks_driver.c -------------------------------------------------------------------------- */
+
+/* The wrappers handed out for cuGetProcAddress (v1: 4 arguments, v2: 5). */
+TS_HIDDEN CUresult ts_gpa_v1_wrapper(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags);
+TS_HIDDEN CUresult ts_gpa_v2_wrapper(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+
+/* The hook table routing maps real pointers into (see real.c). */
+typedef struct ts_hook_entry {
+    const char *symbol;  /* base name for cuGetProcAddress */
+    const char *export;  /* the exported (versioned) name in libcuda */
+    int version;         /* the cudaVersion whose ABI the hook implements */
+    bool ptsz;           /* the per-thread-default-stream variant */
+    void *hook;
+    void **real;         /* where the real pointer goes in ts_real */
+} ts_hook_entry;
+
+TS_HIDDEN const ts_hook_entry *ts_hook_table(size_t *n);
+
+/* Driver-level allocation paths, shared with the runtime hooks. */
+TS_HIDDEN CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size);
+TS_HIDDEN CUresult ts_driver_free(CUdeviceptr dptr);
+TS_HIDDEN void ts_meminfo_adjust(size_t *free_bytes, size_t *total);
+
+/* --- context.c ------------------------------------------------------------------------------- */
+
+/* The global configuration (parsed at load time). */
+TS_HIDDEN const ts_config *ts_shim_config(void);
+/* Is tessera serving allocations (caching on, native backend)? */
+TS_HIDDEN bool ts_shim_active(void);
+
+/* The allocator of the current context (created on first use); NULL when there is no current
+ * context or tessera cannot serve it. *ctx_out receives the current context. */
+TS_HIDDEN ts_allocator *ts_ctx_allocator(CUcontext *ctx_out);
+/* The allocator that owns ptr: TS_OK (freed), TS_EINVAL (inside one of ours but not live),
+ * TS_ENOTFOUND (foreign). */
+TS_HIDDEN int ts_ctx_free(uintptr_t ptr, size_t *requested);
+/* Look a pointer up in every allocator. */
+TS_HIDDEN int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk);
+/* A context or a device's primary context is going away: forget its allocator's memory. */
+TS_HIDDEN void ts_ctx_forget(CUcontext ctx);
+TS_HIDDEN void ts_ctx_forget_primary(CUdevice dev);
+/* Bytes cached (reserved, not allocated) and the cap, for the current context. */
+TS_HIDDEN bool ts_ctx_meminfo(size_t *cached, size_t *reserved, size_t *cap);
+/* Count a call forwarded untouched. */
+TS_HIDDEN void ts_ctx_count_passthrough(void);
+/* Report an out-of-memory (rate-limited). */
+TS_HIDDEN void ts_report_oom(const ts_oom_info *oom);
+/* Record an allocation event in the TESSERA_TRACE log (no-op when off). */
+TS_HIDDEN void ts_trace_alloc(uintptr_t ptr, size_t size, bool failed);
+TS_HIDDEN void ts_trace_free(uintptr_t ptr, size_t size);
+TS_HIDDEN void ts_trace_after_fork(void);
+
+/* --- streams.c ------------------------------------------------------------------------------- */
+
+TS_HIDDEN void ts_streams_add(CUstream s, CUcontext ctx, unsigned int flags);
+TS_HIDDEN void ts_streams_remove(CUstream s);
+/* Copy the non-blocking streams of ctx into out (at most max); returns how many there are. */
+TS_HIDDEN size_t ts_streams_nonblocking(CUcontext ctx, CUstream *out, size_t max);
+TS_HIDDEN void ts_capture_begin(CUstream s);
+TS_HIDDEN void ts_capture_end(CUstream s);
+TS_HIDDEN bool ts_capture_underway(void);
+TS_HIDDEN void ts_streams_reset_after_fork(void);
+
+/* --- backend_cuda.c ---------------------------------------------------------------------------- */
+
+typedef struct ts_cuda_backend ts_cuda_backend;
+TS_HIDDEN ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_backend *out);
+/* Drop the backend's events without calling the driver (the context is gone). */
+TS_HIDDEN void ts_cuda_backend_forget(ts_cuda_backend *b);
+/* Point a forgotten backend at a new context (a device's primary context after a reset). */
+TS_HIDDEN void ts_cuda_backend_rebind(ts_cuda_backend *b, CUcontext ctx, CUdevice dev);
+
+/* --- log.c ------------------------------------------------------------------------------------- */
+
+/* One line on stderr, prefixed "tessera: ", formatted on the stack (no allocation), written with
+ * a single write(2). */
+TS_HIDDEN void ts_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same at most once per key per process (key: any stable pointer). */
+TS_HIDDEN void ts_log_once(const void *key, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif /* TS_SHIM_H */
