@@ -53,6 +53,8 @@ typedef struct ts_config {
     bool stitching;             /* map free pages of expandable segments into new ranges */
     size_t stitch_min_block;    /* bytes; requests below this never stitch (default 2 MiB) */
     uint32_t stitch_max_ranges; /* live stitched virtual ranges per device (default 64) */
+    size_t expandable_page;     /* bytes per page of expandable segments; 0: PyTorch's (2 MiB
+                                 * small pool, large_segment_size large pool) */
     bool defragment;            /* tessera's best combination: expandable + stitching */
     bool verbose;               /* print the effective configuration at start-up */
 

@@ -483,31 +483,6 @@ int ts_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out)
 
 /* --- the free path ------------------------------------------------------------------------- */
 
-/* PyTorch's try_merge_blocks: absorb src into dst when src is free. Returns the bytes absorbed. */
-static size_t block_try_merge(ts_allocator *a, ts_block *dst, ts_block *src)
-{
-    if (!src || src->state != TS_BLOCK_FREE)
-        return 0;
-    pool_remove_free(src->seg->pool, src);
-    if (dst->prev == src) {
-        dst->addr = src->addr;
-        dst->prev = src->prev;
-        if (dst->prev)
-            dst->prev->next = dst;
-        else
-            dst->seg->first = dst;
-    } else {
-        dst->next = src->next;
-        if (dst->next)
-            dst->next->prev = dst;
-    }
-    size_t absorbed = src->size;
-    dst->size += absorbed;
-    dst->seg->nblocks--;
-    block_delete(a, src);
-    return absorbed;
-}
-
 void block_free_complete(ts_allocator *a, ts_block *b)
 {
     tessera_device_stats *st = a->st;
@@ -516,9 +491,10 @@ void block_free_complete(ts_allocator *a, ts_block *b)
     const size_t requested = b->requested;
     int64_t net_blocks = 0, net_bytes = 0;
 
+    b->state = TS_BLOCK_FREE; /* merging joins blocks of the same state */
     ts_block *candidates[2] = {b->prev, b->next};
     for (int i = 0; i < 2; i++) {
-        size_t absorbed = block_try_merge(a, b, candidates[i]);
+        size_t absorbed = block_merge(a, b, candidates[i]);
         if (absorbed > 0) {
             net_blocks -= 1;
             net_bytes -= (int64_t)absorbed;

@@ -1,23 +1,306 @@
-/* Expandable segments over the backend's virtual-memory operations (being written). */
+/* Expandable segments: one virtual reservation per (stream, pool), backed page by page.
+ *
+ * PyTorch's design (reference section 8): the reservation spans 1 1/8 of the device's memory, so
+ * pages unmapped early in a segment can be mapped again at its end; allocations tile it from the
+ * low end and merge with their free neighbours; only the final out-of-memory retry and
+ * empty_cache give pages back. Pages are 2 MiB (small pool) or large_segment_size (large pool),
+ * rounded up to the granularity the backend reports (PyTorch assumes it).
+ *
+ * Where tessera differs on purpose:
+ *  - a partial failure while mapping undoes the whole call (PyTorch issue #188008 leaves pages
+ *    mapped that its bookkeeping does not know about);
+ *  - the oversize rules do not apply to expandable blocks (see pool.c);
+ *  - the device is synchronised once per release pass, not once per block.
+ *
+ * Block states in an expandable segment: FREE / ALLOCATED / PENDING blocks are mapped; UNMAPPED
+ * blocks cover whole pages with no memory behind them and sit in the pool's unmapped tree.
+ * Every UNMAPPED block starts and ends on a page boundary.
+ */
+#include <stdlib.h>
+#include <string.h>
+
 #include "core/pool.h"
+
+static size_t es_page_size(const ts_allocator *a, const ts_pool *p)
+{
+    size_t base = a->cfg.expandable_page
+                      ? a->cfg.expandable_page
+                      : (p->small ? TS_SMALL_BUFFER : a->cfg.large_segment_size);
+    size_t g = a->vm_granularity;
+    return (base + g - 1) / g * g;
+}
+
+/* A new reservation for (stream, pool): one UNMAPPED block covering all of it. */
+static ts_block *es_create(ts_allocator *a, ts_pool *p, uint64_t stream)
+{
+    const size_t page = es_page_size(a, p);
+    size_t total = a->device_total ? a->device_total : ((size_t)80 << 30);
+    size_t npages = (total + total / 8 + page - 1) / page;
+    size_t va_size = npages * page;
+
+    ts_segment *seg = ts_slab_alloc(&a->segment_slab);
+    ts_block *b = seg ? block_new(a) : NULL;
+    uint64_t *handles = b ? calloc(npages, sizeof *handles) : NULL;
+    uintptr_t va = 0;
+    if (handles) {
+        backend_enter(a);
+        if (a->be.vm_reserve(a->be.ctx, va_size, &va) != TS_OK)
+            va = 0;
+    }
+    if (!va) {
+        free(handles);
+        if (b)
+            block_delete(a, b);
+        if (seg)
+            ts_slab_free(&a->segment_slab, seg);
+        return NULL;
+    }
+    seg->addr = va;
+    seg->size = va_size;
+    seg->mapped = 0;
+    seg->stream = stream;
+    seg->pool = p;
+    seg->kind = TS_SEGMENT_EXPANDABLE;
+    seg->first = b;
+    seg->nblocks = 1;
+    seg->page_size = page;
+    seg->npages = npages;
+    seg->handles = handles;
+    seg->node.k0 = va;
+    ts_tree_insert(&a->segments, &seg->node);
+
+    b->addr = va;
+    b->size = va_size;
+    b->stream = stream;
+    b->seg = seg;
+    pool_insert_unmapped(p, b);
+    a->observe_now = true;
+    return b;
+}
+
+/* Back pages [first, first + n) with new memory. All or nothing. */
+static bool es_map_pages(ts_allocator *a, ts_segment *seg, size_t first, size_t n)
+{
+    const size_t page = seg->page_size;
+    size_t created = 0, mapped = 0;
+    backend_enter(a);
+    for (; created < n; created++)
+        if (a->be.vm_create(a->be.ctx, page, &seg->handles[first + created]) != TS_OK)
+            break;
+    if (created == n) {
+        for (; mapped < n; mapped++) {
+            uintptr_t va = seg->addr + (first + mapped) * page;
+            if (a->be.vm_map(a->be.ctx, va, page, seg->handles[first + mapped]) != TS_OK)
+                break;
+        }
+    }
+    if (mapped == n)
+        return true;
+    /* Undo this call completely: nothing is left mapped that the blocks do not say. */
+    for (size_t i = 0; i < mapped; i++)
+        a->be.vm_unmap(a->be.ctx, seg->addr + (first + i) * page, page);
+    for (size_t i = 0; i < created; i++) {
+        a->be.vm_destroy(a->be.ctx, seg->handles[first + i]);
+        seg->handles[first + i] = 0;
+    }
+    return false;
+}
+
+/* Give pages [first, first + n) back. The caller synchronised the device. */
+static void es_unmap_pages(ts_allocator *a, ts_segment *seg, size_t first, size_t n)
+{
+    const size_t page = seg->page_size;
+    backend_enter(a);
+    for (size_t i = first; i < first + n; i++) {
+        if (!seg->handles[i])
+            continue;
+        a->be.vm_unmap(a->be.ctx, seg->addr + i * page, page);
+        a->be.vm_destroy(a->be.ctx, seg->handles[i]);
+        seg->handles[i] = 0;
+    }
+}
+
+/* A new block linked right after b in its segment. */
+static ts_block *block_insert_after(ts_allocator *a, ts_block *b, ts_block *nb, uintptr_t addr,
+                                    size_t size)
+{
+    (void)a;
+    nb->addr = addr;
+    nb->size = size;
+    nb->stream = b->stream;
+    nb->seg = b->seg;
+    nb->prev = b;
+    nb->next = b->next;
+    if (b->next)
+        b->next->prev = nb;
+    b->next = nb;
+    b->seg->nblocks++;
+    return nb;
+}
+
+/* PyTorch's map_block: back the first size bytes (rounded up to pages) of an UNMAPPED block,
+ * merge the result with free neighbours and put it in the free tree. */
+static bool es_map_block(ts_allocator *a, ts_block *b, size_t size)
+{
+    ts_segment *seg = b->seg;
+    ts_pool *p = seg->pool;
+    const size_t page = seg->page_size;
+    size_t npages = (size + page - 1) / page;
+    size_t mapped = npages * page;
+    ts_block *rest = mapped < b->size ? block_new(a) : NULL;
+    if (mapped < b->size && !rest)
+        return false;
+    if (!es_map_pages(a, seg, (b->addr - seg->addr) / page, npages)) {
+        if (rest)
+            block_delete(a, rest);
+        return false;
+    }
+    pool_remove_unmapped(p, b);
+    if (rest) {
+        block_insert_after(a, b, rest, b->addr + mapped, b->size - mapped);
+        pool_insert_unmapped(p, rest);
+        b->size = mapped;
+    }
+    b->state = TS_BLOCK_FREE;
+    block_merge(a, b, b->prev);
+    block_merge(a, b, b->next);
+    pool_insert_free(p, b);
+
+    seg->mapped += mapped;
+    a->total_allocated_memory += mapped;
+    stat_array_increase(a, a->st->reserved_bytes, p, (int64_t)mapped);
+    counter_add(a, &a->st->num_device_alloc, 1);
+    a->observe_now = true;
+    return true;
+}
+
+static bool es_allocatable(const ts_block *b)
+{
+    return b && (b->state == TS_BLOCK_FREE || b->state == TS_BLOCK_UNMAPPED);
+}
+
+/* PyTorch's find_expandable_block: the lowest unmapped range on this stream from which (counting
+ * a free block right before it) consecutive free and unmapped blocks add up to size; else a new
+ * segment. */
+static ts_block *es_find(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
+{
+    for (ts_node *n = ts_tree_lower_bound(&p->unmapped, stream, 0, 0); n && n->k0 == stream;
+         n = ts_tree_next(n)) {
+        ts_block *c = block_of_node(n);
+        if (es_allocatable(c->prev))
+            c = c->prev;
+        size_t bytes = 0;
+        for (ts_block *r = c; bytes < size && es_allocatable(r); r = r->next)
+            bytes += r->size;
+        if (bytes >= size)
+            return c;
+    }
+    return es_create(a, p, stream);
+}
 
 ts_block *expandable_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
 {
-    (void)a; (void)p; (void)size; (void)stream;
-    return NULL;
+    ts_block *c = es_find(a, p, size, stream);
+    if (!c)
+        return NULL;
+    if (c->state == TS_BLOCK_UNMAPPED && !es_map_block(a, c, c->size < size ? c->size : size))
+        return NULL;
+    /* Invariant from here: c is free and mapped, followed by unmapped space. */
+    while (c->size < size) {
+        ts_block *next = c->next;
+        size_t want = size - c->size;
+        if (!next || next->state != TS_BLOCK_UNMAPPED ||
+            !es_map_block(a, next, next->size < want ? next->size : want))
+            return NULL; /* what was mapped stays, as a free block: the pool is consistent */
+        c = next; /* mapping merged the previous candidate into it */
+    }
+    pool_remove_free(p, c);
+    return c;
 }
 
+/* PyTorch's unmap_block: give back every whole page inside a free block; the partial pages at
+ * either end stay mapped as free blocks. The caller synchronised the device. */
 void expandable_unmap_free_block(ts_allocator *a, ts_block *b)
 {
-    (void)a; (void)b;
+    ts_segment *seg = b->seg;
+    ts_pool *p = seg->pool;
+    const size_t page = seg->page_size;
+    uintptr_t lo = seg->addr + (b->addr - seg->addr + page - 1) / page * page;
+    uintptr_t hi = seg->addr + (b->addr + b->size - seg->addr) / page * page;
+    if (lo >= hi)
+        return;
+    size_t before = lo - b->addr, after = b->addr + b->size - hi;
+    ts_block *bf = before ? block_new(a) : NULL;
+    ts_block *af = after ? block_new(a) : NULL;
+    if ((before && !bf) || (after && !af)) {
+        if (bf)
+            block_delete(a, bf);
+        if (af)
+            block_delete(a, af);
+        return; /* host memory exhausted: keep the pages, stay consistent */
+    }
+    es_unmap_pages(a, seg, (lo - seg->addr) / page, (hi - lo) / page);
+    pool_remove_free(p, b);
+    if (bf) {
+        /* bf takes the partial page in front; b moves up */
+        bf->addr = b->addr;
+        bf->size = before;
+        bf->stream = b->stream;
+        bf->seg = seg;
+        bf->prev = b->prev;
+        bf->next = b;
+        if (b->prev)
+            b->prev->next = bf;
+        else
+            seg->first = bf;
+        b->prev = bf;
+        seg->nblocks++;
+        pool_insert_free(p, bf);
+    }
+    if (af) {
+        block_insert_after(a, b, af, hi, after);
+        pool_insert_free(p, af);
+    }
+    b->addr = lo;
+    b->size = hi - lo;
+    b->state = TS_BLOCK_UNMAPPED;
+    block_merge(a, b, b->prev);
+    block_merge(a, b, b->next);
+    pool_insert_unmapped(p, b);
+
+    seg->mapped -= hi - lo;
+    a->total_allocated_memory -= hi - lo;
+    stat_array_decrease(a, a->st->reserved_bytes, p, (int64_t)(hi - lo));
+    counter_add(a, &a->st->num_device_free, 1);
+    a->observe_now = true;
 }
 
+/* A segment that is one unmapped block gives its reservation back. */
 void expandable_release_segment_if_empty(ts_allocator *a, ts_segment *seg)
 {
-    (void)a; (void)seg;
+    if (seg->kind != TS_SEGMENT_EXPANDABLE || seg->nblocks != 1 ||
+        seg->first->state != TS_BLOCK_UNMAPPED)
+        return;
+    pool_remove_unmapped(seg->pool, seg->first);
+    backend_enter(a);
+    a->be.vm_release(a->be.ctx, seg->addr, seg->size);
+    ts_tree_remove(&a->segments, &seg->node);
+    block_delete(a, seg->first);
+    free(seg->handles);
+    ts_slab_free(&a->segment_slab, seg);
+    a->observe_now = true;
 }
 
+/* Teardown: unmap everything still mapped and give the reservation back. */
 void expandable_destroy_segment(ts_allocator *a, ts_segment *seg, bool release_memory)
 {
-    (void)a; (void)seg; (void)release_memory;
+    if (!release_memory || seg->kind != TS_SEGMENT_EXPANDABLE)
+        return;
+    if (a->be.synchronize) {
+        backend_enter(a);
+        a->be.synchronize(a->be.ctx);
+    }
+    es_unmap_pages(a, seg, 0, seg->npages);
+    backend_enter(a);
+    a->be.vm_release(a->be.ctx, seg->addr, seg->size);
 }

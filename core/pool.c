@@ -75,12 +75,18 @@ ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stre
         }
     }
 
-    /* Oversize rule A: a request below max_split_size never takes an oversize block. */
-    if (size < cfg->max_split_size && b->size >= cfg->max_split_size)
-        return NULL;
-    /* Oversize rule B: an oversize request takes a cached block only when the excess is small. */
-    if (size >= cfg->max_split_size && b->size >= size + cfg->max_non_split_rounding)
-        return NULL;
+    /* The oversize rules keep large cached blocks for large requests, since a plain segment can
+     * only be returned whole. An expandable block can always give pages back, so tessera does
+     * not apply them there: PyTorch does, and with max_split_size_mb set its expandable
+     * segments then grow without bound (issue #123548, fixed upstream by PR #193400). */
+    if (!block_is_expandable(b)) {
+        /* Rule A: a request below max_split_size never takes an oversize block. */
+        if (size < cfg->max_split_size && b->size >= cfg->max_split_size)
+            return NULL;
+        /* Rule B: an oversize request takes a cached block only when the excess is small. */
+        if (size >= cfg->max_split_size && b->size >= size + cfg->max_non_split_rounding)
+            return NULL;
+    }
 
     pool_remove_free(p, b);
     return b;
@@ -93,3 +99,34 @@ bool pool_should_split(const ts_allocator *a, const ts_block *b, size_t size)
         return remaining >= TS_MIN_BLOCK;
     return size < a->cfg.max_split_size && remaining > TS_SMALL_SIZE;
 }
+
+/* PyTorch's try_merge_blocks: absorb src into dst when both are free (or both unmapped: dst's
+ * state decides). dst must not be in a tree. Returns the bytes absorbed. */
+size_t block_merge(ts_allocator *a, ts_block *dst, ts_block *src)
+{
+    if (!src || src->state != dst->state ||
+        (src->state != TS_BLOCK_FREE && src->state != TS_BLOCK_UNMAPPED))
+        return 0;
+    if (src->state == TS_BLOCK_FREE)
+        pool_remove_free(src->seg->pool, src);
+    else
+        pool_remove_unmapped(src->seg->pool, src);
+    if (dst->prev == src) {
+        dst->addr = src->addr;
+        dst->prev = src->prev;
+        if (dst->prev)
+            dst->prev->next = dst;
+        else
+            dst->seg->first = dst;
+    } else {
+        dst->next = src->next;
+        if (dst->next)
+            dst->next->prev = dst;
+    }
+    size_t absorbed = src->size;
+    dst->size += absorbed;
+    dst->seg->nblocks--;
+    block_delete(a, src);
+    return absorbed;
+}
+

@@ -24,6 +24,9 @@ ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stre
 /* PyTorch's should_split. */
 bool pool_should_split(const ts_allocator *a, const ts_block *b, size_t size);
 
+/* Absorb neighbour src into dst when both are free, or both unmapped (pool.c). */
+size_t block_merge(ts_allocator *a, ts_block *dst, ts_block *src);
+
 /* allocator.c */
 void block_free_complete(ts_allocator *a, ts_block *b); /* PyTorch's free_block */
 ts_block *block_new(ts_allocator *a);

@@ -89,6 +89,12 @@ static void release_pool_blocks(ts_allocator *a, ts_pool *p)
         }
         n = next;
     }
+    /* Unmapping is not ordered with device work: wait for it once, for the whole pass (the
+     * blocks are free, but work issued before their free may still be running). */
+    if (to_unmap && a->be.synchronize) {
+        backend_enter(a);
+        a->be.synchronize(a->be.ctx);
+    }
     while (to_unmap) {
         ts_block *b = to_unmap;
         to_unmap = b->pending_next;

@@ -712,8 +712,6 @@ void ts_statspage_publish_walk(ts_statspage *p, int slot, ts_statspage_walk_fn w
     store_words(&s->head.map, &b.map, sizeof b.map);
     store_words(s->segments, b.segs, (size_t)b.map.nsegments * sizeof *b.segs);
     store_words(s->blocks, b.blocks, (size_t)b.map.nblocks * sizeof *b.blocks);
-    tessera_stat_store(&s->head.stats.largest_free_block_bytes,
-                       b.map.largest_free > INT64_MAX ? INT64_MAX : (int64_t)b.map.largest_free);
     if (!nested)
         tessera_seq_write_end(seq);
 }

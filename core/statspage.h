@@ -65,9 +65,10 @@ void *ts_statspage_observer_user(ts_statspage *p, int slot);
 /* The (page, slot) an observer user argument stands for; -1 when user is NULL. */
 int ts_statspage_observer_target(void *user, ts_statspage **page);
 
-/* Refresh the segment map of a slot from the allocator, inside the slot's sequence lock (nested
- * correctly when the allocator already holds it odd). Call with the allocator's mutex held (the
- * observer is). Uses ts_allocator_walk. Also stores stats.largest_free_block_bytes. */
+/* Refresh the segment map of a slot from the allocator, inside the slot's sequence lock (joining
+ * the allocator's write window when it already holds the word odd, as it does around observer
+ * calls; else opening a short one). Call with the allocator's mutex held (the observer is): it
+ * uses ts_allocator_walk_locked. Counters are the allocator's: only the map is written. */
 void ts_statspage_publish_map(ts_statspage *p, int slot, ts_allocator *a);
 
 /* The same over any walk function (walk(ctx, w) must call w's callbacks like ts_allocator_walk

@@ -11,9 +11,11 @@ _Static_assert((int)TS_SEGMENT_PLAIN == TESSERA_SEGMENT_PLAIN, "segment kinds ma
 _Static_assert((int)TS_SEGMENT_EXPANDABLE == TESSERA_SEGMENT_EXPANDABLE, "kinds match the ABI");
 _Static_assert((int)TS_SEGMENT_STITCHED == TESSERA_SEGMENT_STITCHED, "kinds match the ABI");
 
+/* The observer runs with the allocator's mutex held (and its sequence lock odd): walk without
+ * taking the mutex again. */
 static void walk_allocator(void *ctx, const ts_walker *w)
 {
-    ts_allocator_walk((ts_allocator *)ctx, w);
+    ts_allocator_walk_locked((ts_allocator *)ctx, w);
 }
 
 void ts_statspage_publish_map(ts_statspage *p, int slot, ts_allocator *a)

@@ -7,8 +7,8 @@
 #include "core/tree.h"
 
 #define DEVMODEL_SEG_BASE ((uintptr_t)0x7f0000000000ull) /* plain allocations */
-#define DEVMODEL_VA_BASE ((uintptr_t)0x600000000000ull)  /* virtual reservations */
-#define DEVMODEL_VA_LIMIT ((uintptr_t)0x7e0000000000ull)
+#define DEVMODEL_VA_BASE ((uintptr_t)0x1000000000000000ull) /* virtual reservations */
+#define DEVMODEL_VA_LIMIT ((uintptr_t)0xf000000000000000ull)
 
 /* A range in one of the address maps: an allocation, a reservation or a mapping. */
 typedef struct dm_range {

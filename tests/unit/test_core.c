@@ -10,73 +10,8 @@
 
 #include <cmocka.h>
 
-#include "core/allocator.h"
-#include "tools/devmodel.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
-#define GiB ((size_t)1 << 30)
-
-typedef struct fixture {
-    ts_devmodel *dev;
-    ts_allocator *a;
-    ts_config cfg;
-    tessera_device_stats st;
-} fixture;
-
-static void fx_open(fixture *f, size_t capacity, const ts_config *cfg, bool vm, bool fences)
-{
-    memset(f, 0, sizeof *f);
-    if (cfg)
-        f->cfg = *cfg;
-    else
-        ts_config_defaults(&f->cfg);
-    f->dev = ts_devmodel_create(capacity, 0);
-    assert_non_null(f->dev);
-    ts_backend be = ts_devmodel_backend(f->dev, vm, fences);
-    ts_stats_sink sink = {NULL, NULL};
-    f->a = ts_allocator_create(&f->cfg, &be, 0, sink);
-    assert_non_null(f->a);
-}
-
-static void fx_close(fixture *f)
-{
-    ts_allocator_destroy(f->a, true);
-    ts_devmodel_counters c;
-    ts_devmodel_counters_get(f->dev, &c);
-    /* Destroying with release gives every byte back. */
-    assert_int_equal(c.bytes_in_use, 0);
-    ts_devmodel_destroy(f->dev);
-}
-
-static void fx_check(fixture *f)
-{
-    char why[256] = "";
-    int rc = ts_allocator_check(f->a, why, sizeof why);
-    if (rc != 0)
-        fail_msg("heap check: %s", why);
-}
-
-static const tessera_device_stats *fx_stats(fixture *f)
-{
-    ts_get_stats(f->a, &f->st);
-    return &f->st;
-}
-
-static uintptr_t fx_alloc(fixture *f, size_t size)
-{
-    uintptr_t p = 0;
-    assert_int_equal(ts_malloc(f->a, size, 0, &p), TS_OK);
-    assert_true(p != 0);
-    fx_check(f);
-    return p;
-}
-
-static void fx_free(fixture *f, uintptr_t p)
-{
-    assert_int_equal(ts_free(f->a, p), TS_OK);
-    fx_check(f);
-}
+#include "tests/unit/fixture.h"
 
 /* --- sizes -------------------------------------------------------------------------------- */
 

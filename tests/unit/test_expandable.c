@@ -1,0 +1,300 @@
+/* cmocka tests of expandable segments over the device model's virtual memory. */
+#include <stdio.h>
+#include <time.h>
+
+#include "tests/unit/fixture.h"
+
+static ts_config es_config(void)
+{
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.expandable_segments = true;
+    return cfg;
+}
+
+static void test_es_tiles_one_reservation(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t a = fx_alloc(&f, 8 * MiB);
+    uintptr_t b = fx_alloc(&f, 8 * MiB);
+    uintptr_t c = fx_alloc(&f, 8 * MiB); /* grows the segment by one 20 MiB page, in place */
+    assert_int_equal(b, a + 8 * MiB);
+    assert_int_equal(c, b + 8 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_LARGE].current, 40 * MiB);
+    assert_int_equal(st->segment[TESSERA_POOL_ALL].current, 0); /* maps are not segments */
+    assert_int_equal(st->num_device_alloc, 2);                 /* two map operations */
+    assert_int_equal(st->inactive_split[TESSERA_POOL_ALL].current, 0); /* excluded for ES */
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.vm_reserves, 1);
+    assert_int_equal(dc.vm_maps, 2);
+    assert_int_equal(dc.bytes_in_use, 40 * MiB);
+    assert_true(ts_devmodel_is_backed(f.dev, a, 24 * MiB));
+    /* small requests get their own 2 MiB-page reservation */
+    uintptr_t s = fx_alloc(&f, 4096);
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.vm_reserves, 2);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_SMALL].current, 2 * MiB);
+    fx_free(&f, s);
+    fx_free(&f, a);
+    fx_free(&f, b);
+    fx_free(&f, c);
+    /* empty_cache unmaps every page and gives both reservations back */
+    assert_int_equal(ts_empty_cache(f.a), 42 * MiB);
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.bytes_in_use, 0);
+    assert_int_equal(dc.vm_releases, 2);
+    assert_true(dc.synchronizes >= 1); /* the device was waited for before unmapping */
+    fx_check(&f);
+    fx_close(&f);
+}
+
+static void test_es_partial_pages_stay_mapped(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t a = fx_alloc(&f, 30 * MiB); /* pages 0-1 */
+    uintptr_t b = fx_alloc(&f, 30 * MiB); /* pages 1-3: shares page 1 with a */
+    uintptr_t c = fx_alloc(&f, 1 * MiB + 512);
+    (void)c;
+    fx_free(&f, a);
+    /* a's free range holds page 0 whole and part of page 1 (shared with b) */
+    ts_empty_cache(f.a);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_LARGE].current, 60 * MiB);
+    assert_false(ts_devmodel_is_backed(f.dev, a, 20 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, b, 30 * MiB));
+    fx_free(&f, b);
+    fx_close(&f);
+}
+
+/* Three ways to run the seed cases: PyTorch's plain segments, expandable segments with PyTorch's
+ * pages (20 MiB in the large pool), and with pages at the driver's granularity (2 MiB). */
+enum { MODE_PLAIN, MODE_ES_20M, MODE_ES_2M };
+
+static void open_mode(fixture *f, size_t capacity, int mode)
+{
+    ts_config cfg = es_config();
+    cfg.expandable_segments = mode != MODE_PLAIN;
+    cfg.expandable_page = mode == MODE_ES_2M ? 2 * MiB : 0;
+    fx_open(f, capacity, &cfg, true, false);
+}
+
+/* "1, 2, 1 GiB; free the middle; ask for 3 GiB", at 1/32 scale on a 5-unit device. Plain
+ * segments succeed after one retry (the middle segment is freed whole, the driver places the
+ * new one anywhere). 20 MiB pages waste partial pages at every boundary and run out; 2 MiB
+ * pages unmap the middle and map 3 units at the end. */
+static void test_es_seed_middle(void **state)
+{
+    (void)state;
+    const size_t unit = 32 * MiB;
+    const int expect[] = {TS_OK, TS_ENOMEM, TS_OK};
+    for (int mode = MODE_PLAIN; mode <= MODE_ES_2M; mode++) {
+        fixture f;
+        open_mode(&f, 5 * unit, mode);
+        uintptr_t a = fx_alloc(&f, 1 * unit);
+        uintptr_t b = fx_alloc(&f, 2 * unit);
+        uintptr_t c = fx_alloc(&f, 1 * unit);
+        fx_free(&f, b);
+        uintptr_t d = 0;
+        int rc = ts_malloc(f.a, 3 * unit, 0, &d);
+        fx_check(&f);
+        if (rc != expect[mode])
+            fail_msg("mode %d: got %d, expected %d", mode, rc, expect[mode]);
+        assert_int_equal(fx_stats(&f)->num_alloc_retries, 1);
+        if (rc == TS_OK) {
+            assert_true(ts_devmodel_is_backed(f.dev, d, 3 * unit));
+            fx_free(&f, d);
+        }
+        fx_free(&f, a);
+        fx_free(&f, c);
+        fx_close(&f);
+    }
+}
+
+/* "100 x 4 MiB, free the even ones, ask for 100 MiB" on a device that holds 420 MiB: 200 MiB
+ * are free but in 4 MiB holes. Plain segments cannot free a split segment; 20 MiB pages are
+ * never entirely free; 2 MiB pages are (two per hole), so the retry unmaps them and maps the
+ * 100 MiB at the end. */
+static void test_es_seed_even(void **state)
+{
+    (void)state;
+    uintptr_t p[100];
+    const int expect[] = {TS_ENOMEM, TS_ENOMEM, TS_OK};
+    for (int mode = MODE_PLAIN; mode <= MODE_ES_2M; mode++) {
+        fixture f;
+        open_mode(&f, 420 * MiB, mode);
+        for (int i = 0; i < 100; i++)
+            p[i] = fx_alloc(&f, 4 * MiB);
+        for (int i = 0; i < 100; i += 2)
+            fx_free(&f, p[i]);
+        uintptr_t q = 0;
+        int rc = ts_malloc(f.a, 100 * MiB, 0, &q);
+        fx_check(&f);
+        if (rc != expect[mode])
+            fail_msg("mode %d: got %d, expected %d", mode, rc, expect[mode]);
+        const tessera_device_stats *st = fx_stats(&f);
+        assert_int_equal(st->num_ooms, rc == TS_OK ? 0 : 1);
+        if (rc == TS_OK) {
+            assert_true(ts_devmodel_is_backed(f.dev, q, 100 * MiB));
+            /* the holes' pages went back to the device: 200 MiB held + 100 MiB new */
+            assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 300 * MiB);
+            fx_free(&f, q);
+        }
+        for (int i = 1; i < 100; i += 2)
+            fx_free(&f, p[i]);
+        fx_close(&f);
+    }
+}
+
+static void test_es_map_failure_rolls_back(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t a = fx_alloc(&f, 10 * MiB);
+    /* 100 MiB needs five more pages; the third map fails: the call is undone, then the final
+     * retry (after releasing what is free) maps them all */
+    ts_devmodel_fail_vm_map_after(f.dev, 3);
+    uintptr_t b = fx_alloc(&f, 100 * MiB);
+    assert_true(ts_devmodel_is_backed(f.dev, b, 100 * MiB));
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    const tessera_device_stats *st = fx_stats(&f);
+    /* nothing is mapped that the allocator does not account for */
+    assert_int_equal(dc.bytes_in_use, (size_t)st->reserved_bytes[TESSERA_POOL_ALL].current);
+    assert_int_equal(st->num_alloc_retries, 1);
+    /* a create failure on every try: out of memory, and still consistent */
+    ts_devmodel_fail_vm_create_after(f.dev, 1);
+    uintptr_t c = 0;
+    assert_int_equal(ts_malloc(f.a, 200 * MiB, 0, &c), TS_OK); /* retry succeeds */
+    fx_free(&f, c);
+    fx_free(&f, a);
+    fx_free(&f, b);
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.bytes_in_use, (size_t)fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current);
+    fx_close(&f);
+}
+
+static void test_es_max_split_does_not_grow_forever(void **state)
+{
+    (void)state;
+    /* PyTorch issue #123548: with max_split_size_mb set, expandable segments grew from 220 MiB
+     * to 14 GiB over 100 cycles while allocated stayed flat. */
+    fixture f;
+    ts_config cfg = es_config();
+    cfg.max_split_size = 128 * MiB;
+    fx_open(&f, 64 * GiB, &cfg, true, false);
+    for (int cycle = 0; cycle < 100; cycle++) {
+        uintptr_t big = fx_alloc(&f, 200 * MiB);
+        uintptr_t small = fx_alloc(&f, 66 * MiB);
+        fx_free(&f, big);
+        uintptr_t mid = fx_alloc(&f, 100 * MiB); /* below max_split: may reuse big's pages */
+        fx_free(&f, mid);
+        fx_free(&f, small);
+    }
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_true(st->reserved_bytes[TESSERA_POOL_ALL].peak <= (int64_t)(300 * MiB));
+    fx_close(&f);
+}
+
+/* Randomized: expandable segments, with injected map and create failures, the validator after
+ * every step, and every allocation checked to be backed by mapped pages. */
+static void model_es(uint64_t seed, bool inject)
+{
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 2 * GiB, &cfg, true, false);
+    uint64_t s = seed;
+    uintptr_t addr[2048];
+    size_t size[2048];
+    size_t n = 0;
+    for (int step = 0; step < 3000; step++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t r = (s >> 33) % 100;
+        if (inject && r < 3) {
+            if (r == 0)
+                ts_devmodel_fail_vm_map_after(f.dev, 1 + (s >> 40) % 4);
+            else
+                ts_devmodel_fail_vm_create_after(f.dev, 1 + (s >> 40) % 4);
+        } else if (r < 55 && n < 2048) {
+            size_t sz = 1 + (s >> 20) % ((r % 3 == 0) ? (300 * MiB) : (2 * MiB));
+            uintptr_t p = 0;
+            if (ts_malloc(f.a, sz, 0, &p) == TS_OK) {
+                for (size_t i = 0; i < n; i++)
+                    if (p < addr[i] + size[i] && addr[i] < p + sz)
+                        fail_msg("seed %llu step %d: overlap", (unsigned long long)seed, step);
+                if (!ts_devmodel_is_backed(f.dev, p, sz))
+                    fail_msg("seed %llu step %d: %#lx not backed", (unsigned long long)seed, step,
+                             (unsigned long)p);
+                addr[n] = p;
+                size[n++] = sz;
+            }
+        } else if (r < 97 && n > 0) {
+            size_t i = (s >> 24) % n;
+            assert_int_equal(ts_free(f.a, addr[i]), TS_OK);
+            addr[i] = addr[--n];
+            size[i] = size[n];
+        } else {
+            ts_empty_cache(f.a);
+        }
+        char why[256];
+        if (ts_allocator_check(f.a, why, sizeof why) != 0)
+            fail_msg("seed %llu step %d: %s", (unsigned long long)seed, step, why);
+        ts_devmodel_counters dc;
+        ts_devmodel_counters_get(f.dev, &dc);
+        tessera_device_stats st;
+        ts_get_stats(f.a, &st);
+        if (dc.bytes_in_use != (size_t)st.reserved_bytes[TESSERA_POOL_ALL].current)
+            fail_msg("seed %llu step %d: device holds %zu, allocator reserved %lld",
+                     (unsigned long long)seed, step, dc.bytes_in_use,
+                     (long long)st.reserved_bytes[TESSERA_POOL_ALL].current);
+    }
+    ts_devmodel_fail_vm_map_after(f.dev, 0);
+    ts_devmodel_fail_vm_create_after(f.dev, 0);
+    while (n > 0)
+        assert_int_equal(ts_free(f.a, addr[--n]), TS_OK);
+    ts_empty_cache(f.a);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 0);
+    fx_close(&f);
+}
+
+static uint64_t seed_base(void)
+{
+    const char *e = getenv("TESSERA_TEST_SEED");
+    uint64_t seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL);
+    fprintf(stderr, "expandable model tests: seed %llu (replay with TESSERA_TEST_SEED=%llu)\n",
+            (unsigned long long)seed, (unsigned long long)seed);
+    return seed;
+}
+
+static void test_es_model(void **state)
+{
+    (void)state;
+    uint64_t seed = seed_base();
+    for (int i = 0; i < 4; i++)
+        model_es(seed + (uint64_t)i, false);
+    for (int i = 0; i < 4; i++)
+        model_es(seed * 7 + (uint64_t)i, true);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_es_tiles_one_reservation),
+        cmocka_unit_test(test_es_partial_pages_stay_mapped),
+        cmocka_unit_test(test_es_seed_middle),
+        cmocka_unit_test(test_es_seed_even),
+        cmocka_unit_test(test_es_map_failure_rolls_back),
+        cmocka_unit_test(test_es_max_split_does_not_grow_forever),
+        cmocka_unit_test(test_es_model),
+    };
+    return cmocka_run_group_tests_name("expandable", tests, NULL, NULL);
+}
