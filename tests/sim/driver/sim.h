@@ -1,0 +1,400 @@
+/* Internal header of the simulated libcuda.so.1. Nothing here is exported: the library is
+ * built with -fvisibility=hidden and only the SIM_API functions of sim_api.c (listed in
+ * libcuda.map) leave it. Implementation functions are called directly, never through
+ * an exported cu* symbol, so an LD_PRELOADed interposer only sees what a program calls. */
+#ifndef TESSERA_SIM_DRIVER_SIM_H
+#define TESSERA_SIM_DRIVER_SIM_H
+
+/* The internal API view: every versioned name (_v2, _ptsz, ...) is declared once with its
+ * real prototype, so the definitions in sim_api.c are checked against the toolkit. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tessera_sim.h"
+
+#define SIM_API __attribute__((visibility("default")))
+
+#define SIM_PAGE ((size_t)2 << 20) /* physical page and VMM granularity: 2 MiB */
+#define SIM_MAX_DEVICES 16
+#define SIM_DRIVER_VERSION 13000
+#define SIM_CTX_STACK 32
+
+#define SIM_MAGIC_CTX 0x43545853u    /* 'SXTC' */
+#define SIM_MAGIC_STREAM 0x4d545253u
+#define SIM_MAGIC_EVENT 0x54564553u
+#define SIM_MAGIC_GRAPH 0x48505247u
+
+struct sim_ctx;
+struct sim_stream;
+struct sim_event;
+struct sim_capture;
+
+/* ---- global configuration and state (sim_core.c) ---------------------------------------- */
+
+enum sim_alloc_kind {
+    SIM_ALLOC_DEVICE, /* cuMemAlloc_v2 */
+    SIM_ALLOC_ASYNC,  /* cuMemAllocAsync */
+    SIM_ALLOC_IPC,    /* cuIpcOpenMemHandle import: address space only, no pages of ours */
+};
+
+struct sim_alloc {
+    uintptr_t base;
+    size_t size;   /* requested bytes */
+    size_t pages;  /* 2 MiB pages of address space (and of memory, except IPC imports) */
+    int device;
+    enum sim_alloc_kind kind;
+    struct sim_ctx *ctx;
+    uint64_t serial;
+    bool free_pending; /* cuMemFree waiting or cuMemFreeAsync queued: no second free */
+    /* IPC imports */
+    int ipc_refs;
+    pid_t ipc_pid;
+    uint64_t ipc_serial;
+    uint64_t ipc_offset;
+    int ipc_device;
+};
+
+struct sim_device {
+    int ordinal;
+    uintptr_t base;      /* device address range: va_size bytes, memfd-backed, MAP_SHARED */
+    size_t va_size;
+    int memfd;
+    size_t total_pages;
+    size_t used_pages;
+    struct sim_alloc **allocs; /* sorted by base */
+    size_t nallocs, cap_allocs;
+    struct tessera_sim_counters ctr;
+    struct sim_ctx *primary;
+};
+
+struct sim_global {
+    pthread_mutex_t mu;  /* one lock for all simulator state */
+    pthread_cond_t cv;   /* broadcast whenever any stream makes progress */
+    int init_status;     /* CUresult of configuration, valid once configured */
+    bool initialized;    /* cuInit succeeded */
+    volatile int forked; /* set in a fork()ed child: every call fails like a real driver */
+    int ndev;
+    size_t mem_bytes;
+    unsigned op_delay_us;
+    unsigned alloc_delay_us;
+    uint64_t fail_alloc_after, fail_map_after;
+    uint64_t alloc_attempts, map_attempts;
+    int verbose;
+    char *report_path;
+    struct sim_device dev[SIM_MAX_DEVICES];
+    uint64_t serial;       /* allocation / handle serial numbers */
+    uint64_t uid;          /* context activation ids */
+    struct sim_ctx *ctxs;  /* every context ever created (never freed: stale handles stay safe) */
+    struct sim_stream *streams; /* live user stream handles */
+    struct sim_event *events;   /* live event handles */
+    struct sim_capture *captures; /* active captures */
+    uint64_t capture_ids;
+};
+
+extern struct sim_global sim_g;
+
+void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+CUresult sim_configure(void);        /* parse TESSERA_SIM_* once; returns status */
+CUresult sim_init(unsigned flags);   /* cuInit */
+CUresult sim_check_init(void);       /* CUDA_ERROR_NOT_INITIALIZED until cuInit */
+void sim_lock(void);
+void sim_unlock(void);
+void sim_sleep_us(unsigned us);
+uint64_t sim_now_ns(void);
+
+/* ---- threads and contexts (sim_core.c) ------------------------------------------------ */
+
+struct sim_tls {
+    uint64_t tid;
+    struct sim_ctx *stack[SIM_CTX_STACK];
+    int depth;
+    CUstreamCaptureMode capmode;
+    bool in_callback;
+    struct sim_ptds {
+        uint64_t ctx_uid;
+        struct sim_stream *s;
+    } *ptds;
+    size_t nptds, cap_ptds;
+    bool key_set;
+};
+
+struct sim_tls *sim_tls(void);
+void sim_tls_arm(struct sim_tls *t); /* make the thread-exit destructor run (lock held) */
+
+struct sim_ctx {
+    uint32_t magic;
+    int device;
+    bool primary;
+    bool active;     /* created ctx: until destroyed; primary: while retained */
+    bool destroyed;  /* created ctx destroyed (handle dead forever) */
+    unsigned flags;
+    int retain;
+    uint64_t uid;    /* changes at every activation */
+    struct sim_stream *legacy;
+    struct sim_stream **streams; /* user + per-thread streams (also draining ones) */
+    size_t nstreams, cap_streams;
+    struct sim_ctx *next_all;
+};
+
+bool sim_ctx_valid(const struct sim_ctx *c); /* handle check (caller holds lock) */
+CUresult sim_current_ctx(struct sim_ctx **out); /* current, active context */
+CUresult sim_ctx_from_handle(CUcontext h, struct sim_ctx **out);
+void sim_ctx_teardown(struct sim_ctx *c); /* waits for work, frees everything (lock held) */
+CUresult sim_ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev);
+CUresult sim_ctx_destroy(CUcontext h);
+CUresult sim_primary_retain(CUcontext *pctx, CUdevice dev);
+CUresult sim_primary_release(CUdevice dev);
+CUresult sim_primary_reset(CUdevice dev);
+CUresult sim_primary_state(CUdevice dev, unsigned *flags, int *active);
+CUresult sim_ctx_push(CUcontext h);
+CUresult sim_ctx_pop(CUcontext *out);
+CUresult sim_ctx_set_current(CUcontext h);
+CUresult sim_ctx_get_current(CUcontext *out);
+CUresult sim_ctx_get_device(CUdevice *dev, CUcontext h);
+CUresult sim_ctx_synchronize(CUcontext h);
+
+CUresult sim_device_attribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
+CUresult sim_device_check(CUdevice dev);
+void sim_report_counters(int device, struct tessera_sim_counters *out);
+
+const char *sim_error_name(CUresult e);
+const char *sim_error_string(CUresult e);
+
+/* ---- capture rules (sim_stream.c) ----------------------------------------------------- */
+
+/* An unsafe call (cuMemAlloc, cuMemFree, synchronisation...) while a capture forbids it:
+ * invalidates the offending captures and returns `code`; CUDA_SUCCESS otherwise. */
+CUresult sim_capture_unsafe(CUresult code);
+/* Any use of the legacy stream of ctx: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT when forbidden. */
+CUresult sim_capture_legacy(struct sim_ctx *ctx);
+
+/* ---- device memory (sim_mem.c) -------------------------------------------------------- */
+
+enum sim_ptr_kind { SIM_PTR_NONE, SIM_PTR_DEVICE, SIM_PTR_VMM, SIM_PTR_HOST };
+
+struct sim_mapping;
+struct sim_resv;
+struct sim_host;
+
+struct sim_ptrinfo {
+    enum sim_ptr_kind kind;
+    bool in_device_space; /* inside a device range or VA reservation (even if unallocated) */
+    int device;
+    struct sim_ctx *ctx;
+    uintptr_t base;
+    size_t size;
+    struct sim_alloc *alloc;
+    struct sim_mapping *map;
+    struct sim_resv *resv;
+    struct sim_host *host;
+};
+
+void sim_ptr_lookup(uintptr_t p, struct sim_ptrinfo *pi);
+/* [p, p+n) must be usable memory. device_side: must be CUDA memory (device, mapped VMM or
+ * pinned host); otherwise plain host memory is fine too unless it lies in device space. */
+CUresult sim_check_range(uintptr_t p, size_t n, bool device_side, bool write);
+
+CUresult sim_mem_alloc_locked(struct sim_ctx *ctx, size_t size, enum sim_alloc_kind kind,
+                              CUdeviceptr *out);
+CUresult sim_mem_alloc(CUdeviceptr *out, size_t size);  /* cuMemAlloc_v2 */
+CUresult sim_mem_free(CUdeviceptr p);                   /* cuMemFree_v2 */
+/* lock held: find the allocation based at p and mark it being freed */
+CUresult sim_mem_free_async_prepare(CUdeviceptr p, struct sim_alloc **out);
+void sim_alloc_release(struct sim_alloc *a, bool explicit_free); /* lock held */
+void sim_ctx_free_allocs(struct sim_ctx *ctx);          /* lock held */
+CUresult sim_mem_get_info(size_t *free_b, size_t *total_b);
+CUresult sim_mem_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+CUresult sim_host_alloc(void **pp, size_t size, unsigned flags);
+CUresult sim_host_free(void *p);
+CUresult sim_pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr p,
+                               bool multi);
+CUresult sim_ipc_get(CUipcMemHandle *h, CUdeviceptr p);
+CUresult sim_ipc_open(CUdeviceptr *out, CUipcMemHandle h, unsigned flags);
+CUresult sim_ipc_close(CUdeviceptr p);
+bool sim_fault_alloc(void); /* lock held: counts one allocation; true = inject OOM */
+void sim_device_account(struct sim_device *d, long pages, int live_delta, int handle_delta);
+
+/* ---- virtual memory management (sim_vmm.c) -------------------------------------------- */
+
+struct sim_vhandle {
+    int memfd;
+    size_t size;
+    size_t pages;
+    int device;
+    bool released;
+    int map_count;   /* live cuMemMap ranges */
+    uint64_t serial;
+    unsigned long long htypes; /* requestedHandleTypes */
+    struct sim_vhandle *next;
+};
+
+/* one cuMemMap range */
+struct sim_mapping {
+    uintptr_t va;
+    size_t size;
+    struct sim_vhandle *h;
+    size_t offset;
+    int prot; /* PROT_* currently granted */
+};
+
+struct sim_resv {
+    uintptr_t base;
+    size_t size;
+    struct sim_mapping **maps; /* sorted by va */
+    size_t nmaps, cap_maps;
+    struct sim_resv *next;
+};
+
+struct sim_resv *sim_vmm_find_resv(uintptr_t p); /* lock held */
+struct sim_mapping *sim_vmm_find_map(struct sim_resv *r, uintptr_t p);
+CUresult sim_vmm_granularity(size_t *g, const CUmemAllocationProp *prop, int option);
+CUresult sim_vmm_reserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+                         unsigned long long flags);
+CUresult sim_vmm_free(CUdeviceptr ptr, size_t size);
+CUresult sim_vmm_create(CUmemGenericAllocationHandle *h, size_t size,
+                        const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult sim_vmm_release(CUmemGenericAllocationHandle h);
+CUresult sim_vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
+                     CUmemGenericAllocationHandle h, unsigned long long flags);
+CUresult sim_vmm_unmap(CUdeviceptr ptr, size_t size);
+CUresult sim_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                            size_t count);
+
+/* ---- streams, events, capture (sim_stream.c) ------------------------------------------ */
+
+enum sim_stream_kind { SIM_STREAM_USER, SIM_STREAM_LEGACY, SIM_STREAM_PTDS };
+
+struct sim_dep {
+    struct sim_stream *s;
+    uint64_t seq;
+};
+
+enum sim_op_type {
+    SIM_OP_COPY,
+    SIM_OP_SET8,
+    SIM_OP_SET32,
+    SIM_OP_HOSTFN,
+    SIM_OP_EVENT,
+    SIM_OP_WAIT,
+    SIM_OP_FREE,
+};
+
+struct sim_op {
+    struct sim_op *next;
+    enum sim_op_type type;
+    uint64_t seq;
+    bool sync; /* part of a synchronous call: no TESSERA_SIM_OP_DELAY_US */
+    struct sim_dep *deps;
+    size_t ndeps, cap_deps;
+    union {
+        struct { void *dst; const void *src; size_t n; } copy;
+        struct { void *dst; uint32_t val; size_t count; } set;
+        struct { CUhostFn fn; void *data; } host;
+        struct { struct sim_event *ev; uint64_t gen; } ev;
+        struct { struct sim_alloc *a; } free;
+    } u;
+};
+
+struct sim_capture {
+    int status; /* CU_STREAM_CAPTURE_STATUS_ACTIVE or _INVALIDATED */
+    CUstreamCaptureMode mode;
+    uint64_t owner_tid;
+    uint64_t id;
+    int refs;
+    size_t nops;
+    struct sim_ctx *ctx;
+    struct sim_stream *origin;
+    struct sim_capture *next; /* active list */
+    bool ended;
+};
+
+struct sim_stream {
+    uint32_t magic;
+    enum sim_stream_kind kind;
+    struct sim_ctx *ctx; /* NULL once the context dropped it */
+    unsigned flags;
+    int priority;
+    int refs;
+    bool stop;
+    struct sim_op *head, *tail;
+    uint64_t submitted, completed;
+    struct sim_capture *cap;
+    struct sim_stream *reg_next; /* registry of live user handles */
+};
+
+struct sim_event {
+    uint32_t magic;
+    struct sim_ctx *ctx;
+    unsigned flags;
+    int refs;
+    bool recorded;
+    struct sim_stream *rec_stream;
+    uint64_t rec_seq;
+    uint64_t gen;
+    bool timed;
+    uint64_t time_ns;
+    struct sim_capture *cap; /* last recorded into this capture */
+    struct sim_event *reg_next;
+};
+
+struct sim_graph {
+    uint32_t magic;
+    size_t nops;
+};
+
+void sim_stream_unref(struct sim_stream *s); /* lock held */
+struct sim_stream *sim_stream_new(struct sim_ctx *ctx, enum sim_stream_kind kind,
+                                  unsigned flags, int priority, CUresult *err);
+void sim_stream_stop(struct sim_stream *s); /* lock held */
+CUresult sim_stream_create(CUstream *ph, unsigned flags, int priority);
+CUresult sim_stream_destroy(CUstream h);
+CUresult sim_stream_get_flags(CUstream h, bool ptsz, unsigned *flags);
+CUresult sim_stream_query(CUstream h, bool ptsz);
+CUresult sim_stream_synchronize(CUstream h, bool ptsz);
+CUresult sim_stream_wait_event(CUstream h, CUevent e, unsigned flags, bool ptsz);
+CUresult sim_stream_is_capturing(CUstream h, bool ptsz, CUstreamCaptureStatus *st);
+CUresult sim_stream_begin_capture(CUstream h, CUstreamCaptureMode mode, bool ptsz);
+CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz);
+CUresult sim_thread_exchange_capture_mode(CUstreamCaptureMode *mode);
+CUresult sim_graph_destroy(CUgraph g);
+
+/* Queue an op (freshly calloc'ed, ownership taken) on stream h. sync: wait for it. */
+CUresult sim_submit(CUstream h, bool ptsz, struct sim_op *op, bool sync);
+struct sim_op *sim_op_new(enum sim_op_type t);
+CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, CUstream h,
+                    bool ptsz, bool sync);
+CUresult sim_memset(CUdeviceptr dst, uint32_t val, size_t count, int width, CUstream h,
+                    bool ptsz, bool sync);
+CUresult sim_launch_host_func(CUstream h, CUhostFn fn, void *data, bool ptsz);
+CUresult sim_mem_free_async(CUdeviceptr p, CUstream h, bool ptsz);
+CUresult sim_mem_alloc_async(CUdeviceptr *out, size_t size, CUstream h, bool ptsz);
+
+/* direction for sim_memcpy */
+enum { SIM_HTOD, SIM_DTOH, SIM_DTOD, SIM_ANY };
+
+CUresult sim_event_create(CUevent *pe, unsigned flags);
+CUresult sim_event_destroy(CUevent e);
+CUresult sim_event_record(CUevent e, CUstream h, bool ptsz);
+CUresult sim_event_query(CUevent e);
+CUresult sim_event_synchronize(CUevent e);
+CUresult sim_event_elapsed(float *ms, CUevent a, CUevent b);
+
+/* Wait (lock held) until every stream of ctx finished the work submitted so far; all
+ * contexts when ctx is NULL. */
+void sim_wait_ctx_idle(struct sim_ctx *ctx);
+void sim_ctx_drop_streams(struct sim_ctx *ctx); /* teardown helper, lock held */
+void sim_tls_release(struct sim_tls *t);        /* thread exit: stop per-thread streams */
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+void *sim_grow(void *arr, size_t *cap, size_t need, size_t elem); /* NULL on failure */
+
+static inline size_t sim_pages(size_t bytes) { return bytes / SIM_PAGE + (bytes % SIM_PAGE != 0); }
+
+#endif

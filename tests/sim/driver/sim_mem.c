@@ -1,0 +1,717 @@
+/* Simulated CUDA driver: device memory, pinned host memory, pointer queries, IPC.
+ *
+ * Each device owns an address range of 2 x its memory size, backed by a sparse memfd and
+ * mapped MAP_SHARED | MAP_NORESERVE, PROT_NONE while unallocated. cuMemAlloc takes
+ * ceil(n / 2 MiB) pages from the device's page budget and places the allocation at the
+ * lowest 2 MiB-aligned address with room (address-ordered first fit), read-write. Freeing
+ * gives the pages back (madvise MADV_REMOVE) and makes the range PROT_NONE again, so a
+ * use after free faults. The memfd is what lets another process map an allocation for
+ * cuIpcOpenMemHandle (through /proc/<pid>/fd/<n>). */
+#include "sim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct sim_host {
+    uintptr_t base;
+    size_t size;
+    size_t map_size;
+    unsigned flags;
+    struct sim_ctx *ctx;
+    uint64_t serial;
+    struct sim_host *next;
+};
+
+static struct sim_host *hosts;
+
+static struct sim_device *dev_of(uintptr_t p)
+{
+    for (int i = 0; i < sim_g.ndev; i++) {
+        struct sim_device *d = &sim_g.dev[i];
+        if (p >= d->base && p - d->base < d->va_size)
+            return d;
+    }
+    return NULL;
+}
+
+/* index of the last allocation whose base <= p, or -1 */
+static ptrdiff_t floor_index(const struct sim_device *d, uintptr_t p)
+{
+    size_t lo = 0, hi = d->nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->allocs[mid]->base <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (ptrdiff_t)lo - 1;
+}
+
+/* the allocation that starts exactly at p (any kind), or NULL */
+static struct sim_alloc *alloc_at(uintptr_t p)
+{
+    struct sim_device *d = dev_of(p);
+    if (!d)
+        return NULL;
+    ptrdiff_t i = floor_index(d, p);
+    if (i >= 0 && d->allocs[i]->base == p)
+        return d->allocs[i];
+    return NULL;
+}
+
+void sim_ptr_lookup(uintptr_t p, struct sim_ptrinfo *pi)
+{
+    memset(pi, 0, sizeof *pi);
+    pi->device = -2;
+    struct sim_device *d = dev_of(p);
+    if (d) {
+        pi->in_device_space = true;
+        pi->device = d->ordinal;
+        ptrdiff_t i = floor_index(d, p);
+        if (i >= 0) {
+            struct sim_alloc *a = d->allocs[i];
+            if (p - a->base < a->size) {
+                pi->kind = SIM_PTR_DEVICE;
+                pi->alloc = a;
+                pi->base = a->base;
+                pi->size = a->size;
+                pi->ctx = a->ctx;
+            }
+        }
+        return;
+    }
+    struct sim_resv *r = sim_vmm_find_resv(p);
+    if (r) {
+        pi->in_device_space = true;
+        pi->resv = r;
+        struct sim_mapping *m = sim_vmm_find_map(r, p);
+        if (m && m->prot != PROT_NONE) { /* like the driver: unknown until access is set */
+            pi->kind = SIM_PTR_VMM;
+            pi->map = m;
+            pi->base = m->va;
+            pi->size = m->size;
+            pi->device = m->h->device;
+        }
+        return;
+    }
+    for (struct sim_host *h = hosts; h; h = h->next) {
+        if (p >= h->base && p - h->base < h->size) {
+            pi->kind = SIM_PTR_HOST;
+            pi->host = h;
+            pi->base = h->base;
+            pi->size = h->size;
+            pi->ctx = h->ctx;
+            pi->device = h->ctx ? h->ctx->device : 0;
+            return;
+        }
+    }
+}
+
+CUresult sim_check_range(uintptr_t p, size_t n, bool device_side, bool write)
+{
+    if (p + n < p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup(p, &pi);
+    switch (pi.kind) {
+    case SIM_PTR_DEVICE:
+    case SIM_PTR_HOST:
+        return p + n <= pi.base + pi.size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case SIM_PTR_VMM: {
+        int need = write ? PROT_WRITE : PROT_READ;
+        for (uintptr_t cur = p; cur < p + n;) {
+            struct sim_mapping *m = sim_vmm_find_map(pi.resv, cur);
+            if (!m || !(m->prot & need))
+                return CUDA_ERROR_INVALID_VALUE;
+            cur = m->va + m->size;
+        }
+        return CUDA_SUCCESS;
+    }
+    case SIM_PTR_NONE:
+        break;
+    }
+    if (device_side || pi.in_device_space)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* plain host memory; it must not run into device space either */
+    struct sim_ptrinfo last;
+    sim_ptr_lookup(p + n - 1, &last);
+    return last.in_device_space ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+/* ---- device allocations -------------------------------------------------------------- */
+
+bool sim_fault_alloc(void)
+{
+    sim_g.alloc_attempts++;
+    if (sim_g.fail_alloc_after && sim_g.alloc_attempts == sim_g.fail_alloc_after) {
+        sim_log("TESSERA_SIM_FAIL_ALLOC_AFTER: allocation #%llu fails",
+                (unsigned long long)sim_g.alloc_attempts);
+        return true;
+    }
+    return false;
+}
+
+/* lowest gap of `pages` pages in the device range */
+static bool find_gap(const struct sim_device *d, size_t pages, uintptr_t *addr, size_t *idx)
+{
+    size_t need = pages * SIM_PAGE;
+    uintptr_t prev = d->base;
+    for (size_t i = 0; i <= d->nallocs; i++) {
+        uintptr_t next = i < d->nallocs ? d->allocs[i]->base : d->base + d->va_size;
+        if (next - prev >= need) {
+            *addr = prev;
+            *idx = i;
+            return true;
+        }
+        if (i < d->nallocs)
+            prev = d->allocs[i]->base + d->allocs[i]->pages * SIM_PAGE;
+    }
+    return false;
+}
+
+static int insert_alloc(struct sim_device *d, size_t idx, struct sim_alloc *a)
+{
+    struct sim_alloc **na = sim_grow(d->allocs, &d->cap_allocs, d->nallocs + 1, sizeof *na);
+    if (!na)
+        return -1;
+    d->allocs = na;
+    memmove(&na[idx + 1], &na[idx], (d->nallocs - idx) * sizeof *na);
+    na[idx] = a;
+    d->nallocs++;
+    return 0;
+}
+
+static void remove_alloc(struct sim_device *d, struct sim_alloc *a)
+{
+    ptrdiff_t i = floor_index(d, a->base);
+    if (i < 0 || d->allocs[i] != a)
+        return;
+    memmove(&d->allocs[i], &d->allocs[i + 1], (d->nallocs - (size_t)i - 1) * sizeof a);
+    d->nallocs--;
+}
+
+CUresult sim_mem_alloc_locked(struct sim_ctx *ctx, size_t size, enum sim_alloc_kind kind,
+                              CUdeviceptr *out)
+{
+    struct sim_device *d = &sim_g.dev[ctx->device];
+    size_t pages = sim_pages(size);
+    uintptr_t addr;
+    size_t idx;
+    if (sim_fault_alloc() || pages > d->total_pages - d->used_pages ||
+        !find_gap(d, pages, &addr, &idx)) {
+        d->ctr.failed_allocs++;
+        sim_log("device %d: out of memory for %zu bytes (%zu of %zu pages used)", d->ordinal,
+                size, d->used_pages, d->total_pages);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct sim_alloc *a = calloc(1, sizeof *a);
+    if (!a || insert_alloc(d, idx, a) != 0) {
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (mprotect((void *)addr, pages * SIM_PAGE, PROT_READ | PROT_WRITE) != 0) {
+        sim_log("mprotect: %s", strerror(errno));
+        remove_alloc(d, a);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->base = addr;
+    a->size = size;
+    a->pages = pages;
+    a->device = d->ordinal;
+    a->kind = kind;
+    a->ctx = ctx;
+    a->serial = ++sim_g.serial;
+    d->ctr.alloc_calls++;
+    sim_device_account(d, (long)pages, 1, 0);
+    *out = (CUdeviceptr)addr;
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_mem_alloc(CUdeviceptr *out, size_t size)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_sleep_us(sim_g.alloc_delay_us);
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    if (r == CUDA_SUCCESS)
+        r = sim_capture_unsafe(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    if (r == CUDA_SUCCESS)
+        r = sim_mem_alloc_locked(cur, size, SIM_ALLOC_DEVICE, out);
+    sim_unlock();
+    return r;
+}
+
+void sim_alloc_release(struct sim_alloc *a, bool explicit_free)
+{
+    struct sim_device *d = &sim_g.dev[a->device];
+    size_t len = a->pages * SIM_PAGE;
+    remove_alloc(d, a);
+    if (a->kind == SIM_ALLOC_IPC) {
+        /* put our own (unallocated) device memory back under the imported range */
+        if (mmap((void *)a->base, len, PROT_NONE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+                 d->memfd, (off_t)(a->base - d->base)) == MAP_FAILED)
+            sim_log("mmap(restore): %s", strerror(errno));
+    } else {
+        /* give the host memory back: on a shared memfd mapping MADV_DONTNEED would only
+         * drop the page table entries, MADV_REMOVE frees the pages themselves */
+        if (madvise((void *)a->base, len, MADV_REMOVE) != 0 &&
+            fallocate(d->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      (off_t)(a->base - d->base), (off_t)len) != 0)
+            sim_log("releasing %zu bytes: %s", len, strerror(errno));
+        mprotect((void *)a->base, len, PROT_NONE);
+        if (explicit_free)
+            d->ctr.free_calls++;
+        else
+            d->ctr.implicit_frees++;
+        sim_device_account(d, -(long)a->pages, -1, 0);
+    }
+    free(a);
+}
+
+static struct sim_alloc *freeable_at(CUdeviceptr p)
+{
+    struct sim_alloc *a = alloc_at((uintptr_t)p);
+    if (!a || a->kind == SIM_ALLOC_IPC || a->free_pending)
+        return NULL;
+    return a;
+}
+
+CUresult sim_mem_free(CUdeviceptr p)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (sim_tls()->in_callback)
+        return CUDA_ERROR_NOT_PERMITTED;
+    sim_sleep_us(sim_g.alloc_delay_us);
+    if (!p)
+        return CUDA_SUCCESS; /* as the real driver does */
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    if (r == CUDA_SUCCESS)
+        r = sim_capture_unsafe(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    struct sim_alloc *a = NULL;
+    if (r == CUDA_SUCCESS && !(a = freeable_at(p)))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS) {
+        /* like a GPU: the free waits until all work of the context queued so far is done */
+        a->free_pending = true;
+        uint64_t serial = a->serial;
+        sim_wait_ctx_idle(a->ctx);
+        a = alloc_at((uintptr_t)p);
+        if (a && a->serial == serial) /* else a context teardown took it meanwhile */
+            sim_alloc_release(a, true);
+    }
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_mem_free_async_prepare(CUdeviceptr p, struct sim_alloc **out)
+{
+    struct sim_alloc *a = freeable_at(p);
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    a->free_pending = true;
+    *out = a;
+    return CUDA_SUCCESS;
+}
+
+void sim_ctx_free_allocs(struct sim_ctx *ctx)
+{
+    for (int i = 0; i < sim_g.ndev; i++) {
+        struct sim_device *d = &sim_g.dev[i];
+        for (size_t j = d->nallocs; j-- > 0;) {
+            struct sim_alloc *a = d->allocs[j];
+            if (a->ctx == ctx)
+                sim_alloc_release(a, false);
+        }
+    }
+}
+
+CUresult sim_mem_get_info(size_t *free_b, size_t *total_b)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* NULL outputs are accepted and skipped, as the CUDA 13 driver does (seen on an H100). */
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    if (r == CUDA_SUCCESS) {
+        struct sim_device *d = &sim_g.dev[cur->device];
+        if (free_b)
+            *free_b = (d->total_pages - d->used_pages) * SIM_PAGE;
+        if (total_b)
+            *total_b = d->total_pages * SIM_PAGE;
+    }
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_mem_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup((uintptr_t)p, &pi);
+    if (pi.kind == SIM_PTR_NONE) {
+        r = CUDA_ERROR_NOT_FOUND;
+    } else {
+        if (base)
+            *base = (CUdeviceptr)pi.base;
+        if (size)
+            *size = pi.size;
+    }
+    sim_unlock();
+    return r;
+}
+
+/* ---- pinned host memory -------------------------------------------------------------- */
+
+CUresult sim_host_alloc(void **pp, size_t size, unsigned flags)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const unsigned valid = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                           CU_MEMHOSTALLOC_WRITECOMBINED;
+    if (!pp || (flags & ~valid))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (size == 0) { /* succeeds with NULL, like the real driver */
+        *pp = NULL;
+        return CUDA_SUCCESS;
+    }
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t psz = pg > 0 ? (size_t)pg : 4096;
+    if (size > SIZE_MAX - psz)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t msz = (size + psz - 1) / psz * psz;
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    struct sim_host *h = NULL;
+    if (r == CUDA_SUCCESS && !(h = calloc(1, sizeof *h)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        void *m = mmap(NULL, msz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            free(h);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            h->base = (uintptr_t)m;
+            h->size = size;
+            h->map_size = msz;
+            h->flags = flags;
+            h->ctx = cur;
+            h->serial = ++sim_g.serial;
+            h->next = hosts;
+            hosts = h;
+            *pp = m;
+        }
+    }
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_host_free(void *p)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (sim_tls()->in_callback)
+        return CUDA_ERROR_NOT_PERMITTED;
+    sim_lock();
+    struct sim_host **pp = &hosts;
+    while (*pp && (*pp)->base != (uintptr_t)p)
+        pp = &(*pp)->next;
+    if (!p || !*pp) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        r = sim_capture_unsafe(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    if (r == CUDA_SUCCESS) {
+        struct sim_host *h = *pp;
+        *pp = h->next;
+        /* pinned memory may be the source or target of queued copies: like the real
+         * driver, freeing it synchronises with the device first */
+        sim_wait_ctx_idle(NULL);
+        munmap((void *)h->base, h->map_size);
+        free(h);
+    }
+    sim_unlock();
+    return r;
+}
+
+/* ---- pointer attributes -------------------------------------------------------------- */
+
+static void put_bool(void *data, bool v) { *(bool *)data = v; }
+
+static CUresult put_attr(void *data, CUpointer_attribute attr, const struct sim_ptrinfo *pi,
+                         uintptr_t p, bool multi)
+{
+    bool known = pi->kind != SIM_PTR_NONE;
+    bool dev = pi->kind == SIM_PTR_DEVICE || pi->kind == SIM_PTR_VMM;
+    uint64_t serial = pi->alloc ? pi->alloc->serial
+                      : pi->map ? pi->map->h->serial
+                      : pi->host ? pi->host->serial : 0;
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = (CUcontext)pi->ctx;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = dev                          ? CU_MEMORYTYPE_DEVICE
+                                : pi->kind == SIM_PTR_HOST ? CU_MEMORYTYPE_HOST
+                                                           : 0u;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *(CUdeviceptr *)data = known ? (CUdeviceptr)p : 0;
+        break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (dev && !multi)
+            return CUDA_ERROR_INVALID_VALUE;
+        /* pinned memory, and memory CUDA does not know, is its own host pointer */
+        *(void **)data = (pi->kind == SIM_PTR_HOST || (!known && !pi->in_device_space)) ? (void *)p : NULL;
+        break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        put_bool(data, false);
+        break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = serial;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = known ? pi->device : -2;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        put_bool(data, pi->alloc && pi->alloc->kind == SIM_ALLOC_DEVICE);
+        break;
+    /* for VMM memory the range is the whole reservation, the mapping is the cuMemMap range
+     * (cuMemGetAddressRange gives the latter), as the real driver reports them */
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(void **)data = (void *)(pi->map ? pi->resv->base : pi->base);
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = pi->map ? pi->resv->size : pi->size;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        put_bool(data, known);
+        break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = pi->map ? pi->map->h->htypes : 0;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+        put_bool(data, dev);
+        break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: {
+        int f = 0;
+        if (pi->kind == SIM_PTR_DEVICE || pi->kind == SIM_PTR_HOST)
+            f = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+        else if (pi->map)
+            f = (pi->map->prot & PROT_WRITE)  ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE
+                : (pi->map->prot & PROT_READ) ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ
+                                              : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
+        *(int *)data = f;
+        break;
+    }
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool *)data = NULL;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *(size_t *)data = pi->alloc ? pi->alloc->pages * SIM_PAGE : pi->size;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(void **)data = (void *)pi->base;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr p, bool multi)
+{
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup((uintptr_t)p, &pi);
+    CUresult r = (pi.kind == SIM_PTR_NONE && !multi) ? CUDA_ERROR_INVALID_VALUE
+                                                     : put_attr(data, attr, &pi, (uintptr_t)p, multi);
+    sim_unlock();
+    return r;
+}
+
+/* ---- IPC ----------------------------------------------------------------------------- */
+
+struct ipc_wire {
+    char magic[8];
+    int32_t pid;
+    int32_t memfd;
+    int32_t device;
+    int32_t pad;
+    uint64_t offset;
+    uint64_t size;
+    uint64_t pages;
+    uint64_t serial;
+    uint64_t spare;
+};
+_Static_assert(sizeof(struct ipc_wire) <= sizeof(CUipcMemHandle), "IPC handle layout");
+
+static const char ipc_magic[8] = {'T', 'S', 'I', 'M', 'I', 'P', 'C', '1'};
+
+CUresult sim_ipc_get(CUipcMemHandle *h, CUdeviceptr p)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!h)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup((uintptr_t)p, &pi);
+    /* like the real driver, the handle describes the whole allocation containing p */
+    if (pi.kind != SIM_PTR_DEVICE || pi.alloc->kind != SIM_ALLOC_DEVICE) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        struct sim_alloc *a = pi.alloc;
+        struct sim_device *d = &sim_g.dev[a->device];
+        struct ipc_wire w;
+        memset(&w, 0, sizeof w);
+        memcpy(w.magic, ipc_magic, sizeof w.magic);
+        w.pid = (int32_t)getpid();
+        w.memfd = d->memfd;
+        w.device = a->device;
+        w.offset = a->base - d->base;
+        w.size = a->size;
+        w.pages = a->pages;
+        w.serial = a->serial;
+        memset(h, 0, sizeof *h);
+        memcpy(h, &w, sizeof w);
+    }
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_ipc_open(CUdeviceptr *out, CUipcMemHandle h, unsigned flags)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ipc_wire w;
+    memcpy(&w, &h, sizeof w);
+    if (memcmp(w.magic, ipc_magic, sizeof w.magic) != 0 || w.pages == 0 || w.size == 0 ||
+        w.pages > (1ull << 44) / SIM_PAGE || w.size > w.pages * SIM_PAGE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (w.pid == (int32_t)getpid())
+        return CUDA_ERROR_INVALID_CONTEXT; /* handles cannot be opened by their exporter */
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    if (r != CUDA_SUCCESS)
+        goto out;
+    struct sim_device *d = &sim_g.dev[cur->device];
+    for (size_t i = 0; i < d->nallocs; i++) {
+        struct sim_alloc *a = d->allocs[i];
+        if (a->kind == SIM_ALLOC_IPC && a->ctx == cur && a->ipc_pid == w.pid &&
+            a->ipc_serial == w.serial && a->ipc_offset == w.offset) {
+            a->ipc_refs++;
+            *out = (CUdeviceptr)a->base;
+            goto out;
+        }
+    }
+    char path[64], link[128];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)w.pid, (int)w.memfd);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n < 0) {
+        sim_log("cuIpcOpenMemHandle: %s: %s", path, strerror(errno));
+        r = CUDA_ERROR_INVALID_HANDLE;
+        goto out;
+    }
+    link[n] = 0;
+    if (!strstr(link, "tessera-sim-dev")) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+        goto out;
+    }
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        sim_log("cuIpcOpenMemHandle: open %s: %s", path, strerror(errno));
+        r = CUDA_ERROR_MAP_FAILED;
+        goto out;
+    }
+    uintptr_t addr;
+    size_t idx;
+    struct sim_alloc *a = calloc(1, sizeof *a);
+    if (!a || !find_gap(d, w.pages, &addr, &idx) || insert_alloc(d, idx, a) != 0) {
+        free(a);
+        close(fd);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    size_t len = w.pages * SIM_PAGE;
+    if (mmap((void *)addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+             (off_t)w.offset) == MAP_FAILED) {
+        sim_log("cuIpcOpenMemHandle: mmap: %s", strerror(errno));
+        mmap((void *)addr, len, PROT_NONE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, d->memfd,
+             (off_t)(addr - d->base));
+        remove_alloc(d, a);
+        free(a);
+        close(fd);
+        r = CUDA_ERROR_MAP_FAILED;
+        goto out;
+    }
+    close(fd);
+    a->base = addr;
+    a->size = w.size;
+    a->pages = w.pages;
+    a->device = d->ordinal;
+    a->kind = SIM_ALLOC_IPC;
+    a->ctx = cur;
+    a->serial = ++sim_g.serial;
+    a->ipc_refs = 1;
+    a->ipc_pid = w.pid;
+    a->ipc_serial = w.serial;
+    a->ipc_offset = w.offset;
+    a->ipc_device = w.device;
+    *out = (CUdeviceptr)addr;
+out:
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_ipc_close(CUdeviceptr p)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    struct sim_alloc *a = alloc_at((uintptr_t)p);
+    if (!a || a->kind != SIM_ALLOC_IPC) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (--a->ipc_refs == 0) {
+        uint64_t serial = a->serial;
+        sim_wait_ctx_idle(a->ctx);
+        a = alloc_at((uintptr_t)p);
+        if (a && a->serial == serial)
+            sim_alloc_release(a, false);
+    }
+    sim_unlock();
+    return r;
+}

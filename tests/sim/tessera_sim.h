@@ -1,0 +1,54 @@
+/* tessera_sim.h - introspection of the simulated CUDA device (tests/sim).
+ *
+ * libcuda.so.1 from tests/sim exports one function besides the driver API:
+ *
+ *     int tessera_sim_counters(int device, struct tessera_sim_counters *out);
+ *
+ * It fills *out with the counters of simulated device `device` and returns 0, or returns -1
+ * (out untouched) when the device does not exist, out is NULL, or the simulator cannot
+ * start (bad TESSERA_SIM_* configuration, forked child). It does not need cuInit.
+ *
+ * Programs that link the real toolkit (and only get the simulator at run time through
+ * LD_LIBRARY_PATH) should resolve it at run time:
+ *
+ *     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+ *     tessera_sim_counters_fn fn = (tessera_sim_counters_fn)dlsym(h, "tessera_sim_counters");
+ *
+ * "Allocations" are cuMemAlloc-class allocations (cuMemAlloc_v2 and cuMemAllocAsync);
+ * cuMemCreate handles are counted separately but also hold physical pages.
+ */
+#ifndef TESSERA_SIM_H
+#define TESSERA_SIM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tessera_sim_counters {
+    uint64_t total_bytes;           /* device memory (TESSERA_SIM_MEMORY, 2 MiB multiple) */
+    uint64_t alloc_calls;           /* successful cuMemAlloc_v2 + cuMemAllocAsync */
+    uint64_t free_calls;            /* successful cuMemFree_v2 + executed cuMemFreeAsync */
+    uint64_t implicit_frees;        /* allocations dropped by context destroy / primary reset */
+    uint64_t failed_allocs;         /* allocation requests refused with out-of-memory */
+    uint64_t create_calls;          /* successful cuMemCreate */
+    uint64_t release_calls;         /* successful cuMemRelease */
+    uint64_t map_calls;             /* successful cuMemMap */
+    uint64_t unmap_calls;           /* successful cuMemUnmap (one per unmapped cuMemMap range) */
+    uint64_t bytes_in_use;          /* physical bytes held (2 MiB pages): allocations + handles */
+    uint64_t peak_bytes_in_use;
+    uint64_t live_allocations;      /* cuMemAlloc-class allocations alive now */
+    uint64_t peak_live_allocations;
+    uint64_t live_handles;          /* cuMemCreate handles whose memory is still alive */
+};
+
+typedef int (*tessera_sim_counters_fn)(int device, struct tessera_sim_counters *out);
+
+int tessera_sim_counters(int device, struct tessera_sim_counters *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_SIM_H */
