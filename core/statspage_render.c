@@ -229,6 +229,20 @@ static void put_cell(FILE *f, const char *text, size_t cap, size_t width)
         fputc(' ', f);
 }
 
+/* The command for narrow columns: the program's directory dropped ("/usr/bin/python3 x.py" reads
+ * "python3 x.py"); the detail view, JSON and Prometheus keep the whole command. */
+static void put_command(FILE *f, const char *cmd, size_t cap, size_t width)
+{
+    size_t n = strnlen(cmd, cap);
+    const char *space = memchr(cmd, ' ', n);
+    size_t first = space ? (size_t)(space - cmd) : n;
+    size_t skip = 0;
+    for (size_t i = 0; i < first; i++)
+        if (cmd[i] == '/' && i + 1 < first)
+            skip = i + 1;
+    put_cell(f, cmd + skip, cap - skip, width);
+}
+
 static void fmt_time(char *buf, size_t len, int64_t unix_s)
 {
     time_t t = (time_t)unix_s;
@@ -361,7 +375,7 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
                 continue;
             if (v->nslots == 0) {
                 fprintf(f, "%-8d ", v->pid);
-                put_cell(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
+                put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
                 fprintf(f, " %-6s %12s %12s %12s %7s %8s %6s\n", "-", "-", "-", "-", "-", "-", "-");
                 continue;
             }
@@ -370,7 +384,7 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
                 char dev[48];
                 slot_label(v, k, dev, sizeof dev);
                 fprintf(f, "%-8d ", v->pid);
-                put_cell(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
+                put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
                 fprintf(f, " %-6s", dev);
                 if (s->status != TS_PAGE_OK) {
                     fprintf(f, " %s: %s\n", ts_page_status_name(s->status), s->error);
@@ -401,7 +415,7 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
             if (!ts_owner_is_stale(v->owner))
                 continue;
             fprintf(f, "%-8d %-6s ", v->pid, "stale");
-            put_cell(f, view_command(v), sizeof v->hdr.cmdline, 28);
+            put_command(f, view_command(v), sizeof v->hdr.cmdline, 28);
             fprintf(f, " ");
             put_text(f, v->owner_why, sizeof v->owner_why, SIZE_MAX, ESC_TERM);
             fputc('\n', f);
@@ -812,7 +826,7 @@ void ts_render_map(FILE *f, const ts_proc_view *v, const tessera_page_slot_head 
     if (width > 1024)
         width = 1024;
     fprintf(f, "segment map of pid %d (", v->pid);
-    put_cell(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 40);
+    put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 40);
     fprintf(f, "), device %" PRId32 ", context 0x%" PRIx64 "\n", head->device, head->context_id);
     if (!(m->flags & TESSERA_MAP_VALID)) {
         fprintf(f, "no segment map published yet (the allocator publishes one after a segment "

@@ -1,2 +1,461 @@
+/* tessera-stat: read the stats pages tessera processes publish (docs/stats-page.md).
+ *
+ * Never trusts a page: every page goes through the validating reader, a bad page gives a message
+ * and a non-zero exit where it was asked for by pid, and a line in the "unreadable" section of
+ * listings (which still succeed for the other pages).
+ *
+ * Exit status: 0 success; 1 the page asked for is missing, stale-and-unreadable, corrupt, busy,
+ * or a stale page could not be removed; 2 usage error.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
-int main(void) { fputs("tessera-stat: not yet\n", stderr); return 1; }
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/statspage.h"
+
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "unknown"
+#endif
+
+#define EXIT_USAGE 2
+
+static const char *prog = "tessera-stat";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [--dir DIR]                      table of tessera processes\n"
+            "       %s [--dir DIR] PID                  every counter of one process\n"
+            "       %s --json [PID]                     JSON (memory_stats key names)\n"
+            "       %s --prometheus                     Prometheus text format\n"
+            "       %s --watch SECONDS [--count N]      redraw the table (Ctrl-C stops)\n"
+            "       %s map PID [--device D] [--width W] ASCII segment map\n"
+            "       %s --gc                             remove pages of dead processes\n"
+            "       %s --help | --version\n"
+            "\n"
+            "Pages are read from --dir, else $" TESSERA_PAGE_DIR_ENV ", else " TESSERA_PAGE_DEFAULT_DIR
+            ".\n"
+            "Sizes in the table and the map are binary (KiB, MiB, GiB); JSON, Prometheus and the\n"
+            "per-process view give exact bytes.\n",
+            prog, prog, prog, prog, prog, prog, prog, prog);
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct views {
+    ts_proc_view *v;
+    size_t n;
+} views;
+
+static int load_all(const char *dir, views *out)
+{
+    int *pids = NULL;
+    size_t n = 0;
+    out->v = NULL;
+    out->n = 0;
+    int e = ts_page_list(dir, &pids, &n);
+    if (e) {
+        fprintf(stderr, "%s: cannot read %s: %s\n", prog, dir, strerror(e));
+        return -1;
+    }
+    if (n) {
+        out->v = calloc(n, sizeof *out->v);
+        if (!out->v) {
+            free(pids);
+            fprintf(stderr, "%s: out of memory\n", prog);
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        ts_proc_view_load(&out->v[i], dir, pids[i], true);
+    out->n = n;
+    free(pids);
+    return 0;
+}
+
+static void free_all(views *vs)
+{
+    for (size_t i = 0; i < vs->n; i++)
+        ts_proc_view_free(&vs->v[i]);
+    free(vs->v);
+    vs->v = NULL;
+    vs->n = 0;
+}
+
+static void warn_unreadable(const views *vs, const char *dir)
+{
+    for (size_t i = 0; i < vs->n; i++) {
+        const ts_proc_view *v = &vs->v[i];
+        if (v->status != TS_PAGE_OK && !ts_proc_view_is_stale(v))
+            fprintf(stderr, "%s: skipped %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s\n", prog, dir,
+                    v->pid, v->error);
+    }
+}
+
+/* One process, by pid: 0 with *v loaded and readable, else 1 after a message. */
+static int load_one(const char *dir, int pid, ts_proc_view *v)
+{
+    ts_proc_view_load(v, dir, pid, true);
+    if (v->status == TS_PAGE_OK)
+        return 0;
+    if (v->status == TS_PAGE_ENOENT)
+        fprintf(stderr, "%s: no stats page for pid %d in %s\n", prog, pid, dir);
+    else
+        fprintf(stderr, "%s: %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s%s%s\n", prog, dir, pid, v->error,
+                ts_proc_view_is_stale(v) ? "; the page is stale: " : "",
+                ts_proc_view_is_stale(v) ? v->owner_why : "");
+    return 1;
+}
+
+/* 1 (after a message for each) when a slot of v could not be read. */
+static int check_slots(const char *dir, const ts_proc_view *v)
+{
+    int rc = 0;
+    for (uint32_t k = 0; k < v->nslots; k++)
+        if (v->slots[k].status != TS_PAGE_OK) {
+            fprintf(stderr, "%s: %s/" TESSERA_PAGE_FILE_PREFIX "%d: slot %" PRIu32 ": %s\n", prog,
+                    dir, v->pid, v->slots[k].index, v->slots[k].error);
+            rc = 1;
+        }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static int cmd_table(const char *dir)
+{
+    views vs;
+    if (load_all(dir, &vs) != 0)
+        return 1;
+    ts_render_table(stdout, vs.v, vs.n, dir);
+    free_all(&vs);
+    return 0;
+}
+
+static int cmd_detail(const char *dir, int pid)
+{
+    ts_proc_view v;
+    int rc = load_one(dir, pid, &v);
+    if (rc == 0) {
+        ts_render_env env;
+        ts_render_env_load(&env);
+        ts_render_detail(stdout, &v, &env);
+        rc = check_slots(dir, &v);
+    }
+    ts_proc_view_free(&v);
+    return rc;
+}
+
+static int cmd_json(const char *dir, int pid)
+{
+    if (pid > 0) {
+        ts_proc_view v;
+        int rc = load_one(dir, pid, &v);
+        if (rc == 0) {
+            ts_render_json(stdout, &v, 1);
+            rc = check_slots(dir, &v);
+        }
+        ts_proc_view_free(&v);
+        return rc;
+    }
+    views vs;
+    if (load_all(dir, &vs) != 0)
+        return 1;
+    ts_render_json(stdout, vs.v, vs.n);
+    free_all(&vs);
+    return 0;
+}
+
+static int cmd_prometheus(const char *dir)
+{
+    views vs;
+    if (load_all(dir, &vs) != 0)
+        return 1;
+    warn_unreadable(&vs, dir);
+    ts_render_prometheus(stdout, vs.v, vs.n);
+    free_all(&vs);
+    return 0;
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static int cmd_watch(const char *dir, double seconds, long count)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: the sleep wakes up */
+    sigaction(SIGTERM, &sa, NULL);
+    bool tty = isatty(STDOUT_FILENO);
+    for (long i = 0; !interrupted && (count <= 0 || i < count); i++) {
+        views vs;
+        if (load_all(dir, &vs) != 0)
+            return 1;
+        char when[32];
+        time_t now = time(NULL);
+        struct tm tm;
+        if (!localtime_r(&now, &tm) || !strftime(when, sizeof when, "%H:%M:%S", &tm))
+            snprintf(when, sizeof when, "?");
+        if (tty)
+            fputs("\033[H\033[2J", stdout);
+        else if (i)
+            fputc('\n', stdout);
+        printf("tessera-stat  every %gs  %s  (Ctrl-C to stop)\n\n", seconds, when);
+        ts_render_table(stdout, vs.v, vs.n, dir);
+        free_all(&vs);
+        if (fflush(stdout) != 0)
+            return 1;
+        if (count > 0 && i + 1 >= count)
+            break;
+        struct timespec ts;
+        ts.tv_sec = (time_t)seconds;
+        ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+        while (!interrupted && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+    return 0;
+}
+
+static int cmd_map(const char *dir, int pid, long device, unsigned width)
+{
+    ts_proc_view v;
+    int rc = load_one(dir, pid, &v);
+    if (rc) {
+        ts_proc_view_free(&v);
+        return rc;
+    }
+    ts_page pg;
+    ts_page_init(&pg);
+    int st = ts_page_open_pid(&pg, dir, pid);
+    tessera_page_slot_head *head = malloc(sizeof *head);
+    tessera_page_segment *segs = calloc(TESSERA_PAGE_MAX_SEGMENTS, sizeof *segs);
+    tessera_page_block *blocks = calloc(TESSERA_PAGE_MAX_BLOCKS, sizeof *blocks);
+    int shown = 0;
+    if (!head || !segs || !blocks) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        rc = 1;
+    } else if (st != TS_PAGE_OK) {
+        fprintf(stderr, "%s: %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s\n", prog, dir, pid, pg.error);
+        rc = 1;
+    } else {
+        if (ts_proc_view_is_stale(&v))
+            printf("note: this page is stale (%s); it shows the last state its process published\n\n",
+                   v.owner_why);
+        for (uint32_t i = 0; i < pg.hdr.slot_count; i++) {
+            int s = ts_page_snapshot(&pg, i, head, segs, blocks);
+            if (s == TS_PAGE_EEMPTY)
+                continue;
+            if (s != TS_PAGE_OK) {
+                fprintf(stderr, "%s: %s/" TESSERA_PAGE_FILE_PREFIX "%d: slot %" PRIu32 ": %s\n",
+                        prog, dir, pid, i, pg.error);
+                rc = 1;
+                continue;
+            }
+            if (device >= 0 && head->device != device)
+                continue;
+            if (shown++)
+                fputc('\n', stdout);
+            ts_render_map(stdout, &v, head, segs, blocks, width);
+        }
+        if (!shown && rc == 0) {
+            if (device >= 0)
+                fprintf(stderr, "%s: pid %d has no slot for device %ld\n", prog, pid, device);
+            else
+                fprintf(stderr, "%s: pid %d has no device slot in use yet\n", prog, pid);
+            rc = 1;
+        }
+    }
+    free(head);
+    free(segs);
+    free(blocks);
+    ts_page_close(&pg);
+    ts_proc_view_free(&v);
+    return rc;
+}
+
+struct gc_state {
+    const char *dir;
+    int failed;
+};
+
+static void gc_report(void *user, int pid, int removed, const char *why)
+{
+    struct gc_state *g = user;
+    if (removed) {
+        printf("removed %s/" TESSERA_PAGE_FILE_PREFIX "%d (%s)\n", g->dir, pid, why);
+    } else {
+        printf("kept %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s\n", g->dir, pid, why);
+        g->failed = 1;
+    }
+}
+
+static int cmd_gc(const char *dir)
+{
+    struct gc_state g = {dir, 0};
+    int n = ts_page_gc(dir, gc_report, &g);
+    if (n < 0) {
+        fprintf(stderr, "%s: cannot read %s: %s\n", prog, dir, strerror(-n));
+        return 1;
+    }
+    if (n == 0 && !g.failed)
+        printf("no stale pages in %s\n", dir);
+    else
+        printf("removed %d stale page%s\n", n, n == 1 ? "" : "s");
+    return g.failed ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    enum { OPT_JSON = 256, OPT_PROM, OPT_WATCH, OPT_COUNT, OPT_GC, OPT_DIR, OPT_DEVICE, OPT_WIDTH,
+           OPT_HELP, OPT_VERSION };
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, OPT_JSON},       {"prometheus", no_argument, NULL, OPT_PROM},
+        {"watch", required_argument, NULL, OPT_WATCH}, {"count", required_argument, NULL, OPT_COUNT},
+        {"gc", no_argument, NULL, OPT_GC},           {"dir", required_argument, NULL, OPT_DIR},
+        {"device", required_argument, NULL, OPT_DEVICE},
+        {"width", required_argument, NULL, OPT_WIDTH}, {"help", no_argument, NULL, OPT_HELP},
+        {"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0}};
+    int json = 0, prom = 0, gc = 0, watch = 0;
+    double seconds = 0;
+    long count = 0, device = -1, width = 64;
+    const char *dir = NULL;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_JSON: json = 1; break;
+        case OPT_PROM: prom = 1; break;
+        case OPT_GC: gc = 1; break;
+        case OPT_DIR: dir = optarg; break;
+        case OPT_WATCH: {
+            char *end;
+            errno = 0;
+            seconds = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(seconds > 0) || seconds > 86400) {
+                fprintf(stderr, "%s: --watch wants seconds in (0, 86400], not '%s'\n", prog, optarg);
+                return EXIT_USAGE;
+            }
+            watch = 1;
+            break;
+        }
+        case OPT_COUNT:
+            if (parse_int(optarg, 1, LONG_MAX, &count)) {
+                fprintf(stderr, "%s: --count wants a positive number, not '%s'\n", prog, optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case OPT_DEVICE:
+            if (parse_int(optarg, 0, 65535, &device)) {
+                fprintf(stderr, "%s: --device wants a device ordinal, not '%s'\n", prog, optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case OPT_WIDTH:
+            if (parse_int(optarg, 8, 1024, &width)) {
+                fprintf(stderr, "%s: --width wants 8 to 1024 characters, not '%s'\n", prog, optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'h':
+        case OPT_HELP: usage(stdout); return 0;
+        case OPT_VERSION:
+            printf("tessera-stat %s (stats page layout %u)\n", TESSERA_VERSION,
+                   TESSERA_PAGE_LAYOUT_VERSION);
+            return 0;
+        default:
+            if (optopt)
+                fprintf(stderr, "%s: option needs a value or is unknown: %s\n", prog, argv[optind - 1]);
+            else
+                fprintf(stderr, "%s: unknown option %s\n", prog, argv[optind - 1]);
+            fprintf(stderr, "try '%s --help'\n", prog);
+            return EXIT_USAGE;
+        }
+    }
+    if (!dir)
+        dir = ts_statspage_dir();
+
+    int is_map = optind < argc && strcmp(argv[optind], "map") == 0;
+    if (is_map)
+        optind++;
+    long pid = 0;
+    if (optind < argc) {
+        if (parse_int(argv[optind], 1, INT_MAX, &pid)) {
+            fprintf(stderr, "%s: '%s' is not a pid\ntry '%s --help'\n", prog, argv[optind], prog);
+            return EXIT_USAGE;
+        }
+        optind++;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\ntry '%s --help'\n", prog, argv[optind], prog);
+        return EXIT_USAGE;
+    }
+    int modes = json + prom + gc + watch + is_map;
+    if (modes > 1) {
+        fprintf(stderr, "%s: choose one of --json, --prometheus, --watch, --gc, map\n", prog);
+        return EXIT_USAGE;
+    }
+    if ((prom || gc || watch) && pid) {
+        fprintf(stderr, "%s: this mode takes no pid\n", prog);
+        return EXIT_USAGE;
+    }
+    if (is_map && !pid) {
+        fprintf(stderr, "%s: map needs a pid\n", prog);
+        return EXIT_USAGE;
+    }
+    if ((device >= 0 || width != 64) && !is_map) {
+        fprintf(stderr, "%s: --device and --width go with map\n", prog);
+        return EXIT_USAGE;
+    }
+    if (count && !watch) {
+        fprintf(stderr, "%s: --count goes with --watch\n", prog);
+        return EXIT_USAGE;
+    }
+
+    int rc;
+    if (is_map)
+        rc = cmd_map(dir, (int)pid, device, (unsigned)width);
+    else if (gc)
+        rc = cmd_gc(dir);
+    else if (prom)
+        rc = cmd_prometheus(dir);
+    else if (json)
+        rc = cmd_json(dir, (int)pid);
+    else if (watch)
+        rc = cmd_watch(dir, seconds, count);
+    else if (pid)
+        rc = cmd_detail(dir, (int)pid);
+    else
+        rc = cmd_table(dir);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s: error writing the output: %s\n", prog, strerror(errno));
+        return 1;
+    }
+    return rc;
+}
