@@ -56,6 +56,8 @@ enum key_id {
     KEY_STITCHING,
     KEY_STITCH_MIN_BLOCK_MB,
     KEY_STITCH_MAX_RANGES,
+    KEY_EXPANDABLE_PAGE_MB,
+    KEY_HANDLE_POLICY,
     KEY_DEFRAGMENT,
     KEY_VERBOSE,
     /* PyTorch keys accepted but not applicable; bit (id - KEY_FIRST_NA) of not_applicable_mask */
@@ -129,6 +131,12 @@ typedef struct key_desc {
 static const choice backend_choices[] = {
     { "native", TS_BACKEND_NATIVE },
     { "cudaMallocAsync", TS_BACKEND_CUDA_MALLOC_ASYNC },
+    { NULL, 0 },
+};
+
+static const choice handle_choices[] = {
+    { "page", TS_HANDLES_PAGE },
+    { "geometric", TS_HANDLES_GEOMETRIC },
     { NULL, 0 },
 };
 
@@ -241,8 +249,24 @@ static const key_desc keys[KEY_COUNT] = {
     },
     [KEY_STITCH_MAX_RANGES] = {
         .name = "stitch_max_ranges", .kind = KIND_U32, .flags = F_TESSERA,
-        .offset = FIELD(stitch_max_ranges), .min = 1, .max = 4096, .def.u = 64,
+        .offset = FIELD(stitch_max_ranges), .min = 1, .max = 4096, .def.u = 256,
         .help = "Most live stitched virtual ranges per device.",
+    },
+    [KEY_EXPANDABLE_PAGE_MB] = {
+        .name = "expandable_page_mb", .kind = KIND_MIB, .flags = F_TESSERA,
+        .offset = FIELD(expandable_page), .min = 0, .def.u = 0,
+        .range = "an integer number of MiB, 0 for the default",
+        .help = "Page size of expandable segments, rounded up to the device's granularity. 0: "
+                "PyTorch's (2 MiB small pool, large_segment_size_mb large pool), or the "
+                "granularity (2 MiB) with defragment. Smaller pages let smaller free holes go "
+                "back to the device or be stitched.",
+    },
+    [KEY_HANDLE_POLICY] = {
+        .name = "handle_policy", .kind = KIND_CHOICE, .flags = F_TESSERA,
+        .offset = FIELD(handle_policy), .def.u = TS_HANDLES_PAGE, .choices = handle_choices,
+        .help = "How expandable segments cut new memory into physical handles. page: one per "
+                "page (PyTorch's). geometric: halving towards the end of each growth, about "
+                "log2(growth / page) + 1 handles: fewer driver calls, coarser give-back.",
     },
     [KEY_DEFRAGMENT] = {
         .name = "defragment", .kind = KIND_BOOL, .flags = F_TESSERA,
@@ -1610,6 +1634,7 @@ bool ts_config_equal(const ts_config *a, const ts_config *b)
            a->reuse_fence == b->reuse_fence && a->stitching == b->stitching &&
            a->stitch_min_block == b->stitch_min_block &&
            a->stitch_max_ranges == b->stitch_max_ranges && a->defragment == b->defragment &&
+           a->expandable_page == b->expandable_page && a->handle_policy == b->handle_policy &&
            a->verbose == b->verbose && a->not_applicable_mask == b->not_applicable_mask &&
            x->bools == y->bools &&
            x->pinned_num_register_threads == y->pinned_num_register_threads &&

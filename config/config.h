@@ -33,6 +33,13 @@ typedef enum ts_fence_mode {
     TS_FENCE_NONE = 2    /* reuse at once: only safe for single-stream programs */
 } ts_fence_mode;
 
+/* How expandable segments cut the physical memory of a growth into handles (the unit that can be
+ * given back or stitched). */
+typedef enum ts_handle_policy {
+    TS_HANDLES_PAGE = 0,     /* one handle per page (PyTorch's layout) */
+    TS_HANDLES_GEOMETRIC = 1 /* halving towards the growth's end: fewer driver calls */
+} ts_handle_policy;
+
 typedef struct ts_config {
     /* --- PyTorch keys, PyTorch's meaning --- */
     size_t max_split_size;              /* bytes; SIZE_MAX: unlimited (default) */
@@ -54,7 +61,9 @@ typedef struct ts_config {
     size_t stitch_min_block;    /* bytes; requests below this never stitch (default 2 MiB) */
     uint32_t stitch_max_ranges; /* live stitched virtual ranges per device (default 64) */
     size_t expandable_page;     /* bytes per page of expandable segments; 0: PyTorch's (2 MiB
-                                 * small pool, large_segment_size large pool) */
+                                 * small pool, large_segment_size large pool; with defragment,
+                                 * the device's granularity) */
+    ts_handle_policy handle_policy;
     bool defragment;            /* tessera's best combination: expandable + stitching */
     bool verbose;               /* print the effective configuration at start-up */
 

@@ -113,6 +113,7 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
     pool_init(&a->large, false);
     ts_slab_init(&a->block_slab, sizeof(ts_block));
     ts_slab_init(&a->segment_slab, sizeof(ts_segment));
+    ts_slab_init(&a->handle_slab, sizeof(ts_handle_rec));
 
     a->st = sink.stats ? sink.stats : &a->own_stats;
     a->seq = sink.seq ? sink.seq : &a->own_seq;
@@ -136,12 +137,20 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
     a->use_fences = a->be.fence_record && a->be.fence_query && a->be.fence_wait &&
                     a->cfg.reuse_fence != TS_FENCE_NONE;
 
-    if (a->cfg.expandable_segments || a->cfg.stitching) {
+    if (a->cfg.stitching)
+        a->cfg.expandable_segments = true; /* stitching lends pages of expandable segments */
+    if (a->cfg.expandable_segments) {
         size_t g = 0;
         if (ts_backend_has_vm(&a->be) && a->be.vm_granularity(a->be.ctx, &g) == TS_OK && g > 0)
             a->vm_granularity = g;
         else
             a->cfg.expandable_segments = a->cfg.stitching = false; /* no VM: plain segments */
+        /* defragment: the finest pages the device allows, so that any free hole of at least a
+         * page can be given back or stitched (20 MiB pages leave holes below 20 MiB stuck) */
+        if (a->cfg.defragment && a->cfg.expandable_page == 0)
+            a->cfg.expandable_page = a->vm_granularity;
+        a->handle_per_page = a->cfg.handle_policy == TS_HANDLES_PAGE;
+
     }
 
     tessera_device_stats *st = a->st;
@@ -161,7 +170,12 @@ static void allocator_free_segment_metadata(ts_allocator *a, ts_segment *seg)
         block_delete(a, b);
         b = next;
     }
-    free(seg->handles);
+    ts_node *n;
+    while ((n = ts_tree_first(&seg->handles)) != NULL) {
+        ts_tree_remove(&seg->handles, n);
+        ts_slab_free(&a->handle_slab, handle_of_node(n));
+    }
+    free(seg->lenders);
     ts_slab_free(&a->segment_slab, seg);
 }
 
@@ -184,6 +198,8 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
             backend_enter(a);
             if (seg->kind == TS_SEGMENT_PLAIN)
                 a->be.seg_free(a->be.ctx, seg->addr, seg->size);
+            else if (seg->kind == TS_SEGMENT_STITCHED)
+                stitch_destroy(a, seg, true);
             else
                 expandable_destroy_segment(a, seg, true);
         }
@@ -194,6 +210,7 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
     ts_ptrmap_destroy(&a->live);
     ts_slab_destroy(&a->block_slab);
     ts_slab_destroy(&a->segment_slab);
+    ts_slab_destroy(&a->handle_slab);
     pthread_mutex_destroy(&a->lock);
     free(a);
 }
@@ -223,6 +240,7 @@ void ts_allocator_forget_all(ts_allocator *a)
     memset(a->live.slots, 0, (a->live.mask + 1) * sizeof *a->live.slots);
     a->live.count = 0;
     a->total_allocated_memory = 0;
+    a->stitched_segments = 0;
     tessera_device_stats *st = a->st;
 #define ZERO_ARRAY(name, unit, help)                                                               \
     for (int i = 0; i < TESSERA_POOL_COUNT; i++)                                                   \
@@ -316,7 +334,7 @@ static ts_block *alloc_found_block(ts_allocator *a, ts_block *b, size_t size, si
     tessera_device_stats *st = a->st;
     ts_pool *p = b->seg->pool;
     const bool already_split = block_is_split(b);
-    const bool expandable = block_is_expandable(b);
+    const bool expandable = block_is_vm(b);
 
     if (split) {
         ts_block *remaining = b;
@@ -447,6 +465,8 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     }
 
     ts_block *b = pool_find_best(a, p, rounded, stream);
+    if (!b)
+        b = stitch_alloc(a, p, rounded, stream); /* free pages elsewhere, before new memory */
     if (!b) {
         if (pool_gc_enabled(a))
             garbage_collect_cached_blocks(a);
@@ -505,8 +525,8 @@ void block_free_complete(ts_allocator *a, ts_block *b)
         net_blocks += 1;
         net_bytes += (int64_t)b->size;
     }
-    /* Expandable blocks are left out of inactive_split: their free pages can always go back. */
-    if (!block_is_expandable(b)) {
+    /* Virtual-memory blocks are left out of inactive_split: their pages can always go back. */
+    if (!block_is_vm(b)) {
         if (net_blocks > 0)
             stat_array_increase(a, st->inactive_split, p, net_blocks);
         else if (net_blocks < 0)

@@ -106,7 +106,9 @@ typedef enum ts_block_state {
     TS_BLOCK_ALLOCATED = 0,
     TS_BLOCK_PENDING = 1,  /* freed, waiting for its fence */
     TS_BLOCK_FREE = 2,
-    TS_BLOCK_UNMAPPED = 3  /* virtual range of an expandable segment with no pages behind it */
+    TS_BLOCK_UNMAPPED = 3, /* virtual range of an expandable segment with no pages behind it */
+    TS_BLOCK_LENT = 4      /* whole pages of an expandable segment mapped, for now, into a
+                            * stitched segment: in use there, neither free nor allocated here */
 } ts_block_state;
 
 typedef enum ts_segment_kind {

@@ -133,9 +133,10 @@ typedef struct check_totals {
     int64_t inactive_split_bytes[TESSERA_POOL_COUNT];
     int64_t oversize_allocations, oversize_segments;
     size_t free_blocks[2], unmapped_blocks[2], pending, allocated;
+    size_t lent_bytes, stitched_bytes, stitched_segments;
 } check_totals;
 
-static int check_fail(char *why, size_t whylen, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int check_fail(char *why, size_t whylen, const char *fmt, ...)
 {
     if (why && whylen) {
         va_list ap;
@@ -220,6 +221,26 @@ static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char
             totals_add(t->active_bytes, p, (int64_t)b->size);
             totals_add(t->requested_bytes, p, (int64_t)b->requested);
             break;
+        case TS_BLOCK_LENT:
+            if (seg->kind == TS_SEGMENT_PLAIN || !b->lent_to ||
+                b->lent_to->kind != TS_SEGMENT_STITCHED)
+                return check_fail(why, whylen, "lent block %#" PRIxPTR " in a wrong place",
+                                  b->addr);
+            else {
+                bool listed = false;
+                for (size_t i = 0; i < b->lent_to->nlenders; i++)
+                    listed |= b->lent_to->lenders[i] == b;
+                if (!listed)
+                    return check_fail(why, whylen, "lent block %#" PRIxPTR " not listed by its "
+                                      "stitched segment", b->addr);
+                uintptr_t lo, hi;
+                if (!segment_whole_handles(seg, b->addr, b->addr + b->size, &lo, &hi) ||
+                    lo != b->addr || hi != b->addr + b->size)
+                    return check_fail(why, whylen, "lent block %#" PRIxPTR " not whole handles",
+                                      b->addr);
+            }
+            t->lent_bytes += b->size;
+            break;
         case TS_BLOCK_PENDING:
             t->pending++;
             totals_add(t->active, p, 1);
@@ -234,6 +255,31 @@ static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char
     if (expect != seg->addr + seg->size)
         return check_fail(why, whylen, "segment %#" PRIxPTR ": blocks end at %#" PRIxPTR
                           " not %#" PRIxPTR, seg->addr, expect, seg->addr + seg->size);
+    if (seg->kind != TS_SEGMENT_PLAIN) {
+        /* handles: sorted, inside the segment, never overlapping, covering exactly the mapped
+         * blocks (checked block by block below through segment_whole_handles' contiguity) */
+        size_t handle_bytes = 0;
+        uintptr_t prev_end = seg->addr;
+        for (ts_node *hn = ts_tree_first(&seg->handles); hn; hn = ts_tree_next(hn)) {
+            ts_handle_rec *h = handle_of_node(hn);
+            if (h->addr < prev_end || h->addr + h->size > seg->addr + seg->size || !h->handle)
+                return check_fail(why, whylen, "segment %#" PRIxPTR ": bad handle at %#" PRIxPTR,
+                                  seg->addr, h->addr);
+            prev_end = h->addr + h->size;
+            handle_bytes += h->size;
+        }
+        if (handle_bytes != seg->mapped)
+            return check_fail(why, whylen, "segment %#" PRIxPTR ": handles cover %zu, mapped %zu",
+                              seg->addr, handle_bytes, seg->mapped);
+        for (ts_block *b = seg->first; b; b = b->next) {
+            ts_handle_rec *h = handle_of_node(
+                ts_tree_floor(&seg->handles, b->addr + b->size - 1, UINT64_MAX, UINT64_MAX));
+            bool backed = h && h->addr + h->size >= b->addr + b->size && h->addr < b->addr + b->size;
+            if ((b->state == TS_BLOCK_UNMAPPED) == backed)
+                return check_fail(why, whylen, "block %#" PRIxPTR ": %s", b->addr,
+                                  backed ? "unmapped block has memory" : "mapped block has none");
+        }
+    }
     if (nblocks != seg->nblocks)
         return check_fail(why, whylen, "segment %#" PRIxPTR ": %zu blocks, recorded %zu",
                           seg->addr, nblocks, seg->nblocks);
@@ -245,8 +291,25 @@ static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char
         if (seg->size >= a->cfg.max_split_size)
             t->oversize_segments++;
     }
-    if (seg->kind != TS_SEGMENT_STITCHED)
+    if (seg->kind != TS_SEGMENT_STITCHED) {
         totals_add(t->reserved_bytes, p, (int64_t)seg->mapped);
+    } else {
+        t->stitched_bytes += seg->size;
+        t->stitched_segments++;
+        if (seg->mapped != seg->size)
+            return check_fail(why, whylen, "stitched segment %#" PRIxPTR " not fully mapped",
+                              seg->addr);
+        size_t lent = 0;
+        for (size_t i = 0; i < seg->nlenders; i++) {
+            if (seg->lenders[i]->state != TS_BLOCK_LENT || seg->lenders[i]->lent_to != seg)
+                return check_fail(why, whylen, "stitched segment %#" PRIxPTR " lists a block "
+                                  "that is not lent to it", seg->addr);
+            lent += seg->lenders[i]->size;
+        }
+        if (lent != seg->size)
+            return check_fail(why, whylen, "stitched segment %#" PRIxPTR ": %zu bytes lent, "
+                              "%zu mapped", seg->addr, lent, seg->size);
+    }
     return 0;
 }
 
@@ -312,6 +375,11 @@ int allocator_check_locked(ts_allocator *a, char *why, size_t whylen)
     }
     if (pending_seen != a->pending_count)
         return check_fail(why, whylen, "pending list length mismatch");
+    if (t.lent_bytes != t.stitched_bytes || t.stitched_segments != a->stitched_segments ||
+        (int64_t)t.stitched_bytes != a->st->stitched_bytes)
+        return check_fail(why, whylen, "stitching accounts disagree: %zu lent, %zu stitched, "
+                          "gauge %lld", t.lent_bytes, t.stitched_bytes,
+                          (long long)a->st->stitched_bytes);
     if (reserved != a->total_allocated_memory)
         return check_fail(why, whylen, "segments hold %zu bytes, total_allocated_memory %zu",
                           reserved, a->total_allocated_memory);

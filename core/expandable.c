@@ -12,9 +12,14 @@
  *  - the oversize rules do not apply to expandable blocks (see pool.c);
  *  - the device is synchronised once per release pass, not once per block.
  *
- * Block states in an expandable segment: FREE / ALLOCATED / PENDING blocks are mapped; UNMAPPED
- * blocks cover whole pages with no memory behind them and sit in the pool's unmapped tree.
- * Every UNMAPPED block starts and ends on a page boundary.
+ * Pages and handles: the page is the unit of address arithmetic (every UNMAPPED block starts and
+ * ends on a page boundary); the handle is the unit of physical memory. PyTorch creates one handle
+ * per page. In defragment mode tessera creates one handle per growth, sized to it: far fewer
+ * driver calls, and since programs mostly free what they allocated whole, whole handles still come
+ * back free to be given back or stitched. Memory is only ever unmapped a whole handle at a time.
+ *
+ * Block states in an expandable segment: FREE / ALLOCATED / PENDING / LENT blocks are mapped;
+ * UNMAPPED blocks have no memory behind them and sit in the pool's unmapped tree.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,15 +45,13 @@ static ts_block *es_create(ts_allocator *a, ts_pool *p, uint64_t stream)
 
     ts_segment *seg = ts_slab_alloc(&a->segment_slab);
     ts_block *b = seg ? block_new(a) : NULL;
-    uint64_t *handles = b ? calloc(npages, sizeof *handles) : NULL;
     uintptr_t va = 0;
-    if (handles) {
+    if (b) {
         backend_enter(a);
         if (a->be.vm_reserve(a->be.ctx, va_size, &va) != TS_OK)
             va = 0;
     }
     if (!va) {
-        free(handles);
         if (b)
             block_delete(a, b);
         if (seg)
@@ -64,8 +67,6 @@ static ts_block *es_create(ts_allocator *a, ts_pool *p, uint64_t stream)
     seg->first = b;
     seg->nblocks = 1;
     seg->page_size = page;
-    seg->npages = npages;
-    seg->handles = handles;
     seg->node.k0 = va;
     ts_tree_insert(&a->segments, &seg->node);
 
@@ -78,45 +79,118 @@ static ts_block *es_create(ts_allocator *a, ts_pool *p, uint64_t stream)
     return b;
 }
 
-/* Back pages [first, first + n) with new memory. All or nothing. */
-static bool es_map_pages(ts_allocator *a, ts_segment *seg, size_t first, size_t n)
+/* How a growth of size bytes is cut into handles: PyTorch uses one per page. defragment cuts it
+ * geometrically, halving towards its end: G/2, G/4, ..., one page, one page. Blocks are carved
+ * from the low end, so when a smaller request later reuses the range, the free remainder is at
+ * its end, and all of it but at most half lies in whole handles (the handle holding the cut is at
+ * most the size of all the handles after it), ready to be given back or stitched. A growth of G
+ * costs about log2(G / page) + 1 handles: fewer than PyTorch's pages above 60 MiB or so. */
+static size_t es_handle_sizes(const ts_allocator *a, const ts_segment *seg, size_t size,
+                              size_t *out, size_t max)
 {
     const size_t page = seg->page_size;
-    size_t created = 0, mapped = 0;
-    backend_enter(a);
-    for (; created < n; created++)
-        if (a->be.vm_create(a->be.ctx, page, &seg->handles[first + created]) != TS_OK)
-            break;
-    if (created == n) {
-        for (; mapped < n; mapped++) {
-            uintptr_t va = seg->addr + (first + mapped) * page;
-            if (a->be.vm_map(a->be.ctx, va, page, seg->handles[first + mapped]) != TS_OK)
-                break;
-        }
+    size_t n = 0;
+    while (size > 0 && n < max) {
+        size_t h;
+        if (a->handle_per_page)
+            h = page;
+        else if (size <= 2 * page)
+            h = page;
+        else
+            h = size / 2 / page * page;
+        if (n == max - 1)
+            h = size; /* never more handles than the table holds: the rest in one */
+        out[n++] = h;
+        size -= h;
     }
-    if (mapped == n)
-        return true;
-    /* Undo this call completely: nothing is left mapped that the blocks do not say. */
-    for (size_t i = 0; i < mapped; i++)
-        a->be.vm_unmap(a->be.ctx, seg->addr + (first + i) * page, page);
-    for (size_t i = 0; i < created; i++) {
-        a->be.vm_destroy(a->be.ctx, seg->handles[first + i]);
-        seg->handles[first + i] = 0;
-    }
-    return false;
+    return n;
 }
 
-/* Give pages [first, first + n) back. The caller synchronised the device. */
-static void es_unmap_pages(ts_allocator *a, ts_segment *seg, size_t first, size_t n)
+/* Back [addr, addr + size) (whole pages, unmapped) with new memory. All or nothing. */
+static bool es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size)
 {
-    const size_t page = seg->page_size;
+    /* per page: exactly size / page handles; geometric: at most 64 + 2 */
+    const size_t max = a->handle_per_page ? size / seg->page_size : 128;
+    size_t *sizes = malloc(max * sizeof *sizes);
+    if (!sizes)
+        return false;
+    const size_t n = es_handle_sizes(a, seg, size, sizes, max);
+    ts_handle_rec **recs = malloc(n * sizeof *recs);
+    if (!recs) {
+        free(sizes);
+        return false;
+    }
+    size_t made = 0, created = 0, mapped = 0;
+    for (; made < n; made++)
+        if (!(recs[made] = ts_slab_alloc(&a->handle_slab)))
+            break;
     backend_enter(a);
-    for (size_t i = first; i < first + n; i++) {
-        if (!seg->handles[i])
-            continue;
-        a->be.vm_unmap(a->be.ctx, seg->addr + i * page, page);
-        a->be.vm_destroy(a->be.ctx, seg->handles[i]);
-        seg->handles[i] = 0;
+    if (made == n)
+        for (; created < n; created++)
+            if (a->be.vm_create(a->be.ctx, sizes[created], &recs[created]->handle) != TS_OK)
+                break;
+    uintptr_t at = addr;
+    if (created == n) {
+        for (; mapped < n; mapped++) {
+            if (a->be.vm_map(a->be.ctx, at, sizes[mapped], recs[mapped]->handle) != TS_OK)
+                break;
+            recs[mapped]->addr = at;
+            recs[mapped]->size = sizes[mapped];
+            at += sizes[mapped];
+        }
+    }
+    bool ok = mapped == n;
+    if (ok) {
+        for (size_t i = 0; i < n; i++) {
+            recs[i]->node.k0 = recs[i]->addr;
+            ts_tree_insert(&seg->handles, &recs[i]->node);
+        }
+    } else {
+        /* Undo this call completely: nothing is left mapped that the blocks do not say. */
+        for (size_t i = 0; i < mapped; i++)
+            a->be.vm_unmap(a->be.ctx, recs[i]->addr, recs[i]->size);
+        for (size_t i = 0; i < created; i++)
+            a->be.vm_destroy(a->be.ctx, recs[i]->handle);
+        for (size_t i = 0; i < made; i++)
+            ts_slab_free(&a->handle_slab, recs[i]);
+    }
+    free(recs);
+    free(sizes);
+    return ok;
+}
+
+/* The run of whole handles inside [lo, hi): [*run_lo, *run_hi), or false when there is none. */
+bool segment_whole_handles(ts_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
+                           uintptr_t *run_hi)
+{
+    ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&seg->handles, lo, 0, 0));
+    if (!h || h->addr + h->size > hi)
+        return false;
+    *run_lo = h->addr;
+    uintptr_t end = h->addr;
+    while (h && h->addr == end && h->addr + h->size <= hi) {
+        end = h->addr + h->size;
+        h = handle_of_node(ts_tree_next(&h->node));
+    }
+    *run_hi = end;
+    return true;
+}
+
+/* Give back the handles in [lo, hi), which are whole. unmap_only: they are aliases (a stitched
+ * segment's), owned elsewhere. The caller synchronised the device. */
+void segment_unmap_handles(ts_allocator *a, ts_segment *seg, uintptr_t lo, uintptr_t hi,
+                           bool unmap_only)
+{
+    backend_enter(a);
+    ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&seg->handles, lo, 0, 0));
+    while (h && h->addr < hi) {
+        ts_handle_rec *next = handle_of_node(ts_tree_next(&h->node));
+        a->be.vm_unmap(a->be.ctx, h->addr, h->size);
+        if (!unmap_only)
+            a->be.vm_destroy(a->be.ctx, h->handle);
+        ts_tree_remove(&seg->handles, &h->node);
+        ts_slab_free(&a->handle_slab, h);
+        h = next;
     }
 }
 
@@ -145,12 +219,11 @@ static bool es_map_block(ts_allocator *a, ts_block *b, size_t size)
     ts_segment *seg = b->seg;
     ts_pool *p = seg->pool;
     const size_t page = seg->page_size;
-    size_t npages = (size + page - 1) / page;
-    size_t mapped = npages * page;
+    size_t mapped = (size + page - 1) / page * page;
     ts_block *rest = mapped < b->size ? block_new(a) : NULL;
     if (mapped < b->size && !rest)
         return false;
-    if (!es_map_pages(a, seg, (b->addr - seg->addr) / page, npages)) {
+    if (!es_map_range(a, seg, b->addr, mapped)) {
         if (rest)
             block_delete(a, rest);
         return false;
@@ -218,16 +291,15 @@ ts_block *expandable_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t st
     return c;
 }
 
-/* PyTorch's unmap_block: give back every whole page inside a free block; the partial pages at
- * either end stay mapped as free blocks. The caller synchronised the device. */
+/* PyTorch's unmap_block: give back every whole handle inside a free block (whole pages, in
+ * PyTorch's one-handle-per-page layout); what is left at either end stays mapped as free blocks.
+ * The caller synchronised the device. */
 void expandable_unmap_free_block(ts_allocator *a, ts_block *b)
 {
     ts_segment *seg = b->seg;
     ts_pool *p = seg->pool;
-    const size_t page = seg->page_size;
-    uintptr_t lo = seg->addr + (b->addr - seg->addr + page - 1) / page * page;
-    uintptr_t hi = seg->addr + (b->addr + b->size - seg->addr) / page * page;
-    if (lo >= hi)
+    uintptr_t lo, hi;
+    if (!segment_whole_handles(seg, b->addr, b->addr + b->size, &lo, &hi))
         return;
     size_t before = lo - b->addr, after = b->addr + b->size - hi;
     ts_block *bf = before ? block_new(a) : NULL;
@@ -239,7 +311,7 @@ void expandable_unmap_free_block(ts_allocator *a, ts_block *b)
             block_delete(a, af);
         return; /* host memory exhausted: keep the pages, stay consistent */
     }
-    es_unmap_pages(a, seg, (lo - seg->addr) / page, (hi - lo) / page);
+    segment_unmap_handles(a, seg, lo, hi, false);
     pool_remove_free(p, b);
     if (bf) {
         /* bf takes the partial page in front; b moves up */
@@ -286,7 +358,6 @@ void expandable_release_segment_if_empty(ts_allocator *a, ts_segment *seg)
     a->be.vm_release(a->be.ctx, seg->addr, seg->size);
     ts_tree_remove(&a->segments, &seg->node);
     block_delete(a, seg->first);
-    free(seg->handles);
     ts_slab_free(&a->segment_slab, seg);
     a->observe_now = true;
 }
@@ -300,7 +371,6 @@ void expandable_destroy_segment(ts_allocator *a, ts_segment *seg, bool release_m
         backend_enter(a);
         a->be.synchronize(a->be.ctx);
     }
-    es_unmap_pages(a, seg, 0, seg->npages);
-    backend_enter(a);
+    segment_unmap_handles(a, seg, seg->addr, seg->addr + seg->size, false);
     a->be.vm_release(a->be.ctx, seg->addr, seg->size);
 }

@@ -45,7 +45,10 @@ struct ts_block {
     uint64_t free_epoch;    /* fence epoch current when the block was freed */
     ts_block *pending_next;
     uint8_t state; /* ts_block_state */
+    ts_segment *lent_to; /* LENT blocks: the stitched segment their pages back */
 };
+
+
 
 /* A segment: one device allocation (or one virtual reservation for expandable segments).
  * Its pool, stream and kind never change. */
@@ -60,13 +63,26 @@ struct ts_segment {
     size_t nblocks;
     uint8_t kind; /* ts_segment_kind */
 
-    /* Expandable segments: a page table over the reservation. handles[i] == 0: unmapped. */
+    /* Expandable and stitched segments: the physical handles mapped in the range, keyed by
+     * address (ts_handle_rec). Expandable segments own theirs; a stitched segment maps handles
+     * owned elsewhere (aliases), and lists the LENT blocks they came from. page_size is the unit
+     * of address arithmetic; a handle covers one or more whole pages. */
     size_t page_size;
-    size_t npages;
-    uint64_t *handles;
+    ts_tree handles;
+    ts_block **lenders;
+    size_t nlenders;
+    uint64_t stitch_serial; /* creation order, for releasing the oldest first */
 };
 
 /* One of the two pools (small: rounded size <= 1 MiB; large). */
+/* One physical handle mapped at [addr, addr + size) of a segment. */
+typedef struct ts_handle_rec {
+    ts_node node; /* key (addr, 0, 0) */
+    uintptr_t addr;
+    size_t size;
+    uint64_t handle;
+} ts_handle_rec;
+
 struct ts_pool {
     ts_tree free;     /* FREE blocks: (stream, size, addr) */
     ts_tree unmapped; /* UNMAPPED blocks of expandable segments: (stream, addr, 0) */
@@ -93,6 +109,7 @@ struct ts_allocator {
     ts_ptrmap live;
     ts_slab block_slab;
     ts_slab segment_slab;
+    ts_slab handle_slab;
 
     size_t total_allocated_memory; /* bytes obtained from the device (PyTorch's name) */
     bool set_fraction;             /* a cap applies (memory fraction or memory_limit) */
@@ -115,8 +132,11 @@ struct ts_allocator {
     ts_fence_rec fences[TS_MAX_FENCES];
     size_t fence_head, fence_count;
 
-    /* Expandable segments. */
+    /* Expandable segments and stitching. */
     size_t vm_granularity;
+    bool handle_per_page; /* PyTorch's way: one handle per page; else one per growth */
+    size_t stitched_segments;
+    uint64_t stitch_serial;
 
     /* Observer (stats page segment map). */
     ts_observer_fn observer;
@@ -212,6 +232,13 @@ static inline bool block_is_expandable(const ts_block *b)
     return b->seg->kind == TS_SEGMENT_EXPANDABLE;
 }
 
+/* Backed by virtual-memory pages (expandable or stitched), not by one seg_alloc: such blocks can
+ * give pages back, are never released whole with seg_free, and are left out of inactive_split. */
+static inline bool block_is_vm(const ts_block *b)
+{
+    return b->seg->kind != TS_SEGMENT_PLAIN;
+}
+
 static inline ts_block *block_of_node(ts_node *n)
 {
     return (ts_block *)((char *)n - offsetof(ts_block, node));
@@ -220,6 +247,11 @@ static inline ts_block *block_of_node(ts_node *n)
 static inline ts_segment *segment_of_node(ts_node *n)
 {
     return (ts_segment *)((char *)n - offsetof(ts_segment, node));
+}
+
+static inline ts_handle_rec *handle_of_node(ts_node *n)
+{
+    return n ? (ts_handle_rec *)((char *)n - offsetof(ts_handle_rec, node)) : NULL;
 }
 
 /* Free-tree membership (pool.c). */

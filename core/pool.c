@@ -79,7 +79,7 @@ ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stre
      * only be returned whole. An expandable block can always give pages back, so tessera does
      * not apply them there: PyTorch does, and with max_split_size_mb set its expandable
      * segments then grow without bound (issue #123548, fixed upstream by PR #193400). */
-    if (!block_is_expandable(b)) {
+    if (!block_is_vm(b)) {
         /* Rule A: a request below max_split_size never takes an oversize block. */
         if (size < cfg->max_split_size && b->size >= cfg->max_split_size)
             return NULL;

@@ -50,6 +50,16 @@ void expandable_unmap_free_block(ts_allocator *a, ts_block *b);
 void expandable_release_segment_if_empty(ts_allocator *a, ts_segment *seg);
 void expandable_destroy_segment(ts_allocator *a, ts_segment *seg, bool release_memory);
 
+bool segment_whole_handles(ts_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
+                           uintptr_t *run_hi);
+void segment_unmap_handles(ts_allocator *a, ts_segment *seg, uintptr_t lo, uintptr_t hi,
+                           bool unmap_only);
+
+/* stitch.c */
+ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
+size_t stitch_release_free(ts_allocator *a, bool synced);
+void stitch_destroy(ts_allocator *a, ts_segment *s, bool release_memory);
+
 /* check.c */
 void allocator_update_largest_free(ts_allocator *a);
 size_t ts_largest_free_block_locked(ts_allocator *a);

@@ -44,7 +44,7 @@ bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, u
 
     ts_node *it = ts_tree_lower_bound(&p->free, stream, key_size, 0);
     ts_block *b = tree_block(it);
-    if (!b || b->stream != stream || block_is_expandable(b)) {
+    if (!b || b->stream != stream || block_is_vm(b)) {
         /* No single block is large enough: free oversize blocks from the largest down. */
         ts_node *first = ts_tree_first(&p->free);
         if (it == first)
@@ -58,7 +58,7 @@ bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, u
             bool is_first = it == first;
             if (!is_first)
                 it = ts_tree_prev(it);
-            if (!block_is_expandable(cur)) {
+            if (!block_is_vm(cur)) {
                 released += cur->size;
                 release_block(a, cur);
             }
@@ -71,15 +71,18 @@ bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, u
     return true;
 }
 
-/* Free every non-split cached block of a pool; unmap the free pages of expandable segments. */
-static void release_pool_blocks(ts_allocator *a, ts_pool *p)
+/* Free every non-split cached block of a pool; unmap the free pages of expandable segments.
+ * synced: the device was already waited for in this pass. */
+static void release_pool_blocks(ts_allocator *a, ts_pool *p, bool synced)
 {
     ts_block *to_unmap = NULL;
     ts_node *n = ts_tree_first(&p->free);
     while (n) {
         ts_node *next = ts_tree_next(n);
         ts_block *b = block_of_node(n);
-        if (block_is_expandable(b)) {
+        if (b->seg->kind == TS_SEGMENT_STITCHED) {
+            /* stitched ranges were given back before this pass, or are still in use */
+        } else if (block_is_expandable(b)) {
             /* unmapping changes the free tree: collect first (free blocks never use
              * pending_next, so it can thread this list) */
             b->pending_next = to_unmap;
@@ -91,7 +94,7 @@ static void release_pool_blocks(ts_allocator *a, ts_pool *p)
     }
     /* Unmapping is not ordered with device work: wait for it once, for the whole pass (the
      * blocks are free, but work issued before their free may still be running). */
-    if (to_unmap && a->be.synchronize) {
+    if (to_unmap && !synced && a->be.synchronize) {
         backend_enter(a);
         a->be.synchronize(a->be.ctx);
     }
@@ -112,8 +115,11 @@ void release_cached_blocks(ts_allocator *a)
     if (backend_capturing(a))
         return;
     fences_synchronize_all(a);
-    release_pool_blocks(a, &a->large);
-    release_pool_blocks(a, &a->small);
+    /* Free stitched ranges go first (their pages return to the segments they came from and can
+     * then be unmapped in the same pass); one device synchronise covers both. */
+    bool synced = stitch_release_free(a, false) > 0;
+    release_pool_blocks(a, &a->large, synced);
+    release_pool_blocks(a, &a->small, synced);
 }
 
 /* PyTorch's garbage_collect_cached_blocks: when reserved memory passes the threshold, free
@@ -151,7 +157,7 @@ void garbage_collect_cached_blocks(ts_allocator *a)
             ts_node *next = ts_tree_next(n);
             ts_block *b = block_of_node(n);
             uint64_t age = p->get_free_blocks_call_count - b->gc_count_base;
-            if (!block_is_split(b) && !block_is_expandable(b) && (double)age >= age_threshold) {
+            if (!block_is_split(b) && !block_is_vm(b) && (double)age >= age_threshold) {
                 freed_any = true;
                 reclaimed += b->size;
                 total_age -= age;

@@ -51,7 +51,8 @@ static void test_format_defaults(void **state)
                         "expandable_segments:False,per_process_memory_fraction:1,"
                         "large_segment_size_mb:20,backend:native,caching:True,memory_limit:0,"
                         "stats:True,oom_report:True,reuse_fence:events,stitching:False,"
-                        "stitch_min_block_mb:2,stitch_max_ranges:64,defragment:False,verbose:False");
+                        "stitch_min_block_mb:2,stitch_max_ranges:256,expandable_page_mb:0,handle_policy:page,"
+                        "defragment:False,verbose:False");
 
     /* snprintf contract */
     size_t full = ts_config_format(&c, NULL, 0);
@@ -264,8 +265,10 @@ static void random_entry(text *t, unsigned k, unsigned large_seg_mb)
     case 15: put(t, "stitch_max_ranges:%u", 1 + below(4096)); break;
     case 16: put(t, "defragment:%s", boolean()); break;
     case 17: put(t, "verbose:%s", boolean()); break;
+    case 18: put(t, "expandable_page_mb:%u", below(1025)); break;
+    case 19: put(t, "handle_policy:%s", below(2) ? "page" : "geometric"); break;
     default: {
-        unsigned bit = k - 18;
+        unsigned bit = k - 20;
         const char *name = ts_config_not_applicable_name(bit);
         if (strcmp(name, "pinned_num_register_threads") == 0)
             put(t, "%s:%u", name, 1u << below(8));
@@ -287,7 +290,7 @@ static void test_round_trip_random(void **state)
     uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
     fprintf(stderr, "round trip: seed %" PRIu64 " (set TS_TEST_SEED to repeat)\n", seed);
     rng_state = seed;
-    const unsigned nkeys = 18 + TS_CONFIG_NOT_APPLICABLE_COUNT;
+    const unsigned nkeys = 20 + TS_CONFIG_NOT_APPLICABLE_COUNT;
     for (unsigned iter = 0; iter < 3000; iter++) {
         text t = { .len = 0 };
         t.buf[0] = '\0';
@@ -371,7 +374,7 @@ static void test_describe(void **state)
         assert_non_null(strstr(buf, line));
         keys++;
     }
-    assert_int_equal(keys, 18 + TS_CONFIG_NOT_APPLICABLE_COUNT);
+    assert_int_equal(keys, 20 + TS_CONFIG_NOT_APPLICABLE_COUNT);
     assert_non_null(strstr(buf, "  max_split_size_mb\n      value:   an integer >= 20 MiB, or "
                                 "unlimited\n      default: unlimited\n"));
     assert_non_null(strstr(buf, "  reuse_fence\n      value:   events, sync or none\n      "

@@ -22,7 +22,9 @@ static void test_defaults(void **state)
     assert_int_equal(c.reuse_fence, TS_FENCE_EVENTS);
     assert_false(c.stitching);
     assert_true(c.stitch_min_block == 2 * MiB);
-    assert_int_equal(c.stitch_max_ranges, 64);
+    assert_int_equal(c.stitch_max_ranges, 256);
+    assert_true(c.expandable_page == 0);
+    assert_int_equal(c.handle_policy, TS_HANDLES_PAGE);
     assert_false(c.defragment);
     assert_false(c.verbose);
     assert_int_equal(c.not_applicable_mask, 0);
@@ -462,6 +464,25 @@ static void test_stitch_keys(void **state)
     assert_true(parse_error("stitch_max_ranges:4294967297", NULL, NULL));
 }
 
+static void test_expandable_page_and_handles(void **state)
+{
+    (void)state;
+    ts_config c;
+    assert_true(parse_ok("expandable_page_mb:0", &c));
+    assert_true(c.expandable_page == 0);
+    assert_true(parse_ok("expandable_page_mb:2", &c));
+    assert_true(c.expandable_page == 2 * MiB);
+    assert_true(parse_ok("expandable_page_mb:1024", &c));
+    assert_true(c.expandable_page == 1024 * MiB);
+    assert_true(parse_ok("handle_policy:geometric", &c));
+    assert_int_equal(c.handle_policy, TS_HANDLES_GEOMETRIC);
+    assert_true(parse_ok("handle_policy:page", &c));
+    assert_int_equal(c.handle_policy, TS_HANDLES_PAGE);
+    assert_true(parse_error("handle_policy:pages",
+                            "key 'handle_policy' at position 0: value 'pages' is not a valid option "
+                            "(must be page or geometric)", NULL));
+}
+
 static void test_defragment(void **state)
 {
     (void)state;
@@ -586,6 +607,7 @@ int run_value_tests(void)
         cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_reuse_fence),
         cmocka_unit_test(test_stitch_keys),
+        cmocka_unit_test(test_expandable_page_and_handles),
         cmocka_unit_test(test_defragment),
         cmocka_unit_test(test_not_applicable),
     };

@@ -109,13 +109,13 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
             "\"skipped_frees\": %zu, \"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, "
             "\"peak_requested_bytes\": %zu, \"utilization\": %.6f, \"num_device_alloc\": %llu, "
             "\"num_device_free\": %llu, \"num_alloc_retries\": %llu, \"num_ooms\": %llu, "
-            "\"num_stitches\": %llu, \"vm_maps\": %llu, \"vm_unmaps\": %llu",
+            "\"num_stitches\": %llu, \"vm_maps\": %llu, \"vm_unmaps\": %llu, \"device_calls\": %llu",
             capacity, t->n, t->allocations, t->frees, t->skipped_frees, r->peak_allocated,
             r->peak_reserved, r->peak_requested, r->utilization,
             (unsigned long long)r->num_device_alloc, (unsigned long long)r->num_device_free,
             (unsigned long long)r->num_alloc_retries, (unsigned long long)r->num_ooms,
             (unsigned long long)r->num_stitches, (unsigned long long)r->vm_maps,
-            (unsigned long long)r->vm_unmaps);
+            (unsigned long long)r->vm_unmaps, (unsigned long long)r->device_calls);
     if (min_cap)
         fprintf(f, ", \"min_capacity_bytes\": %zu", min_cap);
     fprintf(f, ", \"ns_per_op\": %.1f}", r->ns_per_op);
@@ -137,9 +137,11 @@ static void print_report(const trace *t, const char *conf, size_t capacity,
     printf("peak allocated     %s\n", a);
     printf("peak reserved      %s\n", b);
     printf("utilization        %.2f%% (peak allocated / peak reserved)\n", 100 * r->utilization);
-    printf("device calls       %llu allocations, %llu frees (%llu maps, %llu unmaps)\n",
+    printf("device calls       %llu allocations, %llu frees (%llu maps, %llu unmaps; %llu driver "
+           "calls in all)\n",
            (unsigned long long)r->num_device_alloc, (unsigned long long)r->num_device_free,
-           (unsigned long long)r->vm_maps, (unsigned long long)r->vm_unmaps);
+           (unsigned long long)r->vm_maps, (unsigned long long)r->vm_unmaps,
+           (unsigned long long)r->device_calls);
     printf("retries / OOMs     %llu / %llu\n", (unsigned long long)r->num_alloc_retries,
            (unsigned long long)r->num_ooms);
     if (min_cap) {
@@ -259,17 +261,18 @@ int main(int argc, char **argv)
     } else if (compare) {
         printf("%s: %zu events, %zu allocations (replayed from an empty device%s)\n", path, t.n,
                t.allocations, capacity ? "" : ", unlimited capacity");
-        printf("%-44s %12s %12s %8s %12s %9s %9s %7s %8s\n", "configuration", "peak alloc",
-               "peak resv", "util", "min capacity", "dev alloc", "dev free", "retries",
-               "ns/op");
+        printf("%-40s %11s %11s %8s %12s %9s %9s %9s %7s %7s\n", "configuration", "peak alloc",
+               "peak resv", "util", "min capacity", "dev alloc", "dev free", "drv calls",
+               "retries", "ns/op");
         for (int i = 0; i < nconf; i++) {
             char a[32], b[32], m[32];
             print_size(a, sizeof a, res[i].peak_allocated);
             print_size(b, sizeof b, res[i].peak_reserved);
             print_size(m, sizeof m, mins[i]);
-            printf("%-44.44s %12s %12s %7.2f%% %12s %9llu %9llu %7llu %8.1f\n", confs[i], a, b,
-                   100 * res[i].utilization, m, (unsigned long long)res[i].num_device_alloc,
+            printf("%-40.40s %11s %11s %7.2f%% %12s %9llu %9llu %9llu %7llu %7.1f\n", confs[i], a,
+                   b, 100 * res[i].utilization, m, (unsigned long long)res[i].num_device_alloc,
                    (unsigned long long)res[i].num_device_free,
+                   (unsigned long long)res[i].device_calls,
                    (unsigned long long)res[i].num_alloc_retries, res[i].ns_per_op);
         }
     } else {

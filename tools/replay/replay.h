@@ -17,6 +17,8 @@ typedef struct replay_result {
     uint64_t num_device_alloc, num_device_free;
     uint64_t num_alloc_retries, num_ooms, num_stitches;
     uint64_t vm_maps, vm_unmaps, vm_creates;
+    uint64_t device_calls;  /* every backend call that reaches the driver: segment alloc/free,
+                             * reserve/release, create/destroy, map/unmap, synchronise */
     size_t failed_allocs;   /* allocations that got out of memory */
     size_t ops;             /* allocations plus frees replayed */
     double ns_per_op;       /* host time per replayed operation */

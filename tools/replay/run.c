@@ -18,8 +18,58 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+/* TESSERA_REPLAY_DEBUG_PEAK=1: where the reserved-but-unallocated bytes sit at each new peak
+ * of reserved memory (a development aid for tuning policies). */
+typedef struct peak_walk {
+    size_t free_bytes, free_blocks, free_full_pages, free_small_pool, pending, lent, stitched_free;
+    size_t page;
+} peak_walk;
+
+static int peak_block(void *user, const ts_segment_info *seg, const ts_block_info *blk)
+{
+    peak_walk *w = user;
+    if (blk->state == TS_BLOCK_FREE) {
+        if (seg->kind == TS_SEGMENT_STITCHED) {
+            w->stitched_free += blk->size;
+            return 0;
+        }
+        w->free_bytes += blk->size;
+        w->free_blocks++;
+        if (seg->small_pool)
+            w->free_small_pool += blk->size;
+        size_t pg = w->page;
+        uintptr_t lo = (blk->addr + pg - 1) / pg * pg, hi = (blk->addr + blk->size) / pg * pg;
+        if (hi > lo)
+            w->free_full_pages += hi - lo;
+    } else if (blk->state == TS_BLOCK_PENDING) {
+        w->pending += blk->size;
+    } else if (blk->state == TS_BLOCK_LENT) {
+        w->lent += blk->size;
+    }
+    return 0;
+}
+
+static void peak_report(ts_allocator *a, size_t event)
+{
+    tessera_device_stats st;
+    ts_get_stats(a, &st);
+    peak_walk w = {.page = (size_t)2 << 20};
+    ts_walker walker = {&w, NULL, peak_block};
+    ts_allocator_walk(a, &walker);
+    const double M = 1024.0 * 1024;
+    fprintf(stderr,
+            "peak @%zu: reserved %.1f MiB allocated %.1f MiB | free %.1f MiB in %zu blocks "
+            "(%.1f MiB in whole 2 MiB pages, %.1f MiB small pool) | stitched free %.1f MiB\n",
+            event, (double)st.reserved_bytes[0].current / M,
+            (double)st.allocated_bytes[0].current / M, (double)w.free_bytes / M, w.free_blocks,
+            (double)w.free_full_pages / M, (double)w.free_small_pool / M,
+            (double)w.stitched_free / M);
+}
+
 int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_result *r)
 {
+    const bool debug_peak = getenv("TESSERA_REPLAY_DEBUG_PEAK") != NULL;
+    int64_t last_peak = 0;
     memset(r, 0, sizeof *r);
     ts_devmodel *dev = ts_devmodel_create(capacity ? capacity : REPLAY_UNLIMITED, PAGE);
     if (!dev)
@@ -49,6 +99,14 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_res
             ts_free(a, slots[e->slot]);
             slots[e->slot] = 0;
         }
+        if (debug_peak && e->kind == TRACE_ALLOC) {
+            tessera_device_stats st;
+            ts_get_stats(a, &st);
+            if (st.reserved_bytes[0].current > last_peak + (64 << 20)) {
+                last_peak = st.reserved_bytes[0].current;
+                peak_report(a, i);
+            }
+        }
         if (progress && (i & 0xffff) == 0) {
             double now = now_ns();
             if (now - last > 1e9) {
@@ -77,6 +135,9 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_res
     r->vm_maps = dc.vm_maps;
     r->vm_unmaps = dc.vm_unmaps;
     r->vm_creates = dc.vm_creates;
+    r->device_calls = dc.seg_allocs + dc.seg_alloc_failures + dc.seg_frees + dc.vm_reserves +
+                      dc.vm_releases + dc.vm_creates + dc.vm_destroys + dc.vm_maps +
+                      dc.vm_unmaps + dc.synchronizes;
     r->ops = t->n;
     r->ns_per_op = t->n ? elapsed / (double)t->n : 0;
 
