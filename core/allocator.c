@@ -471,6 +471,13 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         if (pool_gc_enabled(a))
             garbage_collect_cached_blocks(a);
         b = alloc_block(a, p, rounded, alloc_size, stream, false);
+        if (!b && fences_wait_pending(a)) {
+            b = pool_find_best(a, p, rounded, stream);
+            if (!b)
+                b = stitch_alloc(a, p, rounded, stream);
+            if (!b)
+                b = alloc_block(a, p, rounded, alloc_size, stream, false);
+        }
         if (!b && release_available_cached_blocks(a, p, rounded, stream))
             b = alloc_block(a, p, rounded, alloc_size, stream, false);
         if (!b && !backend_capturing(a)) {

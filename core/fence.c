@@ -125,3 +125,28 @@ void fences_drop_all(ts_allocator *a)
     a->pending_count = 0;
     a->epoch_dirty = false;
 }
+
+/* Under memory pressure (no new memory to be had): wait for every outstanding fence so that the
+ * pending blocks become free, before anything more drastic. Not a PyTorch retry: on one stream
+ * PyTorch would have had these blocks at once; tessera only waited to be sure. Returns true when
+ * some block became free. */
+bool fences_wait_pending(ts_allocator *a)
+{
+    if (!a->use_fences || a->pending_count == 0 || backend_capturing(a))
+        return false;
+    size_t before = a->pending_count;
+    if (!fence_record_epoch(a))
+        return false;
+    while (a->fence_count > 0) {
+        ts_fence_rec *f = fence_front(a);
+        backend_enter(a);
+        if (a->be.fence_query(a->be.ctx, f->fence) != TS_OK) {
+            counter_add(a, &a->st->num_fence_waits, 1);
+            if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
+                break;
+        }
+        pending_complete_through(a, f->epoch);
+        fence_pop(a);
+    }
+    return a->pending_count < before;
+}

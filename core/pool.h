@@ -43,6 +43,7 @@ void fences_process(ts_allocator *a);
 void fences_synchronize_all(ts_allocator *a);
 void fences_defer_free(ts_allocator *a, ts_block *b);
 void fences_drop_all(ts_allocator *a);
+bool fences_wait_pending(ts_allocator *a);
 
 /* expandable.c */
 ts_block *expandable_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);

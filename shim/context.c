@@ -109,10 +109,13 @@ static void announce(void)
 
 /* --- the stats page ---------------------------------------------------------------------------- */
 
+/* Normal exit removes the page; TESSERA_STATS_KEEP=1 leaves it for a post-mortem (it then reads
+ * as stale, and tessera-stat --gc removes it). */
 static void shim_exit(void)
 {
     ts_statspage *p = __atomic_exchange_n(&g_page, NULL, __ATOMIC_ACQ_REL);
-    ts_statspage_close(p, true);
+    const char *keep = getenv("TESSERA_STATS_KEEP");
+    ts_statspage_close(p, !(keep && strcmp(keep, "1") == 0));
 }
 
 static ts_statspage *page_get(void)
@@ -295,15 +298,15 @@ void ts_ctx_forget_primary(CUdevice dev)
 
 bool ts_ctx_meminfo(size_t *cached, size_t *reserved, size_t *cap)
 {
+    /* The allocator is created here if need be: a program may size itself from
+     * cudaMemGetInfo before its first allocation, and must see the cap already. */
     CUcontext ctx = NULL;
-    if (ts_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+    ts_allocator *a = ts_ctx_allocator(&ctx);
+    if (!a)
         return false;
-    ctx_entry *e = table_find(ctx);
-    if (!e)
-        return false;
-    *cached = ts_cached_bytes(e->a);
-    *reserved = ts_reserved_bytes(e->a);
-    *cap = ts_allocator_cap(e->a);
+    *cached = ts_cached_bytes(a);
+    *reserved = ts_reserved_bytes(a);
+    *cap = ts_allocator_cap(a);
     return true;
 }
 

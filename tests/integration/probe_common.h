@@ -1,0 +1,45 @@
+/* Shared bits of the integration test programs: plain CUDA runtime programs (no tessera API),
+ * run under LD_PRELOAD=libtessera.so by test_integration.py. */
+#ifndef TS_PROBE_COMMON_H
+#define TS_PROBE_COMMON_H
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            printf("RESULT status=error call=%s error=%s\n", #call, cudaGetErrorName(e_));       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* Wait until the test writes a line on stdin (it inspects the process meanwhile). */
+static inline void wait_for_go(const char *tag)
+{
+    printf("%s %d\n", tag, (int)getpid());
+    fflush(stdout);
+    char line[64];
+    if (!fgets(line, sizeof line, stdin))
+        exit(1);
+}
+
+static inline int fill_check(void *dev, size_t n, unsigned char v)
+{
+    unsigned char *h = malloc(n);
+    int ok = h != NULL;
+    if (ok) {
+        CHECK(cudaMemset(dev, v, n));
+        CHECK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n && ok; i++)
+            ok = h[i] == v;
+    }
+    free(h);
+    return ok;
+}
+
+#endif

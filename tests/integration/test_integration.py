@@ -1,0 +1,455 @@
+#!/usr/bin/env python3
+"""Integration tests: libtessera.so preloaded into unmodified CUDA programs on the simulated device.
+
+Every test asserts on data and counters, not only on exit codes: the programs verify every byte
+they wrote, the simulator reports the driver calls that reached it (TESSERA_SIM_REPORT), and
+tessera's own counters are read from its stats page (TESSERA_STATS_KEEP=1 keeps it after exit).
+
+Run one test:  test_integration.py TestName   (meson registers each test separately)
+Environment:   TS_BUILD (the build directory), TS_SOURCE (the source directory).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BUILD = os.environ.get("TS_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+SOURCE = os.environ.get("TS_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
+SHIM = os.path.join(BUILD, "shim", "libtessera.so")
+SIM = os.path.join(BUILD, "tests", "sim")
+PROGRAMS = os.path.join(BUILD, "tests", "programs")
+PROBES = os.path.join(BUILD, "tests", "integration")
+STAT = os.path.join(BUILD, "tools", "tessera-stat")
+REPLAY = os.path.join(BUILD, "tools", "tessera-replay")
+MiB = 1 << 20
+
+
+class Run:
+    """One finished program run."""
+
+    def __init__(self, proc, report, stats):
+        self.rc = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+        self.result = dict(f.split("=", 1) for f in lines[-1].split()[1:] if "=" in f) if lines else {}
+        self.sim = report  # per-device dicts from the simulator
+        self.stats = stats  # tessera's counters for device 0, or None
+
+    def __repr__(self):
+        return f"rc={self.rc} result={self.result}\nstdout:\n{self.stdout[-2000:]}\nstderr:\n{self.stderr[-2000:]}"
+
+
+class Env:
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="tessera-it-")
+        self.stats_dir = os.path.join(self.tmp, "stats")
+        os.mkdir(self.stats_dir)
+
+    def base(self, memory="512M", preload=True, conf=None, extra=None):
+        env = dict(os.environ)
+        for k in list(env):
+            if k.startswith(("TESSERA_", "PYTORCH_")) and k not in ("TESSERA_TEST_SEED",):
+                del env[k]
+        env["LD_LIBRARY_PATH"] = SIM + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        env["TESSERA_SIM_MEMORY"] = memory
+        env["TESSERA_STATS_DIR"] = self.stats_dir
+        env["TESSERA_SIM_REPORT"] = os.path.join(self.tmp, "sim-report.json")
+        if preload:
+            env["LD_PRELOAD"] = SHIM
+            env["TESSERA_STATS_KEEP"] = "1"
+        if conf is not None:
+            env["TESSERA_ALLOC_CONF"] = conf
+        if extra:
+            env.update(extra)
+        return env
+
+    def run(self, argv, memory="512M", preload=True, conf=None, extra=None, timeout=120, stdin=None):
+        for f in os.listdir(self.stats_dir):
+            os.unlink(os.path.join(self.stats_dir, f))
+        report = os.path.join(self.tmp, "sim-report.json")
+        if os.path.exists(report):
+            os.unlink(report)
+        env = self.base(memory, preload, conf, extra)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, input=stdin)
+        sim = [json.loads(l) for l in open(report)] if os.path.exists(report) else []
+        stats = self.page_stats() if preload else None
+        return Run(proc, sim, stats)
+
+    def page_stats(self, pid=None):
+        pages = [f for f in os.listdir(self.stats_dir) if f.startswith("tessera.")]
+        if pid is not None:
+            pages = [f"tessera.{pid}"] if f"tessera.{pid}" in pages else []
+        if not pages:
+            return None
+        pid = pages[-1].split(".", 1)[1]
+        out = subprocess.run([STAT, "--dir", self.stats_dir, "--json", pid], capture_output=True, text=True)
+        if out.returncode != 0:
+            return None
+        doc = json.loads(out.stdout)[pid]
+        devs = [v for v in doc.values() if isinstance(v, dict)]
+        return devs[0] if devs else None
+
+
+def prog(name, *args):
+    return [os.path.join(PROGRAMS, name)] + list(args)
+
+
+def probe(name):
+    return [os.path.join(PROBES, name)]
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.env = Env()
+
+    def ok(self, run, status="ok", rc=0):
+        self.assertEqual(run.rc, rc, run)
+        self.assertEqual(run.result.get("status"), status, run)
+
+    def sim_allocs(self, run):
+        return sum(d.get("alloc_calls", 0) for d in run.sim)
+
+
+class SamplePrograms(Base):
+    """Every sample program gives the same answer with and without tessera."""
+
+    CASES = [
+        ("seed_every5th", ["--unit", "8M", "--count", "39", "--request", "16M"], "512M"),
+        ("seed_middle", ["--first", "16M", "--middle", "32M", "--last", "16M", "--request", "48M"], "512M"),
+        ("seed_even", ["--unit", "2M", "--count", "40", "--request", "20M"], "512M"),
+        ("seed_cyclic", ["--min", "12M", "--max", "32M"], "512M"),
+        ("churn", ["--threads", "2", "--iters", "300", "--max-size", "4M"], "512M"),
+        ("meminfo", ["--unit", "16M", "--count", "4"], "512M"),
+        ("device_reset", ["--unit", "4M"], "512M"),
+        ("fork_child", ["--unit", "4M"], "512M"),
+        ("fork_child", ["--unit", "4M", "--child-cuda"], "512M"),
+        ("driver_api", ["--count", "120", "--max-size", "64K"], "512M"),
+        ("driver_api", ["--count", "120", "--max-size", "64K", "--own-context"], "1G"),
+        ("driver_linked", ["--count", "120", "--max-size", "64K"], "512M"),
+        ("reuse_race", ["--size", "8M", "--rounds", "3"], "512M"),
+    ]
+
+    def test_same_answer(self):
+        for name, args, mem in self.CASES:
+            if not os.path.exists(os.path.join(PROGRAMS, name)):
+                continue
+            with self.subTest(program=name, args=args):
+                plain = self.env.run(prog(name, *args), memory=mem, preload=False)
+                shim = self.env.run(prog(name, *args), memory=mem)
+                self.ok(plain)
+                self.ok(shim)
+                # tessera served them: its counters saw every allocation the program made
+                self.assertIsNotNone(shim.stats, shim)
+                self.assertGreater(shim.stats["num_alloc_calls"], 0, shim)
+                self.assertEqual(shim.stats["allocated_bytes.all.current"], 0, shim)
+
+
+class BadInput(Base):
+    def test_identical_to_real_runtime(self):
+        expected = open(os.path.join(SOURCE, "tests", "programs", "expected", "bad_input.cuda13-h100.txt")).read()
+        plain = self.env.run(prog("bad_input"), preload=False)
+        shim = self.env.run(prog("bad_input"))
+        self.assertEqual(plain.stdout, expected)
+        self.assertEqual(shim.stdout, expected, shim)
+        # the pool stayed intact and counted what it refused
+        self.assertEqual(shim.stats["num_invalid_frees"], 2, shim)
+        self.assertEqual(shim.stats["allocation.all.current"], 0, shim)
+
+
+class DriverCalls(Base):
+    def test_calls_avoided(self):
+        args = ["--threads", "4", "--iters", "1500", "--max-size", "4M"]
+        plain = self.env.run(prog("churn", *args), preload=False)
+        shim = self.env.run(prog("churn", *args))
+        self.ok(plain)
+        self.ok(shim)
+        allocs = int(shim.result["allocs"])
+        self.assertEqual(self.sim_allocs(plain), allocs)  # without tessera: one cudaMalloc each
+        self.assertLessEqual(self.sim_allocs(shim), allocs // 50, shim)  # with: at least 50x fewer
+        self.assertEqual(shim.stats["num_alloc_calls"], allocs)
+        self.assertEqual(shim.stats["num_device_alloc"], self.sim_allocs(shim))
+
+    def test_caching_off_passes_through(self):
+        args = ["--threads", "1", "--iters", "200", "--max-size", "1M"]
+        run = self.env.run(prog("churn", *args), conf="caching:False")
+        self.ok(run)
+        self.assertEqual(self.sim_allocs(run), int(run.result["allocs"]))
+
+
+class Threads(Base):
+    def test_churn_16_threads_streams(self):
+        run = self.env.run(prog("churn", "--threads", "16", "--iters", "150", "--max-size", "1M", "--streams"),
+                           memory="1G", extra={"TESSERA_SIM_OP_DELAY_US": "20"})
+        self.ok(run)
+        self.assertEqual(int(run.result["verified"]), int(run.result["allocs"]))
+        self.assertEqual(run.stats["num_alloc_calls"], int(run.result["allocs"]))
+
+
+class UnsafeReuse(Base):
+    ARGS = ["--size", "8M", "--copies", "4", "--rounds", "4"]
+    SLOW = {"TESSERA_SIM_OP_DELAY_US": "3000"}
+
+    def test_naive_reuse_corrupts(self):
+        # reuse_fence:none reuses a freed block at once, as a cache that ignores streams would:
+        # the late copy on the non-blocking stream lands in the new allocation
+        run = self.env.run(prog("reuse_race", *self.ARGS), conf="reuse_fence:none", extra=self.SLOW)
+        self.assertEqual(run.rc, 3, run)
+        self.assertEqual(run.result.get("status"), "corrupt", run)
+
+    def test_fences_keep_it_safe(self):
+        for conf in ("reuse_fence:events", "reuse_fence:sync"):
+            with self.subTest(conf=conf):
+                run = self.env.run(prog("reuse_race", *self.ARGS), conf=conf, extra=self.SLOW)
+                self.ok(run)
+                self.assertGreater(run.stats["num_fences_recorded"], 0, run)
+
+
+class OutOfMemory(Base):
+    def test_release_and_retry(self):
+        # 39 x 10 MiB (each its own segment), every 5th freed (cached), then 20 MiB on a device
+        # that only fits it once the cached segments go back: succeeds through the final retry,
+        # counted once
+        run = self.env.run(prog("seed_every5th", "--unit", "10M", "--count", "39", "--request", "20M"),
+                           memory="400M")
+        self.ok(run)
+        self.assertEqual(run.stats["num_alloc_retries"], 1, run)
+        self.assertEqual(run.stats["num_ooms"], 0, run)
+        self.assertEqual(run.stats["num_device_free"], 7, run)
+
+    def test_oom_error_and_report(self):
+        run = self.env.run(prog("seed_middle", "--first", "64M", "--middle", "64M", "--last", "64M",
+                                "--request", "512M"), memory="256M")
+        self.ok(run, status="oom", rc=2)
+        self.assertEqual(run.stats["num_ooms"], 1, run)
+        self.assertIn("tessera: out of memory on device 0: tried to allocate 512.00 MiB", run.stderr)
+        self.assertEqual(run.stderr.count("out of memory on device"), 1)
+
+    def test_memory_limit(self):
+        run = self.env.run(prog("meminfo", "--unit", "16M", "--count", "2"), conf="memory_limit:64M")
+        self.ok(run)
+        self.assertEqual(int(run.result["total"]), 64 * MiB)
+        self.assertEqual(int(run.result["free0"]), 64 * MiB)
+        self.assertEqual(int(run.result["free1"]), 32 * MiB)
+        over = self.env.run(prog("meminfo", "--unit", "48M", "--count", "2"), conf="memory_limit:64M")
+        self.assertEqual(over.rc, 1, over)  # its second cudaMalloc fails: the cap is the device
+        self.assertIn("cap 64.00 MiB", over.stderr)
+
+
+class MemInfo(Base):
+    def test_cache_counts_as_free(self):
+        run = self.env.run(prog("meminfo", "--unit", "16M", "--count", "4"))
+        self.ok(run)
+        self.assertEqual(int(run.result["free2"]), int(run.result["free0"]))  # cached = free
+        self.assertEqual(int(run.result["free0"]) - int(run.result["free1"]), 64 * MiB)
+        self.assertGreater(run.stats["reserved_bytes.all.current"], 0)  # it is still cached
+
+
+class Defragment(Base):
+    """The seed cases PyTorch's policy cannot serve, on the same device size."""
+
+    def test_seed_even(self):
+        args = ["--unit", "4M", "--count", "100", "--request", "100M"]
+        expect = {None: 2, "expandable_segments:True": 2,
+                  "expandable_segments:True,expandable_page_mb:2": 0, "defragment:True": 0}
+        for conf, rc in expect.items():
+            with self.subTest(conf=conf):
+                run = self.env.run(prog("seed_even", *args), memory="420M", conf=conf)
+                self.assertEqual(run.rc, rc, run)
+
+    def test_seed_cyclic(self):
+        # 4-16 MiB tensors: those under 10 MiB share 20 MiB segments (PyTorch's rule), so freed
+        # tensors leave holes inside segments that cannot be released
+        args = ["--min", "4M", "--max", "16M"]
+        for conf, rc in ((None, 2), ("defragment:True", 0)):
+            with self.subTest(conf=conf):
+                run = self.env.run(prog("seed_cyclic", *args), memory="256M", conf=conf)
+                self.assertEqual(run.rc, rc, run)
+
+    def test_stitching_serves_without_new_memory(self):
+        # the 100 MiB request is stitched from the holes' pages once their frees are fenced:
+        # no release-and-retry, no OOM, data intact
+        run = self.env.run(prog("seed_even", "--unit", "4M", "--count", "100", "--request", "100M"),
+                           memory="420M", conf="defragment:True")
+        self.ok(run)
+        self.assertGreater(run.stats["num_stitches"], 0, run)
+        self.assertEqual(run.stats["num_alloc_retries"], 0, run)
+
+    def test_stitched_churn_data_integrity(self):
+        run = self.env.run(prog("churn", "--threads", "4", "--iters", "800", "--max-size", "24M",
+                                "--large-pct", "60", "--live", "24", "--tolerate-oom"),
+                           memory="640M", conf="defragment:True,stitch_max_ranges:16")
+        self.ok(run)
+        self.assertEqual(int(run.result["verified"]), int(run.result["allocs"]))
+        self.assertGreater(run.stats["num_stitches"], 0, run)
+
+
+class Lifecycle(Base):
+    def test_device_reset(self):
+        run = self.env.run(prog("device_reset", "--unit", "4M", "--count", "8"))
+        self.ok(run)
+        self.assertEqual(run.stats["num_invalid_frees"], 0, run)
+        self.assertEqual(run.stats["allocation.all.current"], 0, run)
+        for dev in run.sim:  # no double free reached the driver
+            self.assertEqual(dev.get("free_calls", 0) <= dev.get("alloc_calls", 0), True, run)
+
+    def test_fork(self):
+        env = self.env.base()
+        p = subprocess.Popen(probe("fork_pause"), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            while line and not line.startswith("CHILD_DONE"):
+                line = p.stdout.readline()
+            self.assertTrue(line.startswith("CHILD_DONE"), line)
+            pid = int(line.split()[1])
+            pages = os.listdir(self.env.stats_dir)
+            self.assertEqual(pages, [f"tessera.{pid}"])  # the child made none and removed none
+            st = self.env.page_stats(pid)
+            self.assertEqual(st["allocated_bytes.all.current"], 8 * MiB)
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            out, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        self.assertEqual(p.returncode, 0, out + err)
+        self.assertIn("RESULT status=ok", out)
+
+
+class StatsPage(Base):
+    def test_live_counters_and_cleanup(self):
+        env = self.env.base()
+        del env["TESSERA_STATS_KEEP"]
+        p = subprocess.Popen(probe("stats_probe"), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            self.assertTrue(line.startswith("READY"), line)
+            pid = int(line.split()[1])
+            st = self.env.page_stats(pid)
+            self.assertEqual(st["allocation.all.current"], 5)
+            self.assertEqual(st["allocated_bytes.large_pool.current"], 12 * MiB)
+            self.assertEqual(st["allocated_bytes.small_pool.current"], 2 * 102400)
+            self.assertEqual(st["requested_bytes.all.current"], 12 * MiB + 2 * 102400)
+            self.assertEqual(st["reserved_bytes.large_pool.current"], 20 * MiB)
+            self.assertEqual(st["reserved_bytes.small_pool.current"], 2 * MiB)
+            self.assertEqual(st["segment.all.current"], 2)
+            self.assertEqual(st["inactive_split_bytes.all.current"], 8 * MiB + 2 * MiB - 2 * 102400)
+            table = subprocess.run([STAT, "--dir", self.env.stats_dir], capture_output=True, text=True)
+            self.assertEqual(table.returncode, 0, table.stderr)
+            self.assertIn(str(pid), table.stdout)
+            self.assertIn("stats_probe", table.stdout)
+            prom = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"], capture_output=True,
+                                  text=True)
+            want = f'tessera_allocated_bytes{{pid="{pid}",device="0",pool="all"'
+            self.assertIn(want, prom.stdout)
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            line = p.stdout.readline()
+            self.assertTrue(line.startswith("FREED"), line)
+            st = self.env.page_stats(pid)
+            self.assertEqual(st["allocation.all.current"], 0)
+            self.assertEqual(st["num_free_calls"], 5)
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(os.listdir(self.env.stats_dir), [])  # removed at exit
+
+
+class Configuration(Base):
+    def test_strict_error_stops_before_main(self):
+        run = self.env.run(prog("meminfo"), conf="max_split_size_mb:10")
+        self.assertEqual(run.rc, 1)
+        self.assertEqual(run.stdout, "")  # main never ran
+        self.assertIn("tessera: TESSERA_ALLOC_CONF: key 'max_split_size_mb' at position 0: value '10'",
+                      run.stderr)
+
+    def test_strict_unknown_key(self):
+        run = self.env.run(prog("meminfo"), conf="expandable_segmnets:True")
+        self.assertEqual(run.rc, 1)
+        self.assertIn("did you mean 'expandable_segments'", run.stderr)
+
+    def test_pytorch_variable_is_lenient(self):
+        run = self.env.run(prog("meminfo", "--unit", "4M"),
+                           extra={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,turbo:1"})
+        self.ok(run)
+        self.assertIn("unknown key 'turbo'", run.stderr)
+        self.assertIn("expandable_segments:True", self.env_page_config(run))
+
+    def env_page_config(self, run):
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--json"], capture_output=True, text=True)
+        doc = json.loads(out.stdout)
+        return " ".join(v.get("config", "") for v in doc.values())
+
+    def test_cuda_malloc_async_backend_steps_aside(self):
+        run = self.env.run(prog("churn", "--iters", "100", "--max-size", "1M"),
+                           extra={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+        self.ok(run)
+        self.assertEqual(self.sim_allocs(run), int(run.result["allocs"]))
+
+
+class Recording(Base):
+    def test_trace_round_trip(self):
+        trace = os.path.join(self.env.tmp, "trace.csv")
+        run = self.env.run(prog("churn", "--threads", "2", "--iters", "300", "--max-size", "2M"),
+                           extra={"TESSERA_TRACE": trace})
+        self.ok(run)
+        rows = open(trace).read().splitlines()
+        self.assertEqual(rows[0], "Thread,Time,Action,Pointer,Size,Stream")
+        allocs = [r for r in rows[1:] if r.split(",")[2] == "allocate"]
+        frees = [r for r in rows[1:] if r.split(",")[2] == "free"]
+        self.assertEqual(len(allocs), int(run.result["allocs"]))
+        self.assertEqual(len(frees), int(run.result["frees"]))
+        sizes = {}
+        for r in rows[1:]:
+            f = r.split(",")
+            if f[2] == "allocate":
+                sizes[f[3]] = f[4]
+            elif f[2] == "free":
+                self.assertEqual(sizes.pop(f[3]), f[4])  # frees carry the allocation's size
+        rep = subprocess.run([REPLAY, "--json", trace], capture_output=True, text=True)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        doc = json.loads(rep.stdout)
+        self.assertEqual(doc["allocations"], int(run.result["allocs"]))
+        self.assertEqual(doc["skipped_frees"], 0)
+
+
+class Capture(Base):
+    def test_capture_not_broken(self):
+        run = self.env.run(probe("capture_alloc"))
+        self.ok(run)
+        self.assertEqual(run.result.get("capture"), "clean", run)
+
+
+class Ipc(Base):
+    def test_interior_block_refused(self):
+        plain = self.env.run(probe("ipc_probe"), preload=False)
+        self.ok(plain)
+        self.assertEqual(plain.result["second"], "cudaSuccess")
+        run = self.env.run(probe("ipc_probe"))
+        self.ok(run)
+        self.assertEqual(run.result["first"], "cudaSuccess")  # starts its segment: exported
+        self.assertEqual(run.result["second"], "cudaErrorInvalidValue")
+        self.assertIn("another process would map the segment's start", run.stderr)
+
+
+def main():
+    names = sys.argv[1:]
+    loader = unittest.TestLoader()
+    module = sys.modules[__name__]
+    suite = unittest.TestSuite(loader.loadTestsFromName(n, module) for n in names) if names \
+        else loader.loadTestsFromModule(module)
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
