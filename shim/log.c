@@ -8,7 +8,7 @@
 
 #include "shim/shim.h"
 
-static void log_write(const char *fmt, va_list ap)
+__attribute__((format(printf, 1, 0))) static void log_write(const char *fmt, va_list ap)
 {
     char buf[1024];
     int saved = errno;

@@ -175,8 +175,10 @@ static int reader_process(int pid, double seconds)
 {
     struct snap *s = malloc(sizeof *s);
     uint64_t ok = 0, busy = 0, maps = 0, synced = 0;
-    double end = now_s() + seconds;
-    while (now_s() < end) {
+    /* Read for the given time, and on until enough evidence was seen (a loaded machine or a
+     * sanitizer build is slow): a count must never hinge on the scheduler. */
+    double end = now_s() + seconds, hard_end = end + 60.0;
+    while (now_s() < end || ((ok < 50 || synced < 10) && now_s() < hard_end)) {
         char err[320], why[256];
         int st = take(pid, 0, s, err, sizeof err);
         if (st == TS_PAGE_EBUSY) {

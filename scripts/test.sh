@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Install what is missing, build, and run every test:
+#   build        gcc, -Werror: every suite (unit, config, sim, programs, statspage, scripts,
+#                fuzz corpora, integration)
+#   build-clang  clang, -Werror: compiles everything
+#   build-asan   gcc, ASan + UBSan: every suite that does not preload tessera
+#   build-ubsan  gcc, UBSan: the integration suite (tessera preloaded into the programs; ASan's
+#                and TSan's runtimes cannot share a process with a preloaded dlsym hook)
+#   build-tsan   clang, TSan: the threaded suites (core, stats page, simulator)
+#   build-fuzz   clang, libFuzzer + ASan + UBSan: each fuzz target for a few seconds
+# Options: --quick (main build only), --no-fuzz. TESSERA_FUZZ_SECONDS (default 15) per target.
+# The last line is "tests: N passed, N failed, N skipped"; the exit status is 0 only when nothing
+# failed.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+quick=0
+fuzz=1
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --no-fuzz) fuzz=0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+scripts/setup.sh || { echo "test.sh: setup failed (see above)" >&2; exit 1; }
+
+passed=0 failed=0 skipped=0
+log() { printf '\n=== %s (%s)\n' "$1" "$(date +%H:%M:%S)"; }
+
+# configure (or reconfigure) a build directory
+configure() {
+  local dir=$1; shift
+  if [ -f "$dir/build.ninja" ]; then
+    meson setup --reconfigure "$dir" "$@" >"$dir.setup.log" 2>&1
+  else
+    meson setup "$dir" "$@" >"$dir.setup.log" 2>&1
+  fi || { cat "$dir.setup.log"; return 1; }
+}
+
+build() {
+  local dir=$1
+  if ! ninja -C "$dir" >"$dir.build.log" 2>&1; then
+    grep -E 'error|FAILED' "$dir.build.log" | head -30
+    echo "test.sh: $dir does not build (full log: $dir.build.log)"
+    failed=$((failed + 1))
+    return 1
+  fi
+}
+
+# run meson test, show its summary, add its counts to the totals
+run_tests() {
+  local dir=$1; shift
+  local out
+  out=$(meson test -C "$dir" --print-errorlogs "$@" 2>&1)
+  local rc=$?
+  printf '%s\n' "$out" | grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):' || true
+  if [ $rc -ne 0 ]; then
+    printf '%s\n' "$out" | sed -n '/^--- command ---/,/^-------/p' | tail -80
+  fi
+  local ok fail xpass skip tout
+  ok=$(printf '%s\n' "$out" | sed -n 's/^Ok: *\([0-9]*\).*/\1/p' | tail -1)
+  fail=$(printf '%s\n' "$out" | sed -n 's/^Fail: *\([0-9]*\).*/\1/p' | tail -1)
+  xpass=$(printf '%s\n' "$out" | sed -n 's/^Unexpected Pass: *\([0-9]*\).*/\1/p' | tail -1)
+  tout=$(printf '%s\n' "$out" | sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' | tail -1)
+  skip=$(printf '%s\n' "$out" | sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' | tail -1)
+  passed=$((passed + ${ok:-0}))
+  failed=$((failed + ${fail:-0} + ${xpass:-0} + ${tout:-0}))
+  skipped=$((skipped + ${skip:-0}))
+  if [ -z "$ok" ] && [ $rc -ne 0 ]; then failed=$((failed + 1)); fi
+}
+
+log "main build (gcc, -Werror)"
+if configure build -Dwerror=true && build build; then
+  run_tests build
+else
+  failed=$((failed + 1))
+fi
+
+if [ $quick -eq 0 ]; then
+  if command -v clang >/dev/null 2>&1; then
+    log "clang build (-Werror)"
+    CC=clang CXX=clang++ configure build-clang -Dwerror=true -Dfuzz=disabled && build build-clang \
+      && passed=$((passed + 1))
+  fi
+
+  log "ASan + UBSan (gcc)"
+  if configure build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
+       -Dfuzz=disabled && build build-asan; then
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      run_tests build-asan --timeout-multiplier 3 \
+        --suite unit --suite config --suite sim --suite statspage --suite fuzz --suite scripts
+  fi
+
+  log "UBSan: tessera preloaded into the programs (gcc)"
+  if configure build-ubsan -Dwerror=true -Db_sanitize=undefined -Db_lundef=false \
+       -Dfuzz=disabled && build build-ubsan; then
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      TS_SANITIZER_RUNTIME=$(gcc -print-file-name=libubsan.so) \
+      run_tests build-ubsan --timeout-multiplier 3 --suite integration --suite programs
+  fi
+
+  if command -v clang >/dev/null 2>&1; then
+    log "TSan (clang): threaded suites"
+    if CC=clang CXX=clang++ configure build-tsan -Dwerror=true -Db_sanitize=thread \
+         -Db_lundef=false -Dfuzz=disabled && build build-tsan; then
+      TSAN_OPTIONS=halt_on_error=1 \
+        run_tests build-tsan --timeout-multiplier 3 --suite unit --suite statspage --suite sim
+    fi
+  fi
+
+  if [ $fuzz -eq 1 ] && command -v clang >/dev/null 2>&1; then
+    log "libFuzzer (clang, ASan + UBSan)"
+    secs=${TESSERA_FUZZ_SECONDS:-15}
+    if CC=clang CXX=clang++ configure build-fuzz -Dfuzz=enabled -Dtests=enabled \
+         && ninja -C build-fuzz tests/fuzz/fuzz_config tests/fuzz/fuzz_statspage \
+              >build-fuzz.build.log 2>&1; then
+      for target in config statspage; do
+        work=$(mktemp -d)
+        cp "$root/tests/fuzz/corpus/$target/"* "$work/" 2>/dev/null
+        if build-fuzz/tests/fuzz/fuzz_$target -max_total_time="$secs" -timeout=10 \
+             -print_final_stats=1 "$work" >build-fuzz/fuzz_$target.log 2>&1; then
+          echo "fuzz_$target: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' \
+            build-fuzz/fuzz_$target.log | awk '{print $2}') runs in ${secs}s, no crash"
+          passed=$((passed + 1))
+        else
+          tail -40 build-fuzz/fuzz_$target.log
+          echo "fuzz_$target: FAILED (crash input kept in build-fuzz/)"
+          mv crash-* leak-* timeout-* build-fuzz/ 2>/dev/null
+          failed=$((failed + 1))
+        fi
+        rm -rf "$work"
+      done
+    else
+      grep -E 'error' build-fuzz.build.log | head
+      echo "test.sh: libFuzzer targets not built (see build-fuzz.build.log)"
+      failed=$((failed + 1))
+    fi
+  fi
+fi
+
+echo
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+[ $failed -eq 0 ]
