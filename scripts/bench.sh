@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# bench.sh: every tessera benchmark that runs without a GPU, in one go, side by side.
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+Usage: scripts/bench.sh [options]
+
+Builds tessera (release, in build-bench/ unless --build-dir) if needed, then runs:
+  1. bench-core: the allocator core's cached malloc+free path over the device model
+     (ns per pair: p50/p99/p99.9/mean; 1 and 2 threads; default and defragment:True)
+  2. tessera-replay --compare --json on every trace in tests/data/traces/*.pickle and every
+     synthetic workload (tools/workloads/gen_workloads.py), for the configurations below,
+     on an unlimited device and on an 80 GiB one
+  3. driver calls per step in steady state for the synthetic multi-step workloads
+  4. the LD_PRELOAD path on the simulated device: tests/programs/churn with and without
+     libtessera.so, and with TESSERA_TRACE recording
+and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
+BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
+on 2 cores.
+
+Options:
+  --build-dir DIR   build directory (default: build-bench at the repository root)
+  --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
+  --skip-build      use the build directory as it is
+  --only LIST       comma-separated parts to run: core,replay,steady,shim (default: all)
+  -h, --help
+USAGE
+}
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bd="$root/build-bench"
+quick=0
+skip_build=0
+only="core,replay,steady,shim"
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --build-dir) bd=$(realpath -m "$2"); shift 2 ;;
+    --build-dir=*) bd=$(realpath -m "${1#*=}"); shift ;;
+    --quick) quick=1; shift ;;
+    --skip-build) skip_build=1; shift ;;
+    --only) only=$2; shift 2 ;;
+    --only=*) only=${1#*=}; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+want() { [[ ",$only," == *",$1,"* ]]; }
+
+cd "$root"
+rel() { realpath -m --relative-to="$root" "$1"; }
+B=$(rel "$bd") # how commands are shown: relative to the repository root
+
+# --- build ------------------------------------------------------------------------------------
+if [ "$skip_build" -eq 0 ]; then
+    if [ ! -f "$bd/build.ninja" ]; then
+        meson setup "$bd" --buildtype=release -Dwerror=true >/dev/null
+    fi
+    ninja -C "$bd" >/dev/null
+fi
+for f in tools/tessera-replay tests/bench/bench-core; do
+    [ -x "$bd/$f" ] || { echo "bench.sh: $bd/$f is missing (build failed?)" >&2; exit 1; }
+done
+
+raw="$bd/bench-raw"
+rm -rf "$raw"
+mkdir -p "$raw"
+: >"$raw/commands.txt"
+note_cmd() { printf '%s\t%s\n' "$1" "$2" >>"$raw/commands.txt"; }
+
+# machine, recorded before anything runs (the load average says whether others were busy)
+python3 - "$raw/machine.json" "$B" <<'PY'
+import json, os, platform, subprocess, sys, time
+cpu = "unknown"
+with open("/proc/cpuinfo") as f:
+    for line in f:
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+try:
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip() != ""
+except OSError:
+    rev, dirty = "unknown", False
+with open("/proc/loadavg") as f:
+    load = " ".join(f.read().split()[:3])
+try:
+    with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as f:
+        cs = f.read().strip()
+except OSError:
+    cs = "unknown"
+json.dump(dict(nproc=os.cpu_count(), cpu=cpu, kernel=platform.release(), loadavg_at_start=load,
+               clocksource=cs, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+               git=rev + ("+dirty" if dirty else ""), build_dir=sys.argv[2]),
+          open(sys.argv[1], "w"), indent=1)
+PY
+
+# shellcheck disable=SC2054 # the comma belongs to the configuration string
+CONFS=(default max_split_size_mb:128 max_split_size_mb:512 expandable_segments:True defragment:True
+    defragment:True,handle_policy:geometric)
+
+# --- 1. core microbenchmark -------------------------------------------------------------------
+if want core; then
+    echo "bench.sh: bench-core ..." >&2
+    args=()
+    [ "$quick" -eq 1 ] && args+=(--quick)
+    [ "$quick" -eq 0 ] && args+=(--repeat 5)
+    note_cmd core "$B/tests/bench/bench-core ${args[*]} --json-file $B/bench-raw/core.json"
+    "$bd/tests/bench/bench-core" "${args[@]}" --json-file "$raw/core.json" >"$raw/core.md"
+fi
+
+# --- 2. replays -------------------------------------------------------------------------------
+traces=(tests/data/traces/*.pickle)
+if want replay || want steady; then
+    echo "bench.sh: generating the synthetic workloads ..." >&2
+    note_cmd workloads "python3 tools/workloads/gen_workloads.py -o $B/workloads"
+    python3 tools/workloads/gen_workloads.py -o "$bd/workloads" 2>"$raw/workloads.txt"
+fi
+workloads=()
+if [ -f "$bd/workloads/index.json" ]; then
+    while IFS= read -r w; do workloads+=("$B/workloads/$w.csv"); done < <(python3 -c '
+import json, sys
+for w in json.load(open(sys.argv[1]))["workloads"]:
+    print(w["name"])' "$bd/workloads/index.json")
+fi
+
+if want replay; then
+    passes=2
+    [ "$quick" -eq 1 ] && passes=1
+    for t in "${traces[@]}" "${workloads[@]}"; do
+        name=$(basename "$t"); name=${name%.*}
+        echo "bench.sh: replaying $name ..." >&2
+        # The first 'default' is a warm-up column: the first replay in a process runs cold
+        # (page faults, empty caches) and would make the first configuration look slower.
+        # bench-results drops it. Memory figures are deterministic; ns/op is the lower of the
+        # passes.
+        for pass in $(seq 1 $passes); do
+            cmd=("$B/tools/tessera-replay" --json --compare "$t" default "${CONFS[@]}")
+            [ "$pass" -eq 1 ] && note_cmd "replay:$name" "${cmd[*]}"
+            TESSERA_REPLAY_QUIET=1 "${cmd[@]}" >"$raw/replay-$name.$pass.json" 2>"$raw/replay-$name.$pass.err"
+        done
+        cmd=("$B/tools/tessera-replay" --json --capacity 80G --compare "$t" default "${CONFS[@]}")
+        note_cmd "replay80:$name" "${cmd[*]}"
+        rc=0
+        TESSERA_REPLAY_QUIET=1 "${cmd[@]}" >"$raw/replay80-$name.json" 2>"$raw/replay80-$name.err" || rc=$?
+        # 3: some configuration ran out of memory on 80 GiB (reported in the table)
+        [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || { echo "bench.sh: $name: tessera-replay failed ($rc)" >&2; exit 1; }
+    done
+fi
+
+# where defragment's driver calls come from: the page size alone (stitching off) versus stitching
+if want replay; then
+    echo "bench.sh: driver-call attribution ..." >&2
+    note_cmd attribution "$B/tools/tessera-replay --json --conf C TRACE"
+    : >"$raw/attribution.jsonl"
+    for t in "${traces[@]}" "${workloads[@]}"; do
+        name=$(basename "$t"); name=${name%.*}
+        for c in expandable_segments:True defragment:True,stitching:False defragment:True \
+            defragment:True,handle_policy:geometric; do
+            TESSERA_REPLAY_QUIET=1 "$bd/tools/tessera-replay" --json --conf "$c" "$t" 2>/dev/null |
+                python3 -c 'import json,sys; r=json.load(sys.stdin); r["name"]=sys.argv[1]; print(json.dumps(r))' "$name" \
+                >>"$raw/attribution.jsonl"
+        done
+    done
+fi
+
+# --- 3. driver calls per step in steady state -------------------------------------------------
+if want steady && [ ${#workloads[@]} -gt 0 ]; then
+    echo "bench.sh: steady-state driver calls ..." >&2
+    note_cmd steady "head -n LINE $B/workloads/W.csv > PREFIX.csv; $B/tools/tessera-replay --json --conf C PREFIX.csv (LINE = index.json step_end_lines[k])"
+    : >"$raw/steady.jsonl"
+    for t in "${workloads[@]}"; do
+        name=$(basename "$t" .csv)
+        # cut points: set-up + 1 step, set-up + k steps (k = steps/2), everything
+        read -r steps l1 lk k < <(python3 -c '
+import json, sys
+for w in json.load(open(sys.argv[1]))["workloads"]:
+    if w["name"] == sys.argv[2]:
+        s = w["steps"]; k = s // 2; e = w["step_end_lines"]
+        print(s, e[1], e[k], k)' "$bd/workloads/index.json" "$name")
+        head -n "$l1" "$t" >"$raw/$name.first-1.csv"
+        head -n "$lk" "$t" >"$raw/$name.first-$k.csv"
+        for c in "${CONFS[@]}"; do
+            for part in "1:$raw/$name.first-1.csv" "$k:$raw/$name.first-$k.csv" "$steps:$t"; do
+                n=${part%%:*}
+                f=${part#*:}
+                calls=$("$bd/tools/tessera-replay" --json --conf "$c" "$f" 2>/dev/null |
+                    python3 -c 'import json,sys; print(json.load(sys.stdin)["device_calls"])')
+                printf '{"workload": "%s", "conf": "%s", "steps_replayed": %d, "steps": %d, "device_calls": %d}\n' \
+                    "$name" "$c" "$n" "$steps" "$calls" >>"$raw/steady.jsonl"
+            done
+        done
+    done
+fi
+
+# --- 4. the LD_PRELOAD path on the simulated device -----------------------------------------------
+if want shim; then
+    if [ -x "$bd/tests/programs/churn" ] && [ -e "$bd/tests/sim/libcuda.so.1" ] && [ -e "$bd/shim/libtessera.so" ]; then
+        echo "bench.sh: churn on the simulated device ..." >&2
+        reps=3
+        small_iters=30000
+        big_iters=200
+        if [ "$quick" -eq 1 ]; then reps=1; small_iters=5000; big_iters=50; fi
+        : >"$raw/churn.jsonl"
+        trace_file=$(mktemp /tmp/tessera-bench-trace.XXXXXX.csv)
+        run_churn() { # label workload env... -- args...
+            local label=$1 wl=$2; shift 2
+            local envs=()
+            while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+            shift
+            local cmd=(env "${envs[@]}" scripts/with-sim --build-dir "$B" -q "$B/tests/programs/churn" "$@")
+            note_cmd "churn:$wl:$label" "${cmd[*]}"
+            for r in $(seq 1 $reps); do
+                local line
+                line=$(TESSERA_BUILD_DIR="$bd" "${cmd[@]}" 2>>"$raw/churn.err" | grep '^RESULT' | tail -1)
+                printf '{"workload": "%s", "label": "%s", "rep": %d, "result": "%s"}\n' "$wl" "$label" "$r" "$line" >>"$raw/churn.jsonl"
+                rm -f "$trace_file"
+            done
+        }
+        shim="$B/shim/libtessera.so"
+        for wl in small default; do
+            if [ "$wl" = small ]; then
+                args=(--iters "$small_iters" --max-size 4K --small-max 4K --large-pct 0)
+            else
+                args=(--iters "$big_iters")
+            fi
+            run_churn "no tessera" "$wl" TESSERA_ALLOC_CONF= -- "${args[@]}"
+            run_churn "tessera" "$wl" LD_PRELOAD="$shim" TESSERA_ALLOC_CONF= -- "${args[@]}"
+            run_churn "tessera + TESSERA_TRACE" "$wl" LD_PRELOAD="$shim" TESSERA_ALLOC_CONF= TESSERA_TRACE="$trace_file" -- "${args[@]}"
+            run_churn "tessera defragment:True" "$wl" LD_PRELOAD="$shim" TESSERA_ALLOC_CONF=defragment:True -- "${args[@]}"
+        done
+        rm -f "$trace_file"
+    else
+        echo "bench.sh: churn, the simulator or libtessera.so is not built: skipping the LD_PRELOAD part" >&2
+    fi
+fi
+
+# --- report -------------------------------------------------------------------------------------
+python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
+echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2
