@@ -85,6 +85,9 @@ typedef struct ts_handle_rec {
 
 struct ts_pool {
     ts_tree free;     /* FREE blocks: (stream, size, addr) */
+    size_t vm_free;   /* bytes in FREE blocks of expandable and stitched segments (any stream):
+                       * an upper bound on what stitching could gather, so a hopeless attempt
+                       * costs nothing */
     ts_tree unmapped; /* UNMAPPED blocks of expandable segments: (stream, addr, 0) */
     uint64_t get_free_blocks_call_count; /* the garbage collector's clock */
     bool small;
@@ -110,6 +113,7 @@ struct ts_allocator {
     ts_slab block_slab;
     ts_slab segment_slab;
     ts_slab handle_slab;
+    ts_block *spare; /* a metadata block kept for the next split (never in any structure) */
 
     size_t total_allocated_memory; /* bytes obtained from the device (PyTorch's name) */
     bool set_fraction;             /* a cap applies (memory fraction or memory_limit) */

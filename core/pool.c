@@ -9,11 +9,15 @@ void pool_insert_free(ts_pool *p, ts_block *b)
     b->gc_count_base = p->get_free_blocks_call_count;
     b->state = TS_BLOCK_FREE;
     ts_tree_insert(&p->free, &b->node);
+    if (b->seg->kind != TS_SEGMENT_PLAIN)
+        p->vm_free += b->size;
 }
 
 void pool_remove_free(ts_pool *p, ts_block *b)
 {
     ts_tree_remove(&p->free, &b->node);
+    if (b->seg->kind != TS_SEGMENT_PLAIN)
+        p->vm_free -= b->size;
 }
 
 void pool_insert_unmapped(ts_pool *p, ts_block *b)

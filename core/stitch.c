@@ -152,8 +152,8 @@ size_t stitch_release_free(ts_allocator *a, bool synced)
 
 ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
 {
-    if (!a->cfg.stitching || size < a->cfg.stitch_min_block)
-        return NULL;
+    if (!a->cfg.stitching || size < a->cfg.stitch_min_block || p->vm_free < size)
+        return NULL; /* (vm_free: all free virtual-memory bytes; whole handles are fewer) */
     if (a->stitched_segments >= a->cfg.stitch_max_ranges && stitch_release_free(a, false) == 0)
         return NULL; /* at the bound, and every range is in use */
 
