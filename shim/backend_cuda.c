@@ -205,7 +205,6 @@ static int cb_fence_record(void *ctx, ts_fence *out)
 
     ctx_guard g;
     guard_begin(b, &g);
-    int rc = TS_OK;
     CUstream streams[FENCE_MAX_EVENTS];
     streams[0] = CU_STREAM_LEGACY;
     size_t n = 1;
@@ -234,22 +233,26 @@ static int cb_fence_record(void *ctx, ts_fence *out)
         f->events[f->nevents++] = e;
     }
     guard_end(&g);
-    if (rc != TS_OK) {
-        fence_put(b, f);
-        return rc;
-    }
     *out = (ts_fence)(uintptr_t)f;
     return TS_OK;
+}
+
+/* What a query or wait can answer without asking the device: TS_OK (known complete), TS_EAGAIN
+ * (a capture is underway: ask nothing), or -1 (ask). */
+static int fence_known(const cuda_fence *f)
+{
+    if (f->done)
+        return TS_OK;
+    return ts_capture_underway() ? TS_EAGAIN : -1;
 }
 
 static int cb_fence_query(void *ctx, ts_fence fence)
 {
     ts_cuda_backend *b = ctx;
     cuda_fence *f = (cuda_fence *)(uintptr_t)fence;
-    if (f->done)
-        return TS_OK;
-    if (ts_capture_underway())
-        return TS_EAGAIN;
+    int known = fence_known(f);
+    if (known >= 0)
+        return known;
     if (f->sync) {
         /* Without events to ask, the only proof is a synchronise: do it now, once. */
         ctx_guard g;
@@ -272,18 +275,15 @@ static int cb_fence_query(void *ctx, ts_fence fence)
 
 static int cb_fence_wait(void *ctx, ts_fence fence)
 {
-    ts_cuda_backend *b = ctx;
     cuda_fence *f = (cuda_fence *)(uintptr_t)fence;
-    if (f->done)
-        return TS_OK;
-    if (ts_capture_underway())
-        return TS_EAGAIN;
+    int known = fence_known(f);
+    if (known >= 0)
+        return known;
     if (f->sync)
         return cb_fence_query(ctx, fence);
     for (uint32_t i = 0; i < f->nevents; i++)
         ts_real.cuEventSynchronize(f->events[i]);
     f->done = true;
-    (void)b;
     return TS_OK;
 }
 

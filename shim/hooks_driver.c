@@ -16,15 +16,23 @@ static bool hook_pass(const ts_tls *t)
 
 /* --- allocation ---------------------------------------------------------------------------- */
 
+/* tessera's runtime hook asked cudart to record a failure as its last error: this call, made
+ * by cudart on that hook's behalf, returns it untouched. */
+static bool hook_forced(ts_tls *t, CUresult *r)
+{
+    if (!t->force_result)
+        return false;
+    *r = (CUresult)t->force_result;
+    t->force_result = 0;
+    return true;
+}
+
 CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size)
 {
     ts_tls *t = ts_tls_get();
-    if (t->force_result) {
-        /* tessera's runtime hook asked cudart to record this failure as its last error */
-        CUresult r = (CUresult)t->force_result;
-        t->force_result = 0;
-        return r;
-    }
+    CUresult forced;
+    if (hook_forced(t, &forced))
+        return forced;
     if (!HOOK_READY())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (hook_pass(t) || !dptr || size == 0)
@@ -49,11 +57,9 @@ CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size)
 CUresult ts_driver_free(CUdeviceptr dptr)
 {
     ts_tls *t = ts_tls_get();
-    if (t->force_result) {
-        CUresult r = (CUresult)t->force_result;
-        t->force_result = 0;
-        return r;
-    }
+    CUresult forced;
+    if (hook_forced(t, &forced))
+        return forced;
     if (!HOOK_READY())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (hook_pass(t) || dptr == 0)
