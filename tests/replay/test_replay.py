@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""tessera-replay end to end: --compare and --json on every shared trace, --min-capacity,
+errors on malformed input, and CSV logs (what TESSERA_TRACE writes)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BUILD = os.environ["TS_BUILD"]
+SOURCE = os.environ["TS_SOURCE"]
+REPLAY = os.path.join(BUILD, "tools", "tessera-replay")
+TRACES = os.path.join(SOURCE, "tests", "data", "traces")
+
+
+def replay(*args):
+    return subprocess.run([REPLAY, *args], capture_output=True, text=True, timeout=120)
+
+
+class Replay(unittest.TestCase):
+    def test_compare_every_trace_in_seconds(self):
+        for name in sorted(os.listdir(TRACES)):
+            if not name.endswith(".pickle"):
+                continue
+            with self.subTest(trace=name):
+                t0 = time.monotonic()
+                r = replay("--json", "--compare", os.path.join(TRACES, name), "default",
+                           "max_split_size_mb:128", "expandable_segments:True", "defragment:True")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertLess(time.monotonic() - t0, 60)
+                rows = json.loads(r.stdout)
+                self.assertEqual(len(rows), 4)
+                for row in rows:
+                    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "utilization",
+                                "num_device_alloc", "num_device_free", "num_alloc_retries",
+                                "num_ooms", "min_capacity_bytes", "ns_per_op", "device_calls"):
+                        self.assertIn(key, row)
+                    self.assertEqual(row["num_ooms"], 0)
+                    self.assertAlmostEqual(row["utilization"],
+                                           row["peak_allocated_bytes"] / row["peak_reserved_bytes"],
+                                           places=5)
+                    # the smallest device can't be below what the program held at once, and
+                    # the unlimited run's reservation is always enough
+                    self.assertGreaterEqual(row["min_capacity_bytes"], row["peak_requested_bytes"])
+                    self.assertLessEqual(row["min_capacity_bytes"],
+                                         (row["peak_reserved_bytes"] + (2 << 20) - 1) // (2 << 20) * (2 << 20))
+
+    def test_min_capacity_is_tight(self):
+        trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
+        r = json.loads(replay("--json", "--min-capacity", trace).stdout)
+        cap = r["min_capacity_bytes"]
+        ok = replay("--json", "--capacity", str(cap), trace)
+        self.assertEqual(json.loads(ok.stdout)["num_ooms"], 0)
+        short = replay("--json", "--capacity", str(cap - (2 << 20)), trace)
+        self.assertEqual(short.returncode, 3)  # did not fit the given device
+        self.assertGreater(json.loads(short.stdout)["num_ooms"], 0)
+
+    def test_csv_log(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+            f.write("Thread,Time,Action,Pointer,Size,Stream\n")
+            f.write("1,00:00:00.000001,allocate,0x1000,1048576,0x0\n")
+            f.write("1,00:00:00.000002,allocate,0x2000,4096,0x0\n")
+            f.write("1,00:00:00.000003,free,0x1000,1048576,0x0\n")
+            f.write("1,00:00:00.000004,free,0x9999,16,0x0\n")  # never allocated: skipped
+            f.write("1,00:00:00.000005,allocate failure,(nil),1,0x0\n")
+        r = replay("--json", f.name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        d = json.loads(r.stdout)
+        self.assertEqual((d["allocations"], d["frees"], d["skipped_frees"]), (2, 1, 1))
+        self.assertEqual(d["peak_allocated_bytes"], 1048576 + 4096)
+        self.assertEqual(d["peak_reserved_bytes"], 2 << 20)  # both in one small-pool segment
+        os.unlink(f.name)
+
+    def test_malformed_trace_names_the_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+            f.write("Thread,Time,Action,Pointer,Size,Stream\n")
+            f.write("1,00:00:00.000001,allocate,0x1000,1048576,0x0\n")
+            f.write("1,00:00:00.000002,allocate,0x2000\n")
+        r = replay(f.name)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"{f.name}:3: expected 6 comma-separated fields", r.stderr)
+        os.unlink(f.name)
+
+    def test_bad_configuration(self):
+        r = replay("--conf", "max_split_size_mb:10", os.path.join(TRACES, "eor-nn-snapshot.pickle"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("key 'max_split_size_mb' at position 0", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
