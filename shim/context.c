@@ -157,6 +157,13 @@ static bool context_is_primary(CUcontext ctx, CUdevice dev)
     CUcontext primary = NULL;
     if (!ts_real.cuDevicePrimaryCtxRetain || !ts_real.cuDevicePrimaryCtxRelease_v2)
         return false;
+    /* Retaining an inactive primary context would create one (hundreds of MB on a GPU) only to
+     * destroy it again: when it is not active, this context cannot be it. */
+    unsigned int flags = 0;
+    int active = 0;
+    if (ts_real.cuDevicePrimaryCtxGetState &&
+        ts_real.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && !active)
+        return false;
     if (ts_real.cuDevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS)
         return false;
     ts_real.cuDevicePrimaryCtxRelease_v2(dev);

@@ -114,6 +114,7 @@ static bool driver_resolve(bool load)
     RESOLVE(h, cuDeviceTotalMem_v2);
     RESOLVE(h, cuDevicePrimaryCtxRetain);
     RESOLVE(h, cuDevicePrimaryCtxRelease_v2);
+    RESOLVE(h, cuDevicePrimaryCtxGetState);
     RESOLVE(h, cuEventCreate);
     RESOLVE(h, cuEventRecord);
     RESOLVE(h, cuEventQuery);
