@@ -309,27 +309,8 @@ static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t al
         ts_slab_free(&a->segment_slab, seg);
         return NULL;
     }
-    seg->addr = addr;
-    seg->size = seg->mapped = alloc_size;
-    seg->stream = stream;
-    seg->pool = p;
-    seg->kind = TS_SEGMENT_PLAIN;
-    seg->first = b;
-    seg->nblocks = 1;
-    seg->node.k0 = addr;
-    ts_tree_insert(&a->segments, &seg->node);
-
-    b->addr = addr;
-    b->size = alloc_size;
-    b->stream = stream;
-    b->seg = seg;
+    segment_install_plain(a, seg, addr, alloc_size, stream, p, b);
     b->state = TS_BLOCK_FREE; /* not in the free tree: it goes straight to alloc_found_block */
-
-    a->total_allocated_memory += alloc_size;
-    stat_array_increase(a, st->segment, p, 1);
-    stat_array_increase(a, st->reserved_bytes, p, (int64_t)alloc_size);
-    if (alloc_size >= a->cfg.max_split_size)
-        stat_increase(a, &st->oversize_segments, 1);
     counter_add(a, &st->num_device_alloc, 1);
     a->observe_now = true;
     return b;
@@ -349,20 +330,7 @@ static ts_block *alloc_found_block(ts_allocator *a, ts_block *b, size_t size, si
         ts_block *remaining = b;
         b = *spare;
         *spare = NULL;
-        b->addr = remaining->addr;
-        b->size = size;
-        b->stream = remaining->stream;
-        b->seg = remaining->seg;
-        b->prev = remaining->prev;
-        if (b->prev)
-            b->prev->next = b;
-        else
-            b->seg->first = b;
-        b->next = remaining;
-        remaining->prev = b;
-        remaining->addr += size;
-        remaining->size -= size;
-        b->seg->nblocks++;
+        block_split_front(remaining, b, size);
         pool_insert_free(p, remaining);
 
         if (!expandable) {
@@ -383,15 +351,41 @@ static ts_block *alloc_found_block(ts_allocator *a, ts_block *b, size_t size, si
     b->state = TS_BLOCK_ALLOCATED;
     b->requested = orig_size;
     ts_ptrmap_put(&a->live, b->addr, b); /* capacity was reserved by the caller */
-
-    stat_array_increase(a, st->allocation, p, 1);
-    stat_array_increase(a, st->allocated_bytes, p, (int64_t)b->size);
-    stat_array_increase(a, st->active, p, 1);
-    stat_array_increase(a, st->active_bytes, p, (int64_t)b->size);
-    stat_array_increase(a, st->requested_bytes, p, (int64_t)orig_size);
-    if (b->size >= a->cfg.max_split_size)
-        stat_increase(a, &st->oversize_allocations, 1);
+    block_count_allocated(a, p, b);
     return b;
+}
+
+void segment_install(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size,
+                     uint64_t stream, ts_pool *p, ts_segment_kind kind, ts_block *whole)
+{
+    seg->addr = addr;
+    seg->size = size;
+    seg->mapped = kind == TS_SEGMENT_EXPANDABLE ? 0 : size;
+    seg->stream = stream;
+    seg->pool = p;
+    seg->kind = (uint8_t)kind;
+    seg->node.k0 = addr;
+    ts_tree_insert(&a->segments, &seg->node);
+    if (whole) {
+        whole->addr = addr;
+        whole->size = size;
+        whole->stream = stream;
+        whole->seg = seg;
+        seg->first = whole;
+        seg->nblocks = 1;
+    }
+}
+
+void segment_install_plain(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size,
+                           uint64_t stream, ts_pool *p, ts_block *whole)
+{
+    tessera_device_stats *st = a->st;
+    segment_install(a, seg, addr, size, stream, p, TS_SEGMENT_PLAIN, whole);
+    a->total_allocated_memory += size;
+    stat_array_increase(a, st->segment, p, 1);
+    stat_array_increase(a, st->reserved_bytes, p, (int64_t)size);
+    if (size >= a->cfg.max_split_size)
+        stat_increase(a, &st->oversize_segments, 1);
 }
 
 /* Make sure the live map can take one more entry without allocating later (so that a failure to

@@ -58,22 +58,8 @@ static ts_block *es_create(ts_allocator *a, ts_pool *p, uint64_t stream)
             ts_slab_free(&a->segment_slab, seg);
         return NULL;
     }
-    seg->addr = va;
-    seg->size = va_size;
-    seg->mapped = 0;
-    seg->stream = stream;
-    seg->pool = p;
-    seg->kind = TS_SEGMENT_EXPANDABLE;
-    seg->first = b;
-    seg->nblocks = 1;
+    segment_install(a, seg, va, va_size, stream, p, TS_SEGMENT_EXPANDABLE, b);
     seg->page_size = page;
-    seg->node.k0 = va;
-    ts_tree_insert(&a->segments, &seg->node);
-
-    b->addr = va;
-    b->size = va_size;
-    b->stream = stream;
-    b->seg = seg;
     pool_insert_unmapped(p, b);
     a->observe_now = true;
     return b;
@@ -194,24 +180,6 @@ void segment_unmap_handles(ts_allocator *a, ts_segment *seg, uintptr_t lo, uintp
     }
 }
 
-/* A new block linked right after b in its segment. */
-static ts_block *block_insert_after(ts_allocator *a, ts_block *b, ts_block *nb, uintptr_t addr,
-                                    size_t size)
-{
-    (void)a;
-    nb->addr = addr;
-    nb->size = size;
-    nb->stream = b->stream;
-    nb->seg = b->seg;
-    nb->prev = b;
-    nb->next = b->next;
-    if (b->next)
-        b->next->prev = nb;
-    b->next = nb;
-    b->seg->nblocks++;
-    return nb;
-}
-
 /* PyTorch's map_block: back the first size bytes (rounded up to pages) of an UNMAPPED block,
  * merge the result with free neighbours and put it in the free tree. */
 static bool es_map_block(ts_allocator *a, ts_block *b, size_t size)
@@ -230,9 +198,8 @@ static bool es_map_block(ts_allocator *a, ts_block *b, size_t size)
     }
     pool_remove_unmapped(p, b);
     if (rest) {
-        block_insert_after(a, b, rest, b->addr + mapped, b->size - mapped);
+        block_split_back(b, rest, b->size - mapped);
         pool_insert_unmapped(p, rest);
-        b->size = mapped;
     }
     b->state = TS_BLOCK_FREE;
     block_merge(a, b, b->prev);
@@ -313,28 +280,15 @@ void expandable_unmap_free_block(ts_allocator *a, ts_block *b)
     }
     segment_unmap_handles(a, seg, lo, hi, false);
     pool_remove_free(p, b);
+    /* the partial pages at either end stay mapped, as free blocks; b narrows to [lo, hi) */
     if (bf) {
-        /* bf takes the partial page in front; b moves up */
-        bf->addr = b->addr;
-        bf->size = before;
-        bf->stream = b->stream;
-        bf->seg = seg;
-        bf->prev = b->prev;
-        bf->next = b;
-        if (b->prev)
-            b->prev->next = bf;
-        else
-            seg->first = bf;
-        b->prev = bf;
-        seg->nblocks++;
+        block_split_front(b, bf, before);
         pool_insert_free(p, bf);
     }
     if (af) {
-        block_insert_after(a, b, af, hi, after);
+        block_split_back(b, af, after);
         pool_insert_free(p, af);
     }
-    b->addr = lo;
-    b->size = hi - lo;
     b->state = TS_BLOCK_UNMAPPED;
     block_merge(a, b, b->prev);
     block_merge(a, b, b->next);

@@ -78,19 +78,31 @@ static bool fence_record_epoch(ts_allocator *a)
     return true;
 }
 
+/* Retire fences oldest first, completing the blocks each covers. A fence the device has not
+ * passed yet ends the walk, or, with wait, is waited for (num_fence_waits). */
+static void fences_retire(ts_allocator *a, bool wait)
+{
+    while (a->fence_count > 0) {
+        ts_fence_rec *f = fence_front(a);
+        backend_enter(a);
+        if (a->be.fence_query(a->be.ctx, f->fence) != TS_OK) {
+            if (!wait)
+                return;
+            counter_add(a, &a->st->num_fence_waits, 1);
+            if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
+                return; /* could not wait: the blocks stay pending */
+        }
+        pending_complete_through(a, f->epoch);
+        fence_pop(a);
+    }
+}
+
 void fences_process(ts_allocator *a)
 {
     if (!a->use_fences || a->pending_count == 0 || backend_capturing(a))
         return;
     fence_record_epoch(a);
-    while (a->fence_count > 0) {
-        ts_fence_rec *f = fence_front(a);
-        backend_enter(a);
-        if (a->be.fence_query(a->be.ctx, f->fence) != TS_OK)
-            break;
-        pending_complete_through(a, f->epoch);
-        fence_pop(a);
-    }
+    fences_retire(a, false);
 }
 
 /* PyTorch's synchronize_and_free_events. */
@@ -103,17 +115,7 @@ void fences_synchronize_all(ts_allocator *a)
         /* No fence possible (capture underway): leave the pending blocks pending. */
         return;
     }
-    while (a->fence_count > 0) {
-        ts_fence_rec *f = fence_front(a);
-        backend_enter(a);
-        if (a->be.fence_query(a->be.ctx, f->fence) != TS_OK) {
-            counter_add(a, &a->st->num_fence_waits, 1);
-            if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
-                return; /* could not wait: the blocks stay pending */
-        }
-        pending_complete_through(a, f->epoch);
-        fence_pop(a);
-    }
+    fences_retire(a, true);
 }
 
 /* Forget every fence and pending block without touching the device: its memory and events are
@@ -137,16 +139,6 @@ bool fences_wait_pending(ts_allocator *a)
     size_t before = a->pending_count;
     if (!fence_record_epoch(a))
         return false;
-    while (a->fence_count > 0) {
-        ts_fence_rec *f = fence_front(a);
-        backend_enter(a);
-        if (a->be.fence_query(a->be.ctx, f->fence) != TS_OK) {
-            counter_add(a, &a->st->num_fence_waits, 1);
-            if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
-                break;
-        }
-        pending_complete_through(a, f->epoch);
-        fence_pop(a);
-    }
+    fences_retire(a, true);
     return a->pending_count < before;
 }

@@ -32,18 +32,7 @@ int ts_allocator_import_segment(ts_allocator *a, uintptr_t addr, size_t size, ui
     }
     ts_pool *p = small_pool ? &a->small : &a->large;
     tessera_device_stats *st = a->st;
-    seg->addr = addr;
-    seg->size = seg->mapped = size;
-    seg->stream = stream;
-    seg->pool = p;
-    seg->kind = TS_SEGMENT_PLAIN;
-    seg->node.k0 = addr;
-    ts_tree_insert(&a->segments, &seg->node);
-    a->total_allocated_memory += size;
-    stat_array_increase(a, st->segment, p, 1);
-    stat_array_increase(a, st->reserved_bytes, p, (int64_t)size);
-    if (size >= a->cfg.max_split_size)
-        stat_increase(a, &st->oversize_segments, 1);
+    segment_install_plain(a, seg, addr, size, stream, p, NULL);
 
     ts_block *prev = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -69,13 +58,7 @@ int ts_allocator_import_segment(ts_allocator *a, uintptr_t addr, size_t size, ui
         if (blocks[i].allocated) {
             b->requested = blocks[i].requested;
             ts_ptrmap_put(&a->live, b->addr, b);
-            stat_array_increase(a, st->allocation, p, 1);
-            stat_array_increase(a, st->allocated_bytes, p, (int64_t)b->size);
-            stat_array_increase(a, st->active, p, 1);
-            stat_array_increase(a, st->active_bytes, p, (int64_t)b->size);
-            stat_array_increase(a, st->requested_bytes, p, (int64_t)b->requested);
-            if (b->size >= a->cfg.max_split_size)
-                stat_increase(a, &st->oversize_allocations, 1);
+            block_count_allocated(a, p, b);
         }
         prev = b;
     }

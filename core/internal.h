@@ -48,8 +48,6 @@ struct ts_block {
     ts_segment *lent_to; /* LENT blocks: the stitched segment their pages back */
 };
 
-
-
 /* A segment: one device allocation (or one virtual reservation for expandable segments).
  * Its pool, stream and kind never change. */
 struct ts_segment {
@@ -74,7 +72,6 @@ struct ts_segment {
     uint64_t stitch_serial; /* creation order, for releasing the oldest first */
 };
 
-/* One of the two pools (small: rounded size <= 1 MiB; large). */
 /* One physical handle mapped at [addr, addr + size) of a segment. */
 typedef struct ts_handle_rec {
     ts_node node; /* key (addr, 0, 0) */
@@ -83,6 +80,7 @@ typedef struct ts_handle_rec {
     uint64_t handle;
 } ts_handle_rec;
 
+/* One of the two pools (small: rounded size <= 1 MiB; large). */
 struct ts_pool {
     ts_tree free;     /* FREE blocks: (stream, size, addr) */
     size_t vm_free;   /* bytes in FREE blocks of expandable and stitched segments (any stream):

@@ -27,10 +27,69 @@ bool pool_should_split(const ts_allocator *a, const ts_block *b, size_t size);
 /* Absorb neighbour src into dst when both are free, or both unmapped (pool.c). */
 size_t block_merge(ts_allocator *a, ts_block *dst, ts_block *src);
 
+/* The inverses of block_merge: give the first (front) or last (back) size bytes of b to nb,
+ * linked in as b's neighbour; b keeps the rest. States and trees are the caller's: b must not be
+ * in a tree keyed by its address or size while it shrinks. Inline: splitting is on the hot path. */
+static inline void block_split_front(ts_block *b, ts_block *nb, size_t size)
+{
+    nb->addr = b->addr;
+    nb->size = size;
+    nb->stream = b->stream;
+    nb->seg = b->seg;
+    nb->prev = b->prev;
+    nb->next = b;
+    if (b->prev)
+        b->prev->next = nb;
+    else
+        b->seg->first = nb;
+    b->prev = nb;
+    b->addr += size;
+    b->size -= size;
+    b->seg->nblocks++;
+}
+
+static inline void block_split_back(ts_block *b, ts_block *nb, size_t size)
+{
+    b->size -= size;
+    nb->addr = b->addr + b->size;
+    nb->size = size;
+    nb->stream = b->stream;
+    nb->seg = b->seg;
+    nb->prev = b;
+    nb->next = b->next;
+    if (b->next)
+        b->next->prev = nb;
+    b->next = nb;
+    b->seg->nblocks++;
+}
+
+/* Count b, just made ALLOCATED with its requested size set, in the allocation counters.
+ * Inline: every allocation passes here. */
+static inline void block_count_allocated(ts_allocator *a, ts_pool *p, const ts_block *b)
+{
+    tessera_device_stats *st = a->st;
+    stat_array_increase(a, st->allocation, p, 1);
+    stat_array_increase(a, st->allocated_bytes, p, (int64_t)b->size);
+    stat_array_increase(a, st->active, p, 1);
+    stat_array_increase(a, st->active_bytes, p, (int64_t)b->size);
+    stat_array_increase(a, st->requested_bytes, p, (int64_t)b->requested);
+    if (b->size >= a->cfg.max_split_size)
+        stat_increase(a, &st->oversize_allocations, 1);
+}
+
 /* allocator.c */
 void block_free_complete(ts_allocator *a, ts_block *b); /* PyTorch's free_block */
 ts_block *block_new(ts_allocator *a);
 void block_delete(ts_allocator *a, ts_block *b);
+/* Fill in a fresh (zeroed) segment and enter it in the segment tree. Plain and stitched segments
+ * are mapped whole, expandable ones start with nothing mapped. whole, when not NULL, becomes the
+ * segment's one block, spanning it (its state and trees are the caller's). */
+void segment_install(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size,
+                     uint64_t stream, ts_pool *p, ts_segment_kind kind, ts_block *whole);
+/* segment_install for a plain segment just obtained from the device, counted as reserved: the
+ * inverse of the accounting in release_block. */
+void segment_install_plain(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size,
+                           uint64_t stream, ts_pool *p, ts_block *whole);
 
 /* release.c */
 void release_block(ts_allocator *a, ts_block *b);

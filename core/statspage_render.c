@@ -349,20 +349,28 @@ static void slot_label(const ts_proc_view *v, uint32_t i, char *buf, size_t len)
         snprintf(buf, len, "%" PRId32, s->head.device);
 }
 
+/* Pages by state: live (readable, owner alive), stale (owner gone), bad (unreadable). */
+static void views_count(const ts_proc_view *views, size_t n, size_t *live, size_t *stale,
+                        size_t *bad)
+{
+    *live = *stale = *bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ts_owner_is_stale(views[i].owner))
+            ++*stale;
+        else if (views[i].status == TS_PAGE_OK)
+            ++*live;
+        else
+            ++*bad;
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* table                                                                                      */
 
 void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *dir)
 {
-    size_t live = 0, stale = 0, bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ts_owner_is_stale(views[i].owner))
-            stale++;
-        else if (views[i].status == TS_PAGE_OK)
-            live++;
-        else
-            bad++;
-    }
+    size_t live, stale, bad;
+    views_count(views, n, &live, &stale, &bad);
     char a[48], r[48], u[48];
     if (live == 0) {
         fprintf(f, "no tessera processes (in %s)\n", dir ? dir : ts_statspage_dir());
@@ -759,15 +767,8 @@ void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n)
         fputs("\"} 1\n", f);
     }
 
-    size_t live = 0, stale = 0, bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ts_owner_is_stale(views[i].owner))
-            stale++;
-        else if (views[i].status == TS_PAGE_OK)
-            live++;
-        else
-            bad++;
-    }
+    size_t live, stale, bad;
+    views_count(views, n, &live, &stale, &bad);
     prom_family(f, "tessera_pages", "gauge",
                 "Stats pages found, by state (live, stale: owner gone, unreadable)", NULL);
     fprintf(f, "tessera_pages{state=\"live\"} %zu\n", live);

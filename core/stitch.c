@@ -47,42 +47,19 @@ static int run_cmp(const void *x, const void *y)
 static ts_block *carve_lent(ts_block *b, uintptr_t start, size_t bytes, ts_segment *to,
                             ts_block **spare, size_t *nspare)
 {
-    ts_segment *seg = b->seg;
-    ts_pool *p = seg->pool;
+    ts_pool *p = b->seg->pool;
     pool_remove_free(p, b);
     size_t before = start - b->addr, after = b->addr + b->size - (start + bytes);
     if (before) {
         ts_block *h = spare[--*nspare];
-        h->addr = b->addr;
-        h->size = before;
-        h->stream = b->stream;
-        h->seg = seg;
-        h->prev = b->prev;
-        h->next = b;
-        if (b->prev)
-            b->prev->next = h;
-        else
-            seg->first = h;
-        b->prev = h;
-        seg->nblocks++;
+        block_split_front(b, h, before);
         pool_insert_free(p, h);
     }
     if (after) {
         ts_block *t = spare[--*nspare];
-        t->addr = start + bytes;
-        t->size = after;
-        t->stream = b->stream;
-        t->seg = seg;
-        t->prev = b;
-        t->next = b->next;
-        if (b->next)
-            b->next->prev = t;
-        b->next = t;
-        seg->nblocks++;
+        block_split_back(b, t, after);
         pool_insert_free(p, t);
     }
-    b->addr = start;
-    b->size = bytes;
     b->state = TS_BLOCK_LENT;
     b->lent_to = to;
     return b;
@@ -270,23 +247,11 @@ ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream
     free(spare);
     free(runs);
 
-    s->addr = va;
-    s->size = s->mapped = stitched;
-    s->stream = stream;
-    s->pool = p;
-    s->kind = TS_SEGMENT_STITCHED;
-    s->first = sb;
-    s->nblocks = 1;
+    segment_install(a, s, va, stitched, stream, p, TS_SEGMENT_STITCHED, sb);
     s->page_size = lenders[0]->seg->page_size;
     s->lenders = lenders;
     s->nlenders = used;
     s->stitch_serial = ++a->stitch_serial;
-    s->node.k0 = va;
-    ts_tree_insert(&a->segments, &s->node);
-    sb->addr = va;
-    sb->size = stitched;
-    sb->stream = stream;
-    sb->seg = s;
     sb->state = TS_BLOCK_FREE; /* not in the free tree: it goes straight to the request */
 
     a->stitched_segments++;

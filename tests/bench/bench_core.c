@@ -36,6 +36,7 @@
 #include "core/allocator.h"
 #include "tests/bench/trace_sizes.h"
 #include "tools/devmodel.h"
+#include "tools/json_out.h"
 
 #define NTRACE_SIZES (sizeof trace_sizes / sizeof trace_sizes[0])
 #define MAX_CONFS 8
@@ -400,20 +401,6 @@ static void read_line_field(const char *path, const char *key, char *out, size_t
 
 static char cpu_model[256], loadavg[128], clocksource[64], cmdline[1024];
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", *s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static bool same_row(const row *a, const row *b)
 {
     return strcmp(a->scenario, b->scenario) == 0 && strcmp(a->conf, b->conf) == 0 &&
@@ -456,13 +443,13 @@ static void fold_rounds(void)
 static void print_json(FILE *f, const opts *o)
 {
     fprintf(f, "{\"tool\": \"bench-core\", \"command\": ");
-    json_str(f, cmdline);
+    json_put_string(f, cmdline);
     fprintf(f, ", \"machine\": {\"nproc\": %ld, \"cpu\": ", sysconf(_SC_NPROCESSORS_ONLN));
-    json_str(f, cpu_model);
+    json_put_string(f, cpu_model);
     fprintf(f, ", \"loadavg_at_start\": ");
-    json_str(f, loadavg);
+    json_put_string(f, loadavg);
     fprintf(f, ", \"clocksource\": ");
-    json_str(f, clocksource);
+    json_put_string(f, clocksource);
     fprintf(f,
             "}, \"params\": {\"pairs\": %zu, \"batch\": %zu, \"live\": %zu, \"seed\": %llu, "
             "\"trace_sizes\": %zu, \"repeat\": %zu}, \"targets\": {\"p50_ns\": %.0f, \"p99_ns\": %.0f}, "
@@ -472,9 +459,9 @@ static void print_json(FILE *f, const opts *o)
     for (int i = 0; i < nrows; i++) {
         const row *r = &rows[i];
         fprintf(f, "%s\n  {\"scenario\": ", i ? "," : "");
-        json_str(f, r->scenario);
+        json_put_string(f, r->scenario);
         fprintf(f, ", \"conf\": ");
-        json_str(f, r->conf);
+        json_put_string(f, r->conf);
         fprintf(f,
                 ", \"threads\": %d, \"batch\": %zu, \"pairs\": %zu, \"p50_ns\": %.2f, "
                 "\"p99_ns\": %.2f, \"p999_ns\": %.2f, \"mean_ns\": %.2f, \"max_ns\": %.2f, "

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "tools/json_out.h"
 #include "tools/replay/replay.h"
 
 #define MAX_CONFS 16
@@ -83,27 +84,13 @@ static void print_size(char *buf, size_t len, size_t v)
         snprintf(buf, len, "%.1f MiB", (double)v / m);
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", *s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void print_json(FILE *f, const trace *t, const char *conf, size_t capacity,
                        const replay_result *r, size_t min_cap)
 {
     fputs("{\"trace\": ", f);
-    json_string(f, t->source);
+    json_put_string(f, t->source);
     fputs(", \"conf\": ", f);
-    json_string(f, conf);
+    json_put_string(f, conf);
     fprintf(f,
             ", \"capacity_bytes\": %zu, \"events\": %zu, \"allocations\": %zu, \"frees\": %zu, "
             "\"skipped_frees\": %zu, \"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, "
