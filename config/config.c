@@ -277,7 +277,9 @@ static const key_desc keys[KEY_COUNT] = {
     [KEY_VERBOSE] = {
         .name = "verbose", .kind = KIND_BOOL, .flags = F_TESSERA,
         .offset = FIELD(verbose), .def.b = false,
-        .help = "Print the effective configuration on stderr at start-up.",
+        .help = "Print the effective configuration on stderr at start-up, and each driver entry "
+                "point tessera takes over with the object that first asked for it (a check that "
+                "a binary, static-cudart ones included, is really served).",
     },
     [KEY_RELEASE_LOCK_ON_CUDAMALLOC] = {
         .name = "release_lock_on_cudamalloc", .kind = KIND_NA_BOOL, .pytorch_default = "False",

@@ -24,19 +24,25 @@ void *ts_dlsym_hook(void *handle, const char *name)
         return r;
     if (ts_tls_get()->in_init)
         return r;
+    /* The assembly entry point jumps here, so this is dlsym's caller. */
+    const void *caller = __builtin_return_address(0);
+    void *out;
     if (strcmp(name, "cuGetProcAddress_v2") == 0) {
         ts_real_note_gpa(r, true);
-        return (void *)ts_gpa_v2_wrapper;
-    }
-    if (strcmp(name, "cuGetProcAddress") == 0) {
+        out = (void *)ts_gpa_v2_wrapper;
+    } else if (strcmp(name, "cuGetProcAddress") == 0) {
         ts_real_note_gpa(r, false);
-        return (void *)ts_gpa_v1_wrapper;
+        out = (void *)ts_gpa_v1_wrapper;
+    } else {
+        /* Other driver entry points: routed once the table exists. Never wait for another
+         * thread's initialisation here: the caller may hold the dynamic loader's lock. */
+        if (!ts_driver_ready())
+            ts_driver_init(false, false);
+        out = ts_route(r);
     }
-    /* Other driver entry points: routed once the table exists. Never wait for another thread's
-     * initialisation here: the caller may hold the dynamic loader's lock. */
-    if (!ts_driver_ready())
-        ts_driver_init(false, false);
-    return ts_route(r);
+    if (out != r)
+        ts_hook_announce("dlsym", name, 0, 0, out, caller);
+    return out;
 }
 
 /* glibc's dlsym, for the assembly entry point: resolved (once) with dlvsym. */

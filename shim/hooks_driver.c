@@ -3,6 +3,7 @@
  * libcuda handle (old runtimes, libraries that resolve entry points themselves), and the exported
  * symbols below (programs linked with -lcuda). Each hook: lazy init, pick the allocator, call the
  * core, return. */
+#include <dlfcn.h>
 #include <string.h>
 
 #include "shim/shim.h"
@@ -246,16 +247,42 @@ static CUresult hook_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
 
 /* --- cuGetProcAddress ---------------------------------------------------------------------------- */
 
-static void gpa_fix(const char *symbol, void **pfn, int version)
+static const char *hook_name(const void *hook);
+
+/* verbose:True: say once per hook which object first received it and how, so that a user can
+ * check that a binary (a static-cudart one above all) is really served by tessera. */
+void ts_hook_announce(const char *via, const char *symbol, int version, unsigned long long flags,
+                      const void *hook, const void *caller)
+{
+    if (!ts_shim_config()->verbose || !hook)
+        return;
+    Dl_info di;
+    const char *obj = caller && dladdr(caller, &di) && di.dli_fname && di.dli_fname[0]
+                          ? di.dli_fname
+                          : "(unknown object)";
+    if (version)
+        ts_log_once(hook, "%s(\"%s\", %d, flags %#llx) from %s: tessera's %s hook", via, symbol,
+                    version, flags, obj, hook_name(hook));
+    else
+        ts_log_once(hook, "%s(\"%s\") from %s: tessera's %s hook", via, symbol, obj,
+                    hook_name(hook));
+}
+
+static void gpa_fix(const char *symbol, void **pfn, int version, cuuint64_t flags, bool v2,
+                    const void *caller)
 {
     if (!symbol || !pfn || !*pfn)
         return;
     if (!ts_driver_ready())
         ts_driver_init(false, true);
+    void *was = *pfn;
     if (strcmp(symbol, "cuGetProcAddress") == 0)
         *pfn = version >= 12000 ? (void *)ts_gpa_v2_wrapper : (void *)ts_gpa_v1_wrapper;
     else
         *pfn = ts_route(*pfn);
+    if (*pfn != was)
+        ts_hook_announce(v2 ? "cuGetProcAddress_v2" : "cuGetProcAddress", symbol, version,
+                         (unsigned long long)flags, *pfn, caller);
 }
 
 CUresult ts_gpa_v2_wrapper(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -270,7 +297,7 @@ CUresult ts_gpa_v2_wrapper(const char *symbol, void **pfn, int cudaVersion, cuui
     }
     CUresult r = real(symbol, pfn, cudaVersion, flags, status);
     if (r == CUDA_SUCCESS)
-        gpa_fix(symbol, pfn, cudaVersion);
+        gpa_fix(symbol, pfn, cudaVersion, flags, true, __builtin_return_address(0));
     return r;
 }
 
@@ -285,7 +312,7 @@ CUresult ts_gpa_v1_wrapper(const char *symbol, void **pfn, int cudaVersion, cuui
     }
     CUresult r = real(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS)
-        gpa_fix(symbol, pfn, cudaVersion);
+        gpa_fix(symbol, pfn, cudaVersion, flags, false, __builtin_return_address(0));
     return r;
 }
 
@@ -322,6 +349,18 @@ const ts_hook_entry *ts_hook_table(size_t *n)
 {
     *n = sizeof hook_table / sizeof hook_table[0];
     return hook_table;
+}
+
+static const char *hook_name(const void *hook)
+{
+    if (hook == (const void *)ts_gpa_v2_wrapper)
+        return "cuGetProcAddress_v2";
+    if (hook == (const void *)ts_gpa_v1_wrapper)
+        return "cuGetProcAddress";
+    for (size_t i = 0; i < sizeof hook_table / sizeof hook_table[0]; i++)
+        if (hook_table[i].hook == hook)
+            return hook_table[i].export;
+    return "?";
 }
 
 /* --- exported symbols, for programs linked with -lcuda and lookups that find them first ------ */

@@ -131,6 +131,11 @@ typedef struct ts_hook_entry {
 
 TS_HIDDEN const ts_hook_entry *ts_hook_table(size_t *n);
 
+/* With verbose:True, log once per hook the first object handed it (via: "dlsym",
+ * "cuGetProcAddress_v2", ...; version 0 when the lookup had none). */
+TS_HIDDEN void ts_hook_announce(const char *via, const char *symbol, int version,
+                                unsigned long long flags, const void *hook, const void *caller);
+
 /* Driver-level allocation paths, shared with the runtime hooks. */
 TS_HIDDEN CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size);
 TS_HIDDEN CUresult ts_driver_free(CUdeviceptr dptr);
