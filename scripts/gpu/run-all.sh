@@ -405,7 +405,7 @@ HAVE_LIB=0
 
 # c. sample programs -------------------------------------------------------------------------
 PROGRAMS=(seed_every5th seed_middle seed_even seed_cyclic churn reuse_race bad_input device_reset
-    fork_child meminfo driver_api driver_linked)
+    fork_child meminfo multi_device driver_api driver_linked)
 PDIR_shared="$BUILD_ABS/programs-shared"
 PDIR_static="$BUILD_ABS/programs-static"
 pdir() { [ "$1" = shared ] && echo "$PDIR_shared" || echo "$PDIR_static"; }
@@ -662,6 +662,11 @@ if [ "$CAP_D" -gt 0 ]; then
     pair "$BOTH" fork_child 60 "r:status=ok r:child_exit=0 r:child_cuda=1" -- --child-cuda
     pair "$BOTH" churn 90 "r:status=ok r:ooms=0 r:streams=1" -- --threads 8 --streams --iters "$DITERS"
     pair "$BOTH" reuse_race 60 "r:status=ok r:corrupt_rounds=0" -- --size "$REUSE"
+    if [ "$(grep -c '^GPU ' <<<"$SMI_L")" -ge 2 ]; then
+        pair "$BOTH" multi_device 60 "r:status=ok r:wrong_device=0" -- --threads
+    else
+        log "multi_device: not run (one GPU visible; it needs two)"
+    fi
     if [ "$STATIC_SUBSET" = 1 ]; then
         pair shared driver_linked 60 "r:status=ok r:mode=linked r:contexts=2" -- --own-context "${DRV[@]}"
         pair shared fork_child 60 "r:status=ok r:child_exit=0 r:child_cuda=0" --

@@ -86,6 +86,18 @@ class Env:
         stats = self.page_stats() if preload else None
         return Run(proc, sim, stats)
 
+    def page_slots(self):
+        """Every (device, context) slot of the one page in the stats directory, by slot index."""
+        pages = [f for f in os.listdir(self.stats_dir) if f.startswith("tessera.")]
+        if len(pages) != 1:
+            return None
+        pid = pages[0].split(".", 1)[1]
+        out = subprocess.run([STAT, "--dir", self.stats_dir, "--json", pid], capture_output=True, text=True)
+        if out.returncode != 0:
+            return None
+        doc = json.loads(out.stdout)[pid]
+        return {k: v for k, v in doc.items() if isinstance(v, dict)}
+
     def page_stats(self, pid=None):
         pages = [f for f in os.listdir(self.stats_dir) if f.startswith("tessera.")]
         if pid is not None:
@@ -448,6 +460,48 @@ class Ipc(Base):
         self.assertEqual(run.result["first"], "cudaSuccess")  # starts its segment: exported
         self.assertEqual(run.result["second"], "cudaErrorInvalidValue")
         self.assertIn("another process would map the segment's start", run.stderr)
+
+
+class MultiDevice(Base):
+    """A multi-GPU program: one allocator per device, frees made while another device is current
+    (and by another device's thread) go back to the right one."""
+
+    ARGS = ["--count", "16", "--rounds", "2", "--threads"]
+
+    def test_per_device_pools(self):
+        extra = {"TESSERA_SIM_DEVICES": "2"}
+        plain = self.env.run(prog("multi_device", *self.ARGS), memory="1G", preload=False, extra=extra)
+        slots_plain = self.env.page_slots()
+        shim = self.env.run(prog("multi_device", *self.ARGS), memory="1G", extra=extra)
+        self.ok(plain)
+        self.ok(shim)
+        self.assertIsNone(slots_plain)
+        # the same program, the same answer: every block on the device that was current, intact
+        for k in ("devices", "allocs", "cross_frees", "thread_frees", "wrong_device"):
+            self.assertEqual(shim.result[k], plain.result[k], (k, shim))
+        self.assertEqual(shim.result["devices"], "2")
+        self.assertGreater(int(shim.result["cross_frees"]), 0)
+        self.assertGreater(int(shim.result["thread_frees"]), 0)
+        # one slot per device; between them they served every allocation and took every free back
+        slots = self.env.page_slots()
+        self.assertIsNotNone(slots, shim)
+        by_dev = {v["device"]: v for v in slots.values()}
+        self.assertEqual(sorted(by_dev), [0, 1], slots)
+        served = 0
+        for dev, st in by_dev.items():
+            with self.subTest(device=dev):
+                self.assertGreater(st["num_alloc_calls"], 0, st)
+                self.assertEqual(st["allocation.all.freed"], st["allocation.all.allocated"], st)
+                self.assertEqual(st["allocated_bytes.all.current"], 0, st)
+                self.assertEqual(st["num_invalid_frees"], 0, st)
+                served += st["allocation.all.allocated"]
+        self.assertEqual(served, int(shim.result["allocs"]))
+        # each device's driver saw far fewer allocations than the program made on it
+        sim = {d["device"]: d for d in shim.sim}
+        plain_sim = {d["device"]: d for d in plain.sim}
+        for dev in (0, 1):
+            self.assertLess(sim[dev]["alloc_calls"], plain_sim[dev]["alloc_calls"], (dev, sim, plain_sim))
+            self.assertEqual(sim[dev]["alloc_calls"], by_dev[dev]["num_device_alloc"], (dev, sim, by_dev))
 
 
 class StaticRuntime(Base):
