@@ -392,7 +392,14 @@ def main():
         check(bars == ["XXXXXXXX----ppXXXXXX", "X-", "X" * 32 + "-" * 16 + "." * 16, "s" * 8],
               "map bars %s" % bars)
         check("scale: 1 character = 1.00 MiB" in out, "map scale")
-        check("legend: X allocated  p pending free  - free  . unmapped  s stitched" in out, "legend")
+        check("legend: X allocated  p pending free  - free  . unmapped (address space, no memory)"
+              "  s stitched" in out, "legend")
+        check("\n        ~ unmapped range too long to draw at this scale: its size follows the bar\n"
+              in out, "legend ~")
+        # the 16 MiB unmapped tail fits the bar at the mapped scale: drawn with dots, not collapsed
+        check(re.search(r"2  0x7f0010000000\s+64\.00 MiB  expandable large \|[^|]*\|  "
+                        r"48\.00 MiB mapped, 16\.00 MiB unmapped\n", out) is not None,
+              "map expandable line: %s" % out)
         check(re.search(r"0  0x7f0000000000\s+20\.00 MiB  plain\s+large", out) is not None,
               "map segment line")
         check(re.search(r"3  0x7f0020000000\s+8\.00 MiB  stitched\s+large", out) is not None,
