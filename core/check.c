@@ -85,19 +85,10 @@ void ts_allocator_walk(ts_allocator *a, const ts_walker *w)
     pthread_mutex_unlock(&a->lock);
 }
 
-/* The largest free block over all streams: the last node of each stream's run in the tree. */
+/* The largest free block over all streams. */
 static size_t pool_largest_free(const ts_pool *p)
 {
-    size_t best = 0;
-    ts_node *n = ts_tree_last(&p->free);
-    while (n) {
-        if (n->k1 > best)
-            best = n->k1;
-        if (n->k0 == 0)
-            break;
-        n = ts_tree_floor(&p->free, n->k0 - 1, UINT64_MAX, UINT64_MAX);
-    }
-    return best;
+    return (size_t)ts_freeidx_max_size(&p->free);
 }
 
 size_t ts_largest_free_block_locked(ts_allocator *a)
@@ -187,7 +178,7 @@ static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char
             if (b->next && b->next->state == TS_BLOCK_FREE)
                 return check_fail(why, whylen, "free blocks %#" PRIxPTR " and %#" PRIxPTR
                                   " not merged", b->addr, b->next->addr);
-            ts_node *n = ts_tree_lower_bound(&p->free, b->stream, b->size, b->addr);
+            ts_node *n = ts_freeidx_lower_bound(&p->free, b->stream, b->size, b->addr);
             if (n != &b->node)
                 return check_fail(why, whylen, "free block %#" PRIxPTR " not in its free set",
                                   b->addr);
@@ -330,8 +321,8 @@ static int check_stat_array(const char *name, const tessera_stat *s, const int64
 
 int allocator_check_locked(ts_allocator *a, char *why, size_t whylen)
 {
-    if (ts_tree_check(&a->segments) || ts_tree_check(&a->small.free) ||
-        ts_tree_check(&a->large.free) || ts_tree_check(&a->small.unmapped) ||
+    if (ts_tree_check(&a->segments) || ts_freeidx_check(&a->small.free) ||
+        ts_freeidx_check(&a->large.free) || ts_tree_check(&a->small.unmapped) ||
         ts_tree_check(&a->large.unmapped))
         return check_fail(why, whylen, "a tree is malformed");
 

@@ -10,6 +10,7 @@
 #include "core/allocator.h"
 #include "core/ptrmap.h"
 #include "core/slab.h"
+#include "core/freeidx.h"
 #include "core/tree.h"
 
 /* PyTorch's constants (reference: pytorch-caching-allocator.md section 2.1). */
@@ -82,7 +83,7 @@ typedef struct ts_handle_rec {
 
 /* One of the two pools (small: rounded size <= 1 MiB; large). */
 struct ts_pool {
-    ts_tree free;     /* FREE blocks: (stream, size, addr) */
+    ts_freeidx free;  /* FREE blocks: (stream, size, addr) */
     size_t vm_free;   /* bytes in FREE blocks of expandable and stitched segments (any stream):
                        * an upper bound on what stitching could gather, so a hopeless attempt
                        * costs nothing */

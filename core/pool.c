@@ -8,14 +8,14 @@ void pool_insert_free(ts_pool *p, ts_block *b)
     b->node.k2 = b->addr;
     b->gc_count_base = p->get_free_blocks_call_count;
     b->state = TS_BLOCK_FREE;
-    ts_tree_insert(&p->free, &b->node);
+    ts_freeidx_insert(&p->free, &b->node);
     if (b->seg->kind != TS_SEGMENT_PLAIN)
         p->vm_free += b->size;
 }
 
 void pool_remove_free(ts_pool *p, ts_block *b)
 {
-    ts_tree_remove(&p->free, &b->node);
+    ts_freeidx_remove(&p->free, &b->node);
     if (b->seg->kind != TS_SEGMENT_PLAIN)
         p->vm_free -= b->size;
 }
@@ -52,8 +52,8 @@ ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stre
     if (pool_gc_enabled(a))
         p->get_free_blocks_call_count++;
 
-    ts_node *n = ts_tree_lower_bound(&p->free, stream, size, 0);
-    ts_block *b = node_block_on_stream(n, stream);
+    ts_node *n = ts_freeidx_find(&p->free, stream, size);
+    ts_block *b = n ? block_of_node(n) : NULL;
     if (!b)
         return NULL;
 
@@ -62,16 +62,16 @@ ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stre
             /* For best fit, an expandable block counts as what it could grow to: walk on while
              * the next candidate could grow less, which keeps a segment's growing tail for the
              * requests that need it. */
-            ts_block *next = node_block_on_stream(ts_tree_next(&b->node), stream);
+            ts_block *next = node_block_on_stream(ts_freeidx_next_on_stream(&p->free, &b->node), stream);
             while (block_is_expandable(b) && next &&
                    block_expandable_size(next) < block_expandable_size(b)) {
                 b = next;
-                next = node_block_on_stream(ts_tree_next(&b->node), stream);
+                next = node_block_on_stream(ts_freeidx_next_on_stream(&p->free, &b->node), stream);
             }
         } else {
             /* Expandable segments were turned off after some were made: only plain blocks. */
             do {
-                n = ts_tree_next(&b->node);
+                n = ts_freeidx_next_on_stream(&p->free, &b->node);
                 b = node_block_on_stream(n, stream);
             } while (b && block_is_expandable(b));
             if (!b)

@@ -42,14 +42,14 @@ bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, u
         return false;
     const size_t key_size = size < max_split ? max_split : size;
 
-    ts_node *it = ts_tree_lower_bound(&p->free, stream, key_size, 0);
+    ts_node *it = ts_freeidx_lower_bound(&p->free, stream, key_size, 0);
     ts_block *b = tree_block(it);
     if (!b || b->stream != stream || block_is_vm(b)) {
         /* No single block is large enough: free oversize blocks from the largest down. */
-        ts_node *first = ts_tree_first(&p->free);
+        ts_node *first = ts_freeidx_first(&p->free);
         if (it == first)
             return false;
-        it = it ? ts_tree_prev(it) : ts_tree_last(&p->free);
+        it = it ? ts_freeidx_prev(&p->free, it) : ts_freeidx_last(&p->free);
         size_t released = 0;
         while (released < key_size) {
             ts_block *cur = block_of_node(it);
@@ -57,7 +57,7 @@ bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, u
                 break;
             bool is_first = it == first;
             if (!is_first)
-                it = ts_tree_prev(it);
+                it = ts_freeidx_prev(&p->free, it);
             if (!block_is_vm(cur)) {
                 released += cur->size;
                 release_block(a, cur);
@@ -76,9 +76,9 @@ bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, u
 static void release_pool_blocks(ts_allocator *a, ts_pool *p, bool synced)
 {
     ts_block *to_unmap = NULL;
-    ts_node *n = ts_tree_first(&p->free);
+    ts_node *n = ts_freeidx_first(&p->free);
     while (n) {
-        ts_node *next = ts_tree_next(n);
+        ts_node *next = ts_freeidx_next(&p->free, n);
         ts_block *b = block_of_node(n);
         if (b->seg->kind == TS_SEGMENT_STITCHED) {
             /* stitched ranges were given back before this pass, or are still in use */
@@ -137,7 +137,7 @@ void garbage_collect_cached_blocks(ts_allocator *a)
 
     uint64_t total_age = 0;
     size_t freeable = 0;
-    for (ts_node *n = ts_tree_first(&p->free); n; n = ts_tree_next(n)) {
+    for (ts_node *n = ts_freeidx_first(&p->free); n; n = ts_freeidx_next(&p->free, n)) {
         ts_block *b = block_of_node(n);
         if (!block_is_split(b)) {
             total_age += p->get_free_blocks_call_count - b->gc_count_base;
@@ -152,9 +152,9 @@ void garbage_collect_cached_blocks(ts_allocator *a)
         const double age_threshold = (double)total_age / (double)freeable;
         freed_any = false;
         /* No early stop inside a round, as PyTorch: GC should not trigger again too soon. */
-        ts_node *n = ts_tree_first(&p->free);
+        ts_node *n = ts_freeidx_first(&p->free);
         while (n) {
-            ts_node *next = ts_tree_next(n);
+            ts_node *next = ts_freeidx_next(&p->free, n);
             ts_block *b = block_of_node(n);
             uint64_t age = p->get_free_blocks_call_count - b->gc_count_base;
             if (!block_is_split(b) && !block_is_vm(b) && (double)age >= age_threshold) {

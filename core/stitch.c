@@ -139,8 +139,8 @@ ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream
     handle_run *runs = malloc(cap * sizeof *runs);
     if (!runs)
         return NULL;
-    for (ts_node *n = ts_tree_lower_bound(&p->free, stream, 0, 0); n && n->k0 == stream;
-         n = ts_tree_next(n)) {
+    for (ts_node *n = ts_freeidx_find(&p->free, stream, 0); n;
+         n = ts_freeidx_next_on_stream(&p->free, n)) {
         ts_block *b = block_of_node(n);
         uintptr_t lo, hi;
         if (b->seg->kind == TS_SEGMENT_PLAIN ||
