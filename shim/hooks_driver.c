@@ -55,6 +55,23 @@ CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size)
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+/* Free dptr if tessera served it: TS_OK, TS_EINVAL (inside a tessera segment but not a live
+ * allocation: never to be forwarded, the driver would free the whole segment under other
+ * allocations) or TS_ENOTFOUND (not tessera's). */
+static int served_free(CUdeviceptr dptr, const char *api)
+{
+    size_t size = 0;
+    int rc = ts_ctx_free((uintptr_t)dptr, &size);
+    if (rc == TS_OK)
+        ts_trace_free((uintptr_t)dptr, size);
+    else if (rc == TS_EINVAL)
+        ts_log_once(&served_free, "invalid %s of %#llx: double free or a pointer inside an "
+                                  "allocation (returned CUDA_ERROR_INVALID_VALUE; further "
+                                  "invalid frees are counted in num_invalid_frees)",
+                    api, (unsigned long long)dptr);
+    return rc;
+}
+
 CUresult ts_driver_free(CUdeviceptr dptr)
 {
     ts_tls *t = ts_tls_get();
@@ -65,23 +82,50 @@ CUresult ts_driver_free(CUdeviceptr dptr)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (hook_pass(t) || dptr == 0)
         return ts_real.cuMemFree_v2(dptr);
-    size_t size = 0;
-    int rc = ts_ctx_free((uintptr_t)dptr, &size);
-    if (rc == TS_OK) {
-        ts_trace_free((uintptr_t)dptr, size);
+    int rc = served_free(dptr, "free");
+    if (rc == TS_OK)
         return CUDA_SUCCESS;
-    }
-    if (rc == TS_EINVAL) {
-        /* Inside a tessera segment but not a live allocation: never forward it, the driver
-         * would free the whole segment under other allocations. */
-        ts_log_once(&ts_driver_free, "invalid free of %#llx: double free or a pointer inside an "
-                                     "allocation (returned CUDA_ERROR_INVALID_VALUE; further "
-                                     "invalid frees are counted in num_invalid_frees)",
-                    (unsigned long long)dptr);
+    if (rc == TS_EINVAL)
         return CUDA_ERROR_INVALID_VALUE;
-    }
     ts_ctx_count_passthrough();
     return ts_real.cuMemFree_v2(dptr); /* not ours: allocated before tessera, or elsewhere */
+}
+
+/* cudaFreeAsync / cuMemFreeAsync given a block tessera served (from cudaMalloc): the driver
+ * would free the whole segment under its other blocks, or refuse an interior pointer that it
+ * would have freed had cudaMalloc been its own. tessera frees the block itself: its reuse fences
+ * already keep the block from being handed out again before the work queued ahead of the free
+ * is done. Stream-ordered allocations (cudaMallocAsync) are not tessera's and go to the driver.
+ * During a stream capture nothing of tessera's may be freed (a free node needs a graph
+ * allocation): its blocks get the driver's answer to a non-graph pointer, without the driver
+ * ever seeing them. */
+static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr dptr, CUstream s)
+{
+    if (!HOOK_READY() || !real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (hook_pass(ts_tls_get()) || dptr == 0)
+        return real(dptr, s);
+    if (ts_capture_underway()) {
+        if (ts_ctx_lookup((uintptr_t)dptr, NULL, NULL) == TS_OK)
+            return CUDA_ERROR_INVALID_VALUE;
+        return real(dptr, s);
+    }
+    int rc = served_free(dptr, "cudaFreeAsync/cuMemFreeAsync");
+    if (rc == TS_OK)
+        return CUDA_SUCCESS;
+    if (rc == TS_EINVAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return real(dptr, s);
+}
+
+static CUresult hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+    return free_async(ts_real.cuMemFreeAsync, dptr, s);
+}
+
+static CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
+{
+    return free_async(ts_real.cuMemFreeAsync_ptsz, dptr, s);
 }
 
 void ts_meminfo_adjust(size_t *free_bytes, size_t *total)
@@ -325,6 +369,9 @@ static const ts_hook_entry hook_table[] = {
     HOOK("cuMemAlloc", "cuMemAlloc_v2", 3020, false, hook_cuMemAlloc_v2, cuMemAlloc_v2),
     HOOK("cuMemFree", "cuMemFree_v2", 3020, false, hook_cuMemFree_v2, cuMemFree_v2),
     HOOK("cuMemGetInfo", "cuMemGetInfo_v2", 3020, false, hook_cuMemGetInfo_v2, cuMemGetInfo_v2),
+    HOOK("cuMemFreeAsync", "cuMemFreeAsync", 11020, false, hook_cuMemFreeAsync, cuMemFreeAsync),
+    HOOK("cuMemFreeAsync", "cuMemFreeAsync_ptsz", 11020, true, hook_cuMemFreeAsync_ptsz,
+         cuMemFreeAsync_ptsz),
     HOOK("cuStreamCreate", "cuStreamCreate", 2000, false, hook_cuStreamCreate, cuStreamCreate),
     HOOK("cuStreamCreateWithPriority", "cuStreamCreateWithPriority", 5050, false,
          hook_cuStreamCreateWithPriority, cuStreamCreateWithPriority),
@@ -369,6 +416,7 @@ static const char *hook_name(const void *hook)
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode);
 CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s);
 
 #define EXPORT_ALIAS(target) __attribute__((alias(#target), visibility("default")))
 
@@ -380,6 +428,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     EXPORT_ALIAS(ts_gpa_v2_wrapper);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
     EXPORT_ALIAS(ts_gpa_v1_wrapper);
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) EXPORT_ALIAS(hook_cuMemFreeAsync);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) EXPORT_ALIAS(hook_cuMemFreeAsync_ptsz);
 CUresult cuStreamCreate(CUstream *ph, unsigned int flags) EXPORT_ALIAS(hook_cuStreamCreate);
 CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
     EXPORT_ALIAS(hook_cuStreamCreateWithPriority);

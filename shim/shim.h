@@ -41,6 +41,8 @@ typedef struct ts_real_driver {
     CUresult (*cuDriverGetVersion)(int *);
     CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree_v2)(CUdeviceptr);
+    CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+    CUresult (*cuMemFreeAsync_ptsz)(CUdeviceptr, CUstream);
     CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
     CUresult (*cuCtxGetCurrent)(CUcontext *);
     CUresult (*cuCtxPushCurrent_v2)(CUcontext);

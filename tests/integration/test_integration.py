@@ -462,6 +462,27 @@ class Ipc(Base):
         self.assertIn("another process would map the segment's start", run.stderr)
 
 
+class FreeAsync(Base):
+    """cudaFreeAsync on blocks tessera served from cudaMalloc: the driver must never see them
+    (it would free the whole segment under the neighbour, or refuse an interior pointer)."""
+
+    def test_freed_by_tessera(self):
+        plain = self.env.run(probe("free_async_probe"), preload=False)
+        shim = self.env.run(probe("free_async_probe"))
+        self.ok(plain)
+        self.ok(shim)
+        self.assertEqual(plain.result["neighbour"], "intact", plain)
+        self.assertEqual(shim.result, plain.result, shim)
+        self.assertEqual(shim.result["twice"], "cudaErrorInvalidValue")
+        st = shim.stats
+        self.assertIsNotNone(st, shim)
+        # a, b and c were tessera's; the cudaMallocAsync block was the driver's
+        self.assertEqual(st["allocation.all.allocated"], 3, st)
+        self.assertEqual(st["allocation.all.freed"], 3, st)
+        self.assertEqual(st["num_invalid_frees"], 1, st)
+        self.assertIn("invalid cudaFreeAsync/cuMemFreeAsync", shim.stderr)
+
+
 class MultiDevice(Base):
     """A multi-GPU program: one allocator per device, frees made while another device is current
     (and by another device's thread) go back to the right one."""
