@@ -54,6 +54,7 @@ enum key_id {
     KEY_OOM_REPORT,
     KEY_REUSE_FENCE,
     KEY_STITCHING,
+    KEY_STITCH_WHEN,
     KEY_STITCH_MIN_BLOCK_MB,
     KEY_STITCH_MAX_RANGES,
     KEY_EXPANDABLE_PAGE_MB,
@@ -137,6 +138,12 @@ static const choice backend_choices[] = {
 static const choice handle_choices[] = {
     { "page", TS_HANDLES_PAGE },
     { "geometric", TS_HANDLES_GEOMETRIC },
+    { NULL, 0 },
+};
+
+static const choice stitch_when_choices[] = {
+    { "always", TS_STITCH_ALWAYS },
+    { "pressure", TS_STITCH_PRESSURE },
     { NULL, 0 },
 };
 
@@ -241,6 +248,13 @@ static const key_desc keys[KEY_COUNT] = {
         .offset = FIELD(stitching), .def.b = false,
         .help = "Map free pages of expandable segments into new virtual ranges to serve "
                 "requests no single free block can.",
+    },
+    [KEY_STITCH_WHEN] = {
+        .name = "stitch_when", .kind = KIND_CHOICE, .flags = F_TESSERA,
+        .offset = FIELD(stitch_when), .def.u = TS_STITCH_ALWAYS, .choices = stitch_when_choices,
+        .help = "always: stitch before growing (the least memory reserved). pressure: only once "
+                "growing fails (the device or the cap is full), before the cache is released "
+                "with a device synchronise: far fewer driver calls while memory is plentiful.",
     },
     [KEY_STITCH_MIN_BLOCK_MB] = {
         .name = "stitch_min_block_mb", .kind = KIND_MIB, .flags = F_TESSERA,
@@ -1634,6 +1648,7 @@ bool ts_config_equal(const ts_config *a, const ts_config *b)
            a->caching == b->caching && a->memory_limit == b->memory_limit &&
            a->stats == b->stats && a->oom_report == b->oom_report &&
            a->reuse_fence == b->reuse_fence && a->stitching == b->stitching &&
+           a->stitch_when == b->stitch_when &&
            a->stitch_min_block == b->stitch_min_block &&
            a->stitch_max_ranges == b->stitch_max_ranges && a->defragment == b->defragment &&
            a->expandable_page == b->expandable_page && a->handle_policy == b->handle_policy &&

@@ -40,6 +40,13 @@ typedef enum ts_handle_policy {
     TS_HANDLES_GEOMETRIC = 1 /* halving towards the growth's end: fewer driver calls */
 } ts_handle_policy;
 
+/* When stitching is tried for a request that no free block can serve. */
+typedef enum ts_stitch_when {
+    TS_STITCH_ALWAYS = 0,  /* before growing: the least memory reserved, the most driver calls */
+    TS_STITCH_PRESSURE = 1 /* once growing has failed (the device or the cap is full), before the
+                            * release of the cache that needs a device synchronise */
+} ts_stitch_when;
+
 typedef struct ts_config {
     /* --- PyTorch keys, PyTorch's meaning --- */
     size_t max_split_size;              /* bytes; SIZE_MAX: unlimited (default) */
@@ -58,6 +65,7 @@ typedef struct ts_config {
     bool oom_report;            /* one diagnostic line on stderr per out-of-memory (rate-limited) */
     ts_fence_mode reuse_fence;  /* see ts_fence_mode */
     bool stitching;             /* map free pages of expandable segments into new ranges */
+    ts_stitch_when stitch_when; /* see ts_stitch_when */
     size_t stitch_min_block;    /* bytes; requests below this never stitch (default 2 MiB) */
     uint32_t stitch_max_ranges; /* live stitched virtual ranges per device (default 64) */
     size_t expandable_page;     /* bytes per page of expandable segments; 0: PyTorch's (2 MiB

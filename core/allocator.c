@@ -471,12 +471,16 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     }
 
     ts_block *b = pool_find_best(a, p, rounded, stream);
-    if (!b)
+    const bool stitch_first = a->cfg.stitch_when == TS_STITCH_ALWAYS;
+    if (!b && stitch_first)
         b = stitch_alloc(a, p, rounded, stream); /* free pages elsewhere, before new memory */
     if (!b) {
         if (pool_gc_enabled(a))
             garbage_collect_cached_blocks(a);
         b = alloc_block(a, p, rounded, alloc_size, stream, false);
+        /* Under pressure: gather free pages before anything that waits for the device. */
+        if (!b && !stitch_first)
+            b = stitch_alloc(a, p, rounded, stream);
         if (!b && fences_wait_pending(a)) {
             b = pool_find_best(a, p, rounded, stream);
             if (!b)

@@ -51,7 +51,7 @@ static void test_format_defaults(void **state)
                         "expandable_segments:False,per_process_memory_fraction:1,"
                         "large_segment_size_mb:20,backend:native,caching:True,memory_limit:0,"
                         "stats:True,oom_report:True,reuse_fence:events,stitching:False,"
-                        "stitch_min_block_mb:2,stitch_max_ranges:256,expandable_page_mb:0,handle_policy:page,"
+                        "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:256,expandable_page_mb:0,handle_policy:page,"
                         "defragment:False,verbose:False");
 
     /* snprintf contract */
@@ -374,7 +374,7 @@ static void test_describe(void **state)
         assert_non_null(strstr(buf, line));
         keys++;
     }
-    assert_int_equal(keys, 20 + TS_CONFIG_NOT_APPLICABLE_COUNT);
+    assert_int_equal(keys, 21 + TS_CONFIG_NOT_APPLICABLE_COUNT);
     assert_non_null(strstr(buf, "  max_split_size_mb\n      value:   an integer >= 20 MiB, or "
                                 "unlimited\n      default: unlimited\n"));
     assert_non_null(strstr(buf, "  reuse_fence\n      value:   events, sync or none\n      "

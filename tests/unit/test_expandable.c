@@ -207,10 +207,17 @@ static void test_es_max_split_does_not_grow_forever(void **state)
 
 /* Randomized: expandable segments, with injected map and create failures, the validator after
  * every step, and every allocation checked to be backed by mapped pages. */
-static void model_es(uint64_t seed, bool inject)
+/* variant 0: expandable segments; 1: and 2 MiB pages with stitching before growth; 2: the same,
+ * stitching only under pressure (the 2 GiB device fills up with requests up to 300 MiB). */
+static void model_es(uint64_t seed, bool inject, int variant)
 {
     fixture f;
     ts_config cfg = es_config();
+    if (variant > 0) {
+        cfg.expandable_page = 2 * MiB;
+        cfg.stitching = true;
+        cfg.stitch_when = variant == 2 ? TS_STITCH_PRESSURE : TS_STITCH_ALWAYS;
+    }
     fx_open(&f, 2 * GiB, &cfg, true, false);
     uint64_t s = seed;
     uintptr_t addr[2048];
@@ -257,6 +264,9 @@ static void model_es(uint64_t seed, bool inject)
                      (unsigned long long)seed, step, dc.bytes_in_use,
                      (long long)st.reserved_bytes[TESSERA_POOL_ALL].current);
     }
+    /* the stitching variants really stitched */
+    if (variant > 0 && fx_stats(&f)->num_stitches == 0)
+        fail_msg("seed %llu variant %d: no stitch in 3000 steps", (unsigned long long)seed, variant);
     ts_devmodel_fail_vm_map_after(f.dev, 0);
     ts_devmodel_fail_vm_create_after(f.dev, 0);
     while (n > 0)
@@ -275,14 +285,59 @@ static uint64_t seed_base(void)
     return seed;
 }
 
+/* stitch_when: 6 x 12 MiB with 2 MiB pages, the even ones freed (36 MiB in 12 MiB holes), then a
+ * 24 MiB request no hole can serve. always: stitched from the holes, nothing new reserved.
+ * pressure: the segment grows while it can; with a cap that the growth would pass (80 MiB), the
+ * holes are stitched instead, with no release-and-retry. */
+static void test_stitch_when(void **state)
+{
+    (void)state;
+    enum { ALWAYS, PRESSURE, PRESSURE_CAPPED };
+    for (int mode = ALWAYS; mode <= PRESSURE_CAPPED; mode++) {
+        ts_config cfg = es_config();
+        cfg.expandable_page = 2 * MiB;
+        cfg.stitching = true;
+        cfg.stitch_when = mode == ALWAYS ? TS_STITCH_ALWAYS : TS_STITCH_PRESSURE;
+        if (mode == PRESSURE_CAPPED)
+            cfg.memory_limit = 80 * MiB;
+        fixture f;
+        fx_open(&f, 1 * GiB, &cfg, true, false);
+        uintptr_t p[6];
+        for (int i = 0; i < 6; i++)
+            p[i] = fx_alloc(&f, 12 * MiB);
+        for (int i = 0; i < 6; i += 2)
+            fx_free(&f, p[i]);
+        uintptr_t q = 0;
+        int rc = ts_malloc(f.a, 24 * MiB, 0, &q);
+        if (rc != TS_OK)
+            fail_msg("mode %d: the 24 MiB request failed (%d)", mode, rc);
+        fx_check(&f);
+        const tessera_device_stats *st = fx_stats(&f);
+        const bool stitched = mode != PRESSURE;
+        assert_int_equal(st->num_stitches, stitched ? 1 : 0);
+        assert_int_equal(st->num_alloc_retries, 0);
+        assert_int_equal(st->num_ooms, 0);
+        /* stitching maps pages that are already reserved; growing reserves 24 MiB more */
+        assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current,
+                         stitched ? 72 * MiB : 96 * MiB);
+        assert_true(ts_devmodel_is_backed(f.dev, q, 24 * MiB));
+        fx_free(&f, q);
+        for (int i = 1; i < 6; i += 2)
+            fx_free(&f, p[i]);
+        fx_close(&f);
+    }
+}
+
 static void test_es_model(void **state)
 {
     (void)state;
     uint64_t seed = seed_base();
-    for (int i = 0; i < 4; i++)
-        model_es(seed + (uint64_t)i, false);
-    for (int i = 0; i < 4; i++)
-        model_es(seed * 7 + (uint64_t)i, true);
+    for (int variant = 0; variant < 3; variant++) {
+        for (int i = 0; i < 4; i++)
+            model_es(seed + (uint64_t)i, false, variant);
+        for (int i = 0; i < 4; i++)
+            model_es(seed * 7 + (uint64_t)i, true, variant);
+    }
 }
 
 int main(void)
@@ -294,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_es_seed_even),
         cmocka_unit_test(test_es_map_failure_rolls_back),
         cmocka_unit_test(test_es_max_split_does_not_grow_forever),
+        cmocka_unit_test(test_stitch_when),
         cmocka_unit_test(test_es_model),
     };
     return cmocka_run_group_tests_name("expandable", tests, NULL, NULL);
