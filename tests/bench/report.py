@@ -12,8 +12,10 @@ GiB = float(1 << 30)
 MiB = float(1 << 20)
 
 CONFS = ["default", "max_split_size_mb:128", "max_split_size_mb:512", "expandable_segments:True",
-         "defragment:True", "defragment:True,handle_policy:geometric"]
-DEFRAG = ["defragment:True", "defragment:True,handle_policy:geometric"]
+         "defragment:True", "defragment:True,handle_policy:geometric",
+         "defragment:True,stitch_when:pressure"]
+DEFRAG = ["defragment:True", "defragment:True,handle_policy:geometric",
+          "defragment:True,stitch_when:pressure"]
 
 
 def size(v):
