@@ -299,6 +299,20 @@ class Defragment(Base):
         self.assertGreater(run.stats["num_stitches"], 0, run)
         self.assertEqual(run.stats["num_alloc_retries"], 0, run)
 
+    def test_stitch_under_pressure(self):
+        # stitch_when:pressure: the segment grows until the device is full, then the request is
+        # stitched from the holes' pages, still without a release-and-retry
+        run = self.env.run(prog("seed_even", "--unit", "2M", "--count", "100", "--request", "50M"),
+                           memory="220M", conf="defragment:True,stitch_when:pressure")
+        self.ok(run)
+        self.assertGreater(run.stats["num_stitches"], 0, run)
+        self.assertEqual(run.stats["num_alloc_retries"], 0, run)
+        # with room to grow, no stitching at all
+        roomy = self.env.run(prog("seed_even", "--unit", "2M", "--count", "100", "--request", "50M"),
+                             memory="512M", conf="defragment:True,stitch_when:pressure")
+        self.ok(roomy)
+        self.assertEqual(roomy.stats["num_stitches"], 0, roomy)
+
     def test_stitched_churn_data_integrity(self):
         run = self.env.run(prog("churn", "--threads", "4", "--iters", "300", "--max-size", "16M",
                                 "--large-pct", "60", "--live", "16", "--tolerate-oom"),
