@@ -12,6 +12,7 @@
  * of device d with every allocation live, bytes).
  */
 #include <pthread.h>
+#include <sched.h>
 
 #include "common.h"
 
@@ -64,25 +65,29 @@ typedef struct {
   int failed;
 } worker_t;
 
-static void handoff_push(handoff_t *h, const block_t *b) {
+/* Returns 1 when b was queued, 0 when the queue is full. */
+static int handoff_try_push(handoff_t *h, const block_t *b) {
+  int ok;
   pthread_mutex_lock(&h->lock);
-  while (h->tail - h->head == sizeof h->q / sizeof h->q[0])
-    pthread_cond_wait(&h->cond, &h->lock);
-  h->q[h->tail++ % (sizeof h->q / sizeof h->q[0])] = *b;
-  pthread_cond_broadcast(&h->cond);
+  ok = h->tail - h->head < sizeof h->q / sizeof h->q[0];
+  if (ok) {
+    h->q[h->tail++ % (sizeof h->q / sizeof h->q[0])] = *b;
+    pthread_cond_broadcast(&h->cond);
+  }
   pthread_mutex_unlock(&h->lock);
+  return ok;
 }
 
-/* Returns 1 with a block, 0 when the producer is done and the queue is empty. */
-static int handoff_pop(handoff_t *h, block_t *b) {
+/* Returns 1 with a block; 0 when the queue is empty and either wait is 0 or the producer is
+ * done. */
+static int handoff_pop(handoff_t *h, block_t *b, int wait) {
   int got = 0;
   pthread_mutex_lock(&h->lock);
-  while (h->head == h->tail && !h->closed)
+  while (wait && h->head == h->tail && !h->closed)
     pthread_cond_wait(&h->cond, &h->lock);
   if (h->head != h->tail) {
     *b = h->q[h->head++ % (sizeof h->q / sizeof h->q[0])];
     got = 1;
-    pthread_cond_broadcast(&h->cond);
   }
   pthread_mutex_unlock(&h->lock);
   return got;
@@ -116,6 +121,13 @@ static int thread_check(const void *ptr, size_t size, uint64_t tag) {
   return memcmp(buf, want, 16) == 0;
 }
 
+/* Check and free one block handed over by the previous device's thread. */
+static void worker_take(worker_t *w, const block_t *b) {
+  if (!thread_check(b->ptr, b->size, b->tag)) w->failed = 2;
+  if (cudaFree(b->ptr) != cudaSuccess && !w->failed) w->failed = 1;
+  w->frees++;
+}
+
 static void *worker_main(void *arg) {
   worker_t *w = (worker_t *)arg;
   rng_t rng;
@@ -138,15 +150,21 @@ static void *worker_main(void *arg) {
     }
     w->allocs++;
     if (device_of(b.ptr) != w->dev) w->wrong++;
-    handoff_push(w->out, &b);
+    /* A full queue: free what this thread was handed meanwhile (every thread does, so a ring
+     * of full queues always drains), else give the next thread a moment. */
+    while (!handoff_try_push(w->out, &b)) {
+      block_t in;
+      int took = 0;
+      while (handoff_pop(w->in, &in, 0)) {
+        worker_take(w, &in);
+        took = 1;
+      }
+      if (!took) sched_yield();
+    }
   }
   handoff_close(w->out);
-  /* Free what the previous device's thread made, while this device is current. */
-  while (handoff_pop(w->in, &b)) {
-    if (!thread_check(b.ptr, b.size, b.tag)) w->failed = 2;
-    if (cudaFree(b.ptr) != cudaSuccess) w->failed = 1;
-    w->frees++;
-  }
+  /* Free the rest of what the previous device's thread made, while this device is current. */
+  while (handoff_pop(w->in, &b, 1)) worker_take(w, &b);
   return NULL;
 }
 
