@@ -32,8 +32,11 @@ CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size)
 {
     ts_tls *t = ts_tls_get();
     CUresult forced;
-    if (hook_forced(t, &forced))
+    if (hook_forced(t, &forced)) {
+        if (dptr)
+            *dptr = 0; /* as the driver does on failure: cudart hands the caller's pointer on */
         return forced;
+    }
     if (!HOOK_READY())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (hook_pass(t) || !dptr || size == 0)
@@ -52,6 +55,7 @@ CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size)
     }
     ts_trace_alloc(0, size, true);
     ts_report_oom(&oom);
+    *dptr = 0; /* the driver stores 0 on failure (cudaMalloc's NULL comes from here) */
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 

@@ -250,6 +250,8 @@ CUresult sim_mem_alloc(CUdeviceptr *out, size_t size)
     if (r == CUDA_SUCCESS)
         r = sim_mem_alloc_locked(cur, size, SIM_ALLOC_DEVICE, out);
     sim_unlock();
+    if (r != CUDA_SUCCESS)
+        *out = 0; /* as the real driver: a failed cudaMalloc's NULL comes from here */
     return r;
 }
 

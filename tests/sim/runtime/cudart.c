@@ -697,10 +697,11 @@ RT_API cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size)
         *devPtr = NULL;
         return cudaSuccess;
     }
-    CUdeviceptr p = 0;
-    CUresult r = drv.cuMemAlloc(&p, size);
-    /* on failure the real runtime stores NULL (seen on an H100, CUDA 13) */
-    *devPtr = r == CUDA_SUCCESS ? (void *)(uintptr_t)p : NULL;
+    /* The real runtime hands the caller's pointer to the driver and stores nothing itself: the
+     * NULL a failed cudaMalloc leaves comes from cuMemAlloc (seen on an H100, CUDA 13: with a
+     * driver hook that left it alone, the static and the shared runtime both left it alone). */
+    _Static_assert(sizeof(CUdeviceptr) == sizeof(void *), "device pointers are host-sized");
+    CUresult r = drv.cuMemAlloc((CUdeviceptr *)(void *)devPtr, size);
     return rt_cu(r);
 }
 
