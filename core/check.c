@@ -355,7 +355,7 @@ int allocator_check_locked(ts_allocator *a, char *why, size_t whylen)
     if (t.pending != a->pending_count)
         return check_fail(why, whylen, "pending list holds %zu, heap has %zu", a->pending_count,
                           t.pending);
-    size_t pending_seen = 0;
+    size_t pending_seen = 0, pending_bytes[2] = {0, 0};
     for (ts_block *b = a->pending_head; b; b = b->pending_next) {
         if (b->state != TS_BLOCK_PENDING)
             return check_fail(why, whylen, "pending list has a block in state %u",
@@ -363,9 +363,14 @@ int allocator_check_locked(ts_allocator *a, char *why, size_t whylen)
         if (b->pending_next && b->pending_next->free_epoch < b->free_epoch)
             return check_fail(why, whylen, "pending list out of epoch order");
         pending_seen++;
+        pending_bytes[b->seg->pool->small ? 0 : 1] += b->size;
     }
     if (pending_seen != a->pending_count)
         return check_fail(why, whylen, "pending list length mismatch");
+    if (pending_bytes[0] != a->small.pending_bytes || pending_bytes[1] != a->large.pending_bytes)
+        return check_fail(why, whylen, "pending bytes %zu/%zu, pools say %zu/%zu",
+                          pending_bytes[0], pending_bytes[1], a->small.pending_bytes,
+                          a->large.pending_bytes);
     if (t.lent_bytes != t.stitched_bytes || t.stitched_segments != a->stitched_segments ||
         (int64_t)t.stitched_bytes != a->st->stitched_bytes)
         return check_fail(why, whylen, "stitching accounts disagree: %zu lent, %zu stitched, "

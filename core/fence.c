@@ -3,8 +3,12 @@
  * The shim cannot see which streams a program will use a pointer on, so every free is treated
  * like PyTorch treats a block used on another stream: it becomes reusable only once the device
  * has finished the work issued before the free. Fences are recorded lazily (at most one per
- * epoch, at the next allocation), queried in order at every allocation, and waited for only on
- * the paths where PyTorch synchronises (release of cached blocks: empty cache, the last retry).
+ * epoch, at the next allocation) and queried in order at every allocation. They are waited for
+ * where PyTorch synchronises (release of cached blocks: empty cache, the last retry), under
+ * memory pressure, and, oldest first and a few at most, when a request finds no free block while
+ * enough of its pool waits for fences: a program that frees while the device still runs far
+ * behind it would otherwise grow its reservation by everything in flight (seen on an H100 with
+ * PyTorch, PYTORCH_NO_CUDA_MEMORY_CACHING=1: 70 GiB reserved for 16 GiB allocated).
  * Pending blocks count as active (PyTorch's active_pending_free), never as free.
  */
 #include "core/pool.h"
@@ -31,6 +35,7 @@ static void pending_complete_through(ts_allocator *a, uint64_t epoch)
             a->pending_tail = NULL;
         b->pending_next = NULL;
         a->pending_count--;
+        b->seg->pool->pending_bytes -= b->size;
         block_free_complete(a, b);
     }
 }
@@ -46,6 +51,7 @@ void fences_defer_free(ts_allocator *a, ts_block *b)
         a->pending_head = b;
     a->pending_tail = b;
     a->pending_count++;
+    b->seg->pool->pending_bytes += b->size;
     a->epoch_dirty = true;
 }
 
@@ -125,7 +131,28 @@ void fences_drop_all(ts_allocator *a)
     a->fence_head = a->fence_count = 0;
     a->pending_head = a->pending_tail = NULL;
     a->pending_count = 0;
+    a->small.pending_bytes = a->large.pending_bytes = 0;
     a->epoch_dirty = false;
+}
+
+bool fences_wait_oldest(ts_allocator *a, ts_pool *p, size_t size)
+{
+    if (!a->use_fences || p->pending_bytes < size || backend_capturing(a))
+        return false;
+    if (!fence_record_epoch(a) || a->fence_count == 0)
+        return false;
+    /* The oldest fence: the device reaches it first, so this is the shortest wait, and the work
+     * queued after it keeps the device busy meanwhile. */
+    ts_fence_rec *f = fence_front(a);
+    backend_enter(a);
+    counter_add(a, &a->st->num_fence_waits, 1);
+    if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
+        return false;
+    size_t before = a->pending_count;
+    pending_complete_through(a, f->epoch);
+    fence_pop(a);
+    fences_retire(a, false); /* and whatever else the device has passed meanwhile */
+    return a->pending_count < before;
 }
 
 /* Under memory pressure (no new memory to be had): wait for every outstanding fence so that the

@@ -89,6 +89,7 @@ struct ts_pool {
                        * costs nothing */
     ts_tree unmapped; /* UNMAPPED blocks of expandable segments: (stream, addr, 0) */
     uint64_t get_free_blocks_call_count; /* the garbage collector's clock */
+    size_t pending_bytes; /* bytes of this pool's PENDING blocks (freed, waiting for a fence) */
     bool small;
     int stat_index; /* TESSERA_POOL_SMALL or TESSERA_POOL_LARGE */
 };
@@ -99,6 +100,9 @@ typedef struct ts_fence_rec {
 } ts_fence_rec;
 
 #define TS_MAX_FENCES 64
+/* Oldest fences one allocation may wait for, one by one, before it takes new memory while freed
+ * blocks of its pool that could serve it wait for theirs. */
+#define TS_MAX_PENDING_WAITS 16
 
 struct ts_allocator {
     pthread_mutex_t lock;

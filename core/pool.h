@@ -103,6 +103,9 @@ void fences_synchronize_all(ts_allocator *a);
 void fences_defer_free(ts_allocator *a, ts_block *b);
 void fences_drop_all(ts_allocator *a);
 bool fences_wait_pending(ts_allocator *a);
+/* A request of size found no free block in p while at least size bytes of p wait for fences:
+ * wait for the oldest fence. Returns true when some block became free (try best fit again). */
+bool fences_wait_oldest(ts_allocator *a, ts_pool *p, size_t size);
 
 /* expandable.c */
 ts_block *expandable_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);

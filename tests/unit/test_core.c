@@ -383,23 +383,52 @@ static void test_fences_defer_reuse(void **state)
     const tessera_device_stats *st = fx_stats(&f);
     assert_int_equal(st->active[TESSERA_POOL_ALL].current, 1); /* pending free */
     assert_int_equal(st->allocation[TESSERA_POOL_ALL].current, 0);
-    /* the device has not passed the fence: the same request gets new memory */
-    uintptr_t b = fx_alloc(&f, 12 * MiB);
+    /* the device has not passed the fence, and a's 12 MiB could not serve 24 MiB anyway: new
+     * memory at once, no wait */
+    uintptr_t b = fx_alloc(&f, 24 * MiB);
     assert_true(b != a);
     st = fx_stats(&f);
     assert_int_equal(st->num_fences_recorded, 1);
-    /* the device catches up: a's block becomes free and is reused */
-    ts_devmodel_complete_fences(f.dev);
+    assert_int_equal(st->num_fence_waits, 0);
+    assert_int_equal(st->num_device_alloc, 2);
+    /* 12 MiB again, while a's block waits for its fence: wait for the oldest fence (the device
+     * gets there first) rather than reserve 12 MiB more */
     uintptr_t c = fx_alloc(&f, 12 * MiB);
     assert_int_equal(c, a);
+    st = fx_stats(&f);
+    assert_int_equal(st->num_fence_waits, 1);
+    assert_int_equal(st->num_device_alloc, 2);
     fx_free(&f, b);
     fx_free(&f, c);
     /* empty_cache waits for outstanding fences, then releases everything */
-    assert_int_equal(ts_empty_cache(f.a), 24 * MiB);
+    assert_int_equal(ts_empty_cache(f.a), 36 * MiB);
     st = fx_stats(&f);
     assert_int_equal(st->active[TESSERA_POOL_ALL].current, 0);
     assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 0);
-    assert_true(st->num_fence_waits >= 1);
+    assert_true(st->num_fence_waits >= 2);
+    fx_close(&f);
+}
+
+/* Freed blocks waiting for fences do not make the reservation grow by everything in flight: a
+ * loop that allocates and frees while the device never catches up on its own reuses its memory,
+ * waiting for the oldest fence each time, and reserves no more than one iteration needs. */
+static void test_fences_bound_growth(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 8 * GiB, NULL, false, true);
+    ts_devmodel_set_manual_fences(f.dev, true);
+    for (int i = 0; i < 200; i++) {
+        uintptr_t x = fx_alloc(&f, 64 * MiB);
+        uintptr_t y = fx_alloc(&f, 30 * MiB);
+        fx_free(&f, x);
+        fx_free(&f, y);
+    }
+    const tessera_device_stats *st = fx_stats(&f);
+    /* the first iteration's two segments, and one more while both wait for the first fence */
+    assert_true(st->reserved_bytes[TESSERA_POOL_ALL].peak <= 2 * (64 + 30) * (int64_t)MiB);
+    assert_true(st->num_fence_waits > 0);
+    assert_int_equal(st->num_alloc_retries, 0);
     fx_close(&f);
 }
 
@@ -638,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_bad_frees),
         cmocka_unit_test(test_seg_alloc_failure_is_clean),
         cmocka_unit_test(test_fences_defer_reuse),
+        cmocka_unit_test(test_fences_bound_growth),
         cmocka_unit_test(test_fences_oom_waits),
         cmocka_unit_test(test_model_default),
         cmocka_unit_test(test_model_tuned),
