@@ -17,7 +17,7 @@ static inline void class_unmark(ts_freeidx *x, unsigned c)
 }
 
 /* The first non-empty class >= from, or -1. */
-static int class_next(const ts_freeidx *x, unsigned from)
+static inline int class_next(const ts_freeidx *x, unsigned from)
 {
     if (from >= TS_FREEIDX_CLASSES)
         return -1;
@@ -80,30 +80,35 @@ static inline ts_node *on_stream(ts_node *n, uint64_t stream)
     return n && n->k0 == stream ? n : NULL;
 }
 
-ts_node *ts_freeidx_find(const ts_freeidx *x, uint64_t stream, uint64_t size)
+/* The smallest node of stream in a class after c, or NULL: every block there is larger than any
+ * in class c. */
+static ts_node *first_on_stream_after(const ts_freeidx *x, uint64_t stream, unsigned c)
 {
-    unsigned c = ts_freeidx_class(size);
-    uint64_t here = x->words[c >> 6] >> (c & 63u);
-    /* The request's own class holds sizes on both sides of it: a real lower bound. */
-    if (here & 1u) {
-        ts_node *n = on_stream(ts_tree_lower_bound(&x->cls[c], stream, size, 0), stream);
-        if (n)
-            return n;
-    }
-    /* Every block of a later class is large enough: its smallest on this stream. The first
-     * candidate usually sits in the same bitmap word. */
-    int k;
-    here >>= 1;
-    if (here && (c & 63u) != 63u)
-        k = (int)(c + 1u + (unsigned)__builtin_ctzll(here));
-    else
-        k = class_next(x, c + 1u);
-    for (; k >= 0; k = class_next(x, (unsigned)k + 1u)) {
+    for (int k = class_next(x, c + 1u); k >= 0; k = class_next(x, (unsigned)k + 1u)) {
         ts_node *n = on_stream(ts_tree_lower_bound(&x->cls[k], stream, 0, 0), stream);
         if (n)
             return n;
     }
     return NULL;
+}
+
+/* The first node of stream at or above (stream, size, addr), or NULL. */
+static ts_node *lower_bound_on_stream(const ts_freeidx *x, uint64_t stream, uint64_t size,
+                                      uint64_t addr)
+{
+    unsigned c = ts_freeidx_class(size);
+    /* The key's own class holds sizes on both sides of it: a real lower bound there. */
+    if (x->cls[c].count) {
+        ts_node *n = on_stream(ts_tree_lower_bound(&x->cls[c], stream, size, addr), stream);
+        if (n)
+            return n;
+    }
+    return first_on_stream_after(x, stream, c);
+}
+
+ts_node *ts_freeidx_find(const ts_freeidx *x, uint64_t stream, uint64_t size)
+{
+    return lower_bound_on_stream(x, stream, size, 0);
 }
 
 /* The last node of stream at or below (stream, size, addr), or NULL. */
@@ -144,21 +149,13 @@ static bool stream_neighbour(const ts_freeidx *x, uint64_t s, bool after, uint64
 
 ts_node *ts_freeidx_lower_bound(const ts_freeidx *x, uint64_t k0, uint64_t k1, uint64_t k2)
 {
-    int c = (int)ts_freeidx_class(k1);
-    if (x->cls[c].count) {
-        ts_node *n = on_stream(ts_tree_lower_bound(&x->cls[c], k0, k1, k2), k0);
-        if (n)
-            return n;
-    }
-    for (int k = class_next(x, (unsigned)c + 1u); k >= 0; k = class_next(x, (unsigned)k + 1u)) {
-        ts_node *n = on_stream(ts_tree_lower_bound(&x->cls[k], k0, 0, 0), k0);
-        if (n)
-            return n;
-    }
+    ts_node *n = lower_bound_on_stream(x, k0, k1, k2);
+    if (n)
+        return n;
     uint64_t s;
     if (!stream_neighbour(x, k0, true, &s))
         return NULL;
-    return ts_freeidx_find(x, s, 0);
+    return lower_bound_on_stream(x, s, 0, 0);
 }
 
 ts_node *ts_freeidx_floor(const ts_freeidx *x, uint64_t k0, uint64_t k1, uint64_t k2)
@@ -185,16 +182,8 @@ ts_node *ts_freeidx_last(const ts_freeidx *x)
 ts_node *ts_freeidx_next_on_stream(const ts_freeidx *x, const ts_node *n)
 {
     ts_node *m = on_stream(ts_tree_next(n), n->k0);
-    if (m)
-        return m;
-    /* n was its stream's last in its class: the stream's smallest in a later class. */
-    unsigned c = ts_freeidx_class(n->k1);
-    for (int k = class_next(x, c + 1u); k >= 0; k = class_next(x, (unsigned)k + 1u)) {
-        m = on_stream(ts_tree_lower_bound(&x->cls[k], n->k0, 0, 0), n->k0);
-        if (m)
-            return m;
-    }
-    return NULL;
+    /* else n was its stream's last in its class */
+    return m ? m : first_on_stream_after(x, n->k0, ts_freeidx_class(n->k1));
 }
 
 ts_node *ts_freeidx_next(const ts_freeidx *x, const ts_node *n)

@@ -290,26 +290,24 @@ class Defragment(Base):
                 run = self.env.run(prog("seed_cyclic", *args), memory="256M", conf=conf)
                 self.assertEqual(run.rc, rc, run)
 
+    def seed_even_50m(self, memory, conf):
+        return self.env.run(prog("seed_even", "--unit", "2M", "--count", "100", "--request", "50M"),
+                            memory=memory, conf=conf)
+
     def test_stitching_serves_without_new_memory(self):
         # the 50 MiB request is stitched from the holes' pages once their frees are fenced:
-        # no release-and-retry, no OOM, data intact
-        run = self.env.run(prog("seed_even", "--unit", "2M", "--count", "100", "--request", "50M"),
-                           memory="220M", conf="defragment:True")
-        self.ok(run)
-        self.assertGreater(run.stats["num_stitches"], 0, run)
-        self.assertEqual(run.stats["num_alloc_retries"], 0, run)
+        # no release-and-retry, no OOM, data intact. With stitch_when:pressure the segment first
+        # grows until the device is full, then stitches the same way.
+        for conf in ("defragment:True", "defragment:True,stitch_when:pressure"):
+            with self.subTest(conf=conf):
+                run = self.seed_even_50m("220M", conf)
+                self.ok(run)
+                self.assertGreater(run.stats["num_stitches"], 0, run)
+                self.assertEqual(run.stats["num_alloc_retries"], 0, run)
 
-    def test_stitch_under_pressure(self):
-        # stitch_when:pressure: the segment grows until the device is full, then the request is
-        # stitched from the holes' pages, still without a release-and-retry
-        run = self.env.run(prog("seed_even", "--unit", "2M", "--count", "100", "--request", "50M"),
-                           memory="220M", conf="defragment:True,stitch_when:pressure")
-        self.ok(run)
-        self.assertGreater(run.stats["num_stitches"], 0, run)
-        self.assertEqual(run.stats["num_alloc_retries"], 0, run)
-        # with room to grow, no stitching at all
-        roomy = self.env.run(prog("seed_even", "--unit", "2M", "--count", "100", "--request", "50M"),
-                             memory="512M", conf="defragment:True,stitch_when:pressure")
+    def test_stitch_under_pressure_only(self):
+        # with room to grow, stitch_when:pressure never stitches
+        roomy = self.seed_even_50m("512M", "defragment:True,stitch_when:pressure")
         self.ok(roomy)
         self.assertEqual(roomy.stats["num_stitches"], 0, roomy)
 

@@ -17,36 +17,10 @@
 #include "core/statspage.h"
 #include "tools/devmodel.h"
 
+#include "snap.h"
+
 #define MiB ((size_t)1 << 20)
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);                             \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-struct snap {
-    tessera_page_slot_head head;
-    tessera_page_segment segs[TESSERA_PAGE_MAX_SEGMENTS];
-    tessera_page_block blocks[TESSERA_PAGE_MAX_BLOCKS];
-};
-
-static int take(int pid, int slot, struct snap *s, char *err, size_t len)
-{
-    ts_page pg;
-    ts_page_init(&pg);
-    int st = ts_page_open_pid(&pg, NULL, pid);
-    if (st == TS_PAGE_OK)
-        st = ts_page_snapshot(&pg, (uint32_t)slot, &s->head, s->segs, s->blocks);
-    snprintf(err, len, "%s", pg.error);
-    ts_page_close(&pg);
-    return st;
-}
 
 /* Invariants the allocator keeps inside every write window; a torn copy breaks them. */
 static int consistent(const struct snap *s, char *why, size_t len, uint64_t *synced)
@@ -180,7 +154,7 @@ static int reader_process(int pid, double seconds)
     double end = now_s() + seconds, hard_end = end + 60.0;
     while (now_s() < end || ((ok < 50 || synced < 10) && now_s() < hard_end)) {
         char err[320], why[256];
-        int st = take(pid, 0, s, err, sizeof err);
+        int st = snap_take(pid, 0, s, err, sizeof err);
         if (st == TS_PAGE_EBUSY) {
             busy++;
             continue;
@@ -244,7 +218,7 @@ int main(void)
     ts_get_stats(a, &mine);
     struct snap *s = malloc(sizeof *s);
     char why[256];
-    int st = take((int)getpid(), slot, s, err, sizeof err);
+    int st = snap_take((int)getpid(), slot, s, err, sizeof err);
     CHECK(st == TS_PAGE_OK, "snapshot: %s", err);
     CHECK(memcmp(&s->head.stats, &mine, sizeof mine) == 0, "the page holds the allocator's counters");
     CHECK(s->head.stats.num_alloc_calls == 5 && s->head.stats.num_free_calls == 2,
@@ -290,7 +264,7 @@ int main(void)
     /* empty_cache shrinks the map too */
     CHECK(ts_free(a, p1) == TS_OK && ts_free(a, p3) == TS_OK && ts_free(a, p5) == TS_OK, "frees");
     ts_empty_cache(a);
-    st = take((int)getpid(), slot, s, err, sizeof err);
+    st = snap_take((int)getpid(), slot, s, err, sizeof err);
     CHECK(st == TS_PAGE_OK && s->head.map.total_segments == 0 &&
               s->head.stats.reserved_bytes[TESSERA_POOL_ALL].current == 0,
           "after empty_cache: %u segments", s->head.map.total_segments);
@@ -311,7 +285,7 @@ int main(void)
     CHECK(WIFEXITED(rs) && WEXITSTATUS(rs) == 0, "reader process failed");
     char why2[256];
     CHECK(ts_allocator_check(a, why2, sizeof why2) == 0, "heap: %s", why2);
-    st = take((int)getpid(), slot, s, err, sizeof err);
+    st = snap_take((int)getpid(), slot, s, err, sizeof err);
     CHECK(st == TS_PAGE_OK && consistent(s, why, sizeof why, NULL) == 0, "final: %s %s", err, why);
     CHECK(s->head.stats.allocation[TESSERA_POOL_ALL].current == 0, "everything freed");
 

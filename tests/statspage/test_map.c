@@ -15,36 +15,18 @@
 #include "core/statspage.h"
 #include "tools/devmodel.h"
 
+#include "snap.h"
+
 #define MiB ((uint64_t)1 << 20)
 #define WIDTH 64u
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);                             \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-struct snap {
-    tessera_page_slot_head head;
-    tessera_page_segment segs[TESSERA_PAGE_MAX_SEGMENTS];
-    tessera_page_block blocks[TESSERA_PAGE_MAX_BLOCKS];
-};
-
+/* Snapshot slot of this process's page, saying why when it fails. */
 static int take(int slot, struct snap *s)
 {
-    ts_page pg;
-    ts_page_init(&pg);
-    int st = ts_page_open_pid(&pg, NULL, (int)getpid());
-    if (st == TS_PAGE_OK)
-        st = ts_page_snapshot(&pg, (uint32_t)slot, &s->head, s->segs, s->blocks);
+    char err[sizeof ((ts_page *)0)->error];
+    int st = snap_take((int)getpid(), slot, s, err, sizeof err);
     if (st != TS_PAGE_OK)
-        fprintf(stderr, "snapshot of slot %d: %s\n", slot, pg.error);
-    ts_page_close(&pg);
+        fprintf(stderr, "snapshot of slot %d: %s\n", slot, err);
     return st;
 }
 
