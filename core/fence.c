@@ -55,21 +55,28 @@ void fences_defer_free(ts_allocator *a, ts_block *b)
     a->epoch_dirty = true;
 }
 
+/* Wait for the oldest fence (there is one) and complete the blocks it covers. Returns false
+ * when the wait failed: the blocks stay pending. */
+static bool fence_wait_front(ts_allocator *a)
+{
+    ts_fence_rec *f = fence_front(a);
+    backend_enter(a);
+    counter_add(a, &a->st->num_fence_waits, 1);
+    if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
+        return false;
+    pending_complete_through(a, f->epoch);
+    fence_pop(a);
+    return true;
+}
+
 /* Record a fence covering the current epoch. Returns false when none could be recorded. */
 static bool fence_record_epoch(ts_allocator *a)
 {
     if (!a->epoch_dirty)
         return true;
-    if (a->fence_count == TS_MAX_FENCES) {
-        /* Too many outstanding: wait for the oldest rather than grow without bound. */
-        ts_fence_rec *f = fence_front(a);
-        backend_enter(a);
-        counter_add(a, &a->st->num_fence_waits, 1);
-        if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
-            return false;
-        pending_complete_through(a, f->epoch);
-        fence_pop(a);
-    }
+    /* Too many outstanding: wait for the oldest rather than grow without bound. */
+    if (a->fence_count == TS_MAX_FENCES && !fence_wait_front(a))
+        return false;
     ts_fence fence;
     backend_enter(a);
     if (a->be.fence_record(a->be.ctx, &fence) != TS_OK)
@@ -91,15 +98,12 @@ static void fences_retire(ts_allocator *a, bool wait)
     while (a->fence_count > 0) {
         ts_fence_rec *f = fence_front(a);
         backend_enter(a);
-        if (a->be.fence_query(a->be.ctx, f->fence) != TS_OK) {
-            if (!wait)
-                return;
-            counter_add(a, &a->st->num_fence_waits, 1);
-            if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
-                return; /* could not wait: the blocks stay pending */
+        if (a->be.fence_query(a->be.ctx, f->fence) == TS_OK) {
+            pending_complete_through(a, f->epoch);
+            fence_pop(a);
+        } else if (!wait || !fence_wait_front(a)) {
+            return; /* not passed yet, or could not wait: the blocks stay pending */
         }
-        pending_complete_through(a, f->epoch);
-        fence_pop(a);
     }
 }
 
@@ -143,14 +147,9 @@ bool fences_wait_oldest(ts_allocator *a, ts_pool *p, size_t size)
         return false;
     /* The oldest fence: the device reaches it first, so this is the shortest wait, and the work
      * queued after it keeps the device busy meanwhile. */
-    ts_fence_rec *f = fence_front(a);
-    backend_enter(a);
-    counter_add(a, &a->st->num_fence_waits, 1);
-    if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
-        return false;
     size_t before = a->pending_count;
-    pending_complete_through(a, f->epoch);
-    fence_pop(a);
+    if (!fence_wait_front(a))
+        return false;
     fences_retire(a, false); /* and whatever else the device has passed meanwhile */
     return a->pending_count < before;
 }
