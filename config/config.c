@@ -148,6 +148,7 @@ static const choice stitch_when_choices[] = {
 };
 
 static const choice fence_choices[] = {
+    { "order", TS_FENCE_ORDER },
     { "events", TS_FENCE_EVENTS },
     { "sync", TS_FENCE_SYNC },
     { "none", TS_FENCE_NONE },
@@ -239,9 +240,11 @@ static const key_desc keys[KEY_COUNT] = {
     },
     [KEY_REUSE_FENCE] = {
         .name = "reuse_fence", .kind = KIND_CHOICE, .flags = F_TESSERA,
-        .offset = FIELD(reuse_fence), .def.u = TS_FENCE_EVENTS, .choices = fence_choices,
+        .offset = FIELD(reuse_fence), .def.u = TS_FENCE_ORDER, .choices = fence_choices,
         .help = "How a freed block is kept from reuse while earlier device work may touch it: "
-                "events (per stream), sync (context synchronise), none (single-stream only).",
+                "order (reuse at once; later work is ordered after earlier work on the device), "
+                "events (wait for per-stream events), sync (context synchronise), "
+                "none (single-stream only).",
     },
     [KEY_STITCHING] = {
         .name = "stitching", .kind = KIND_BOOL, .flags = F_TESSERA,

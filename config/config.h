@@ -30,7 +30,9 @@ typedef enum ts_backend_kind {
 typedef enum ts_fence_mode {
     TS_FENCE_EVENTS = 0, /* events on the legacy stream and the tracked non-blocking streams */
     TS_FENCE_SYNC = 1,   /* context synchronise (also covers streams tessera never saw) */
-    TS_FENCE_NONE = 2    /* reuse at once: only safe for single-stream programs */
+    TS_FENCE_NONE = 2,   /* reuse at once: only safe for single-stream programs */
+    TS_FENCE_ORDER = 3   /* stream order: the device, not the host, orders a reuse after the
+                          * work issued before the free (the default; docs/DESIGN.md) */
 } ts_fence_mode;
 
 /* How expandable segments cut the physical memory of a growth into handles (the unit that can be

@@ -142,9 +142,12 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
         a->allowed_memory_maximum = cap;
     }
 
-    /* Fences only where the backend has them and the configuration wants them. */
+    /* Stream order by default; fences only where the backend has them and the configuration
+     * asks for them. */
+    a->use_order = a->cfg.reuse_fence == TS_FENCE_ORDER;
+    a->order_epoch = 1; /* fresh blocks carry epoch 0: never freed, nothing to order */
     a->use_fences = a->be.fence_record && a->be.fence_query && a->be.fence_wait &&
-                    a->cfg.reuse_fence != TS_FENCE_NONE;
+                    (a->cfg.reuse_fence == TS_FENCE_EVENTS || a->cfg.reuse_fence == TS_FENCE_SYNC);
 
     if (a->cfg.stitching)
         a->cfg.expandable_segments = true; /* stitching lends pages of expandable segments */
@@ -281,20 +284,13 @@ size_t ts_allocator_cap(const ts_allocator *a)
 
 /* --- the allocation path -------------------------------------------------------------------- */
 
-/* PyTorch's alloc_block: a new segment (or expandable mapping) for the request. */
-static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t alloc_size,
-                             uint64_t stream, bool is_retry)
+/* A new plain segment (one seg_alloc) of alloc_size bytes, its one block FREE and in no tree. */
+static ts_block *alloc_plain_segment(ts_allocator *a, ts_pool *p, size_t alloc_size,
+                                     uint64_t stream)
 {
     tessera_device_stats *st = a->st;
-    if (is_retry)
-        counter_add(a, &st->num_alloc_retries, 1);
-
     if (a->set_fraction && a->total_allocated_memory + alloc_size > a->allowed_memory_maximum)
         return NULL;
-
-    if (a->cfg.expandable_segments)
-        return expandable_alloc(a, p, size, stream);
-
     ts_segment *seg = ts_slab_alloc(&a->segment_slab);
     ts_block *b = seg ? block_new(a) : NULL;
     if (!b) {
@@ -314,6 +310,31 @@ static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t al
     counter_add(a, &st->num_device_alloc, 1);
     a->observe_now = true;
     return b;
+}
+
+/* PyTorch's alloc_block: a new segment (or expandable mapping) for the request. */
+static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t alloc_size,
+                             uint64_t stream, bool is_retry)
+{
+    if (is_retry)
+        counter_add(a, &a->st->num_alloc_retries, 1);
+    if (a->cfg.expandable_segments) {
+        if (a->set_fraction && a->total_allocated_memory + alloc_size > a->allowed_memory_maximum)
+            return NULL;
+        return expandable_alloc(a, p, size, stream);
+    }
+    return alloc_plain_segment(a, p, alloc_size, stream);
+}
+
+/* b was found for a request but may not be handed out yet (it was freed since the last order
+ * point and a capture keeps one from being made): keep it cached and take a new plain segment,
+ * which no earlier work can have touched. NULL when that fails too. */
+static ts_block *alloc_unordered_fallback(ts_allocator *a, ts_block *b, size_t alloc_size,
+                                          uint64_t stream)
+{
+    ts_pool *p = b->seg->pool;
+    pool_insert_free(p, b);
+    return alloc_plain_segment(a, p, alloc_size, stream);
 }
 
 /* PyTorch's alloc_found_block: carve the request from the low end of b (split) or take b whole.
@@ -499,6 +520,8 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
             b = alloc_block(a, p, rounded, alloc_size, stream, true);
         }
     }
+    if (b && !reuse_ready(a, b))
+        b = alloc_unordered_fallback(a, b, alloc_size, stream);
     if (!b) {
         a->spare = spare;
         counter_add(a, &st->num_ooms, 1);
@@ -595,12 +618,22 @@ int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested)
     if (b->size >= a->cfg.max_split_size)
         stat_decrease(a, &st->oversize_allocations, 1);
 
-    if (a->use_fences)
+    if (a->use_fences) {
         fences_defer_free(a, b);
-    else
+    } else {
+        b->free_epoch = a->order_epoch; /* reuse_fence:order: freed since the last order point */
         block_free_complete(a, b);
+    }
     allocator_unlock(a);
     return TS_OK;
+}
+
+void ts_allocator_order_reuse(ts_allocator *a)
+{
+    allocator_lock(a);
+    if (a->use_order)
+        reuse_order_point(a);
+    allocator_unlock(a);
 }
 
 /* --- cache-level operations ------------------------------------------------------------------ */

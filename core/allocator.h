@@ -73,6 +73,11 @@ int ts_free(ts_allocator *a, uintptr_t ptr);
 /* ts_free that also reports the freed allocation's requested size (may be NULL). */
 int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested);
 
+/* Make a stream-order point now (reuse_fence:order): work issued on the device from here on is
+ * ordered after all work issued before, whatever became of the blocks freed earlier. The shim
+ * calls it when a context's work stops being confined to one queue (a second host thread). */
+void ts_allocator_order_reuse(ts_allocator *a);
+
 /* The device's memory vanished with its context (cudaDeviceReset, cuCtxDestroy): drop every
  * segment and block without calling the backend. Current counters go to zero; accumulated
  * counters stay. The allocator remains usable (empty). */

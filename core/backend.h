@@ -2,8 +2,8 @@
  *
  * The core never names a CUDA symbol: everything it needs from a device goes through this table.
  * Implementations: shim/backend_cuda.c (the real driver, through the pointers tessera resolved
- * itself, so no call re-enters tessera's hooks), tools/sim_backend.c (address-space bookkeeping
- * for tessera-replay), tests/unit/fake_backend.c (cmocka, with failure injection).
+ * itself, so no call re-enters tessera's hooks), tools/devmodel.c (a model of a device's address
+ * space and driver calls, for tessera-replay and the unit tests).
  *
  * Contract for every function: returns TS_OK on success or a ts_status error; outputs are
  * written only on success. Calls are made with the allocator's lock held, so an implementation
@@ -50,6 +50,14 @@ typedef struct ts_backend {
     int (*fence_query)(void *ctx, ts_fence fence);
     int (*fence_wait)(void *ctx, ts_fence fence);
     void (*fence_release)(void *ctx, ts_fence fence);
+
+    /* Stream-ordered reuse (reuse_fence:order): order every device operation issued after this
+     * call returns, on any stream the program can use in this context, after every operation
+     * issued before it, without the host waiting. TS_OK, with *issued telling whether the device
+     * had to be asked for anything (a program whose work can only run in one queue needs
+     * nothing); TS_EAGAIN when it cannot be done now (a capture is underway). Optional: when
+     * NULL, stream order is taken as given (the device model of tests and replay). */
+    int (*reuse_order)(void *ctx, int *issued);
 
     /* Is a CUDA graph capture underway (optional)? While one is, the core records, queries and
      * waits on no fence and never releases cached segments (PyTorch skips that step during

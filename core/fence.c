@@ -1,4 +1,13 @@
-/* Deferred reuse: a freed block stays "pending" until a fence recorded after its free completes.
+/* Safe reuse of freed blocks, two ways.
+ *
+ * Stream order (reuse_fence:order, the default): a freed block is free at once, tagged with the
+ * current order epoch. Handing out a block freed since the last order point first makes a new
+ * one: the backend orders, on the device, all work issued afterwards after all work issued
+ * before (events and stream waits; nothing at all when the program's work can only run in one
+ * queue). The host never waits. docs/DESIGN.md has the rule and why it is safe.
+ *
+ * Fences (reuse_fence:events, sync): a freed block stays "pending" until a fence recorded after
+ * its free completes.
  *
  * The shim cannot see which streams a program will use a pointer on, so every free is treated
  * like PyTorch treats a block used on another stream: it becomes reusable only once the device
@@ -167,4 +176,27 @@ bool fences_wait_pending(ts_allocator *a)
         return false;
     fences_retire(a, true);
     return a->pending_count < before;
+}
+
+/* --- stream order ---------------------------------------------------------------------------- */
+
+bool reuse_order_point(ts_allocator *a)
+{
+    int issued = 0;
+    if (a->be.reuse_order) {
+        backend_enter(a);
+        if (a->be.reuse_order(a->be.ctx, &issued) != TS_OK)
+            return false; /* a capture is underway: nothing may be ordered now */
+    }
+    a->order_epoch++;
+    if (issued)
+        counter_add(a, &a->st->num_fences_recorded, 1);
+    return true;
+}
+
+bool reuse_ready(ts_allocator *a, const ts_block *b)
+{
+    if (!a->use_order || b->free_epoch != a->order_epoch)
+        return true; /* fresh memory, or freed before the last order point */
+    return reuse_order_point(a);
 }

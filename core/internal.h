@@ -43,7 +43,9 @@ struct ts_block {
     ts_segment *seg;
     uint64_t stream;
     uint64_t gc_count_base; /* pool clock when the block entered the free tree */
-    uint64_t free_epoch;    /* fence epoch current when the block was freed */
+    uint64_t free_epoch;    /* epoch current when the block was freed: the fence epoch
+                             * (reuse_fence:events), or the order epoch (reuse_fence:order), in
+                             * which case merged blocks keep the later of their epochs */
     ts_block *pending_next;
     uint8_t state; /* ts_block_state */
     ts_segment *lent_to; /* LENT blocks: the stitched segment their pages back */
@@ -130,7 +132,14 @@ struct ts_allocator {
     tessera_device_stats own_stats;
     uint64_t own_seq;
 
-    /* Deferred reuse (fences). */
+    /* Stream-ordered reuse (reuse_fence:order). Invariant: a FREE block with free_epoch ==
+     * order_epoch was freed (at least in part) after the last order point, so the device must be
+     * told to order later work after earlier work before the block is handed out again; blocks
+     * with an older epoch, and fresh memory (epoch 0), are safe to hand out as they are. */
+    bool use_order;
+    uint64_t order_epoch; /* starts at 1; +1 at each order point */
+
+    /* Deferred reuse (fences: reuse_fence:events and sync). */
     bool use_fences;
     ts_block *pending_head, *pending_tail;
     size_t pending_count;

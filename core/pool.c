@@ -129,6 +129,8 @@ size_t block_merge(ts_allocator *a, ts_block *dst, ts_block *src)
     }
     size_t absorbed = src->size;
     dst->size += absorbed;
+    if (src->free_epoch > dst->free_epoch)
+        dst->free_epoch = src->free_epoch; /* the merged block was freed when its last part was */
     dst->seg->nblocks--;
     block_delete(a, src);
     return absorbed;

@@ -36,6 +36,7 @@ static inline void block_split_front(ts_block *b, ts_block *nb, size_t size)
     nb->size = size;
     nb->stream = b->stream;
     nb->seg = b->seg;
+    nb->free_epoch = b->free_epoch;
     nb->prev = b->prev;
     nb->next = b;
     if (b->prev)
@@ -55,6 +56,7 @@ static inline void block_split_back(ts_block *b, ts_block *nb, size_t size)
     nb->size = size;
     nb->stream = b->stream;
     nb->seg = b->seg;
+    nb->free_epoch = b->free_epoch;
     nb->prev = b;
     nb->next = b->next;
     if (b->next)
@@ -98,6 +100,12 @@ void release_cached_blocks(ts_allocator *a);
 void garbage_collect_cached_blocks(ts_allocator *a);
 
 /* fence.c */
+/* Stream-ordered reuse (fence.c). reuse_order_point makes an order point now (false when none
+ * can be made: a capture is underway); reuse_ready says whether b may be handed out, making an
+ * order point first when b was freed since the last one. */
+bool reuse_order_point(ts_allocator *a);
+bool reuse_ready(ts_allocator *a, const ts_block *b);
+
 void fences_process(ts_allocator *a);
 void fences_synchronize_all(ts_allocator *a);
 void fences_defer_free(ts_allocator *a, ts_block *b);

@@ -253,6 +253,9 @@ ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream
     s->nlenders = used;
     s->stitch_serial = ++a->stitch_serial;
     sb->state = TS_BLOCK_FREE; /* not in the free tree: it goes straight to the request */
+    for (size_t r = 0; r < used; r++) /* its pages were last freed when its latest lender was */
+        if (lenders[r]->free_epoch > sb->free_epoch)
+            sb->free_epoch = lenders[r]->free_epoch;
 
     a->stitched_segments++;
     counter_add(a, &a->st->num_stitches, 1);

@@ -4,6 +4,16 @@
  * re-enters tessera's hooks. Calls are made with the allocator's mutex held, by the thread whose
  * current context is this backend's (allocations happen in the caller's context).
  *
+ * Stream order (reuse_fence:order, the default): an order point makes every stream of the
+ * context wait, on the device, for the work issued on every stream before it. With no
+ * non-blocking stream, one event recorded on the legacy default stream does it (blocking and
+ * per-thread default streams wait for earlier legacy work, and legacy work waits for theirs);
+ * with non-blocking streams S1..Sn: an event on each Si, the legacy stream waits for them all,
+ * an event F on the legacy stream, and each Si waits for F. While the context's work can only run
+ * in one queue (its census: no stream created, one host thread) an order point is nothing at all.
+ * A non-blocking stream created later waits for an event recorded on the legacy stream at its
+ * creation, which follows every earlier order point. docs/DESIGN.md has the argument.
+ *
  * Fences (reuse_fence:events): an event on the legacy default stream, which waits for every
  * blocking stream of the context, plus one on each non-blocking stream the program created.
  * Once all of them complete, no work issued before the fence can touch memory freed before it.
@@ -12,6 +22,7 @@
  * through capture_active), and allocations run in relaxed capture mode so they cannot
  * invalidate the capture.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +47,15 @@ struct ts_cuda_backend {
     size_t nevents, events_cap;
     cuda_fence *fence_pool;
     cuda_fence *fences_all;
+
+    /* Stream order. order_lock serialises order points with the registration of new streams,
+     * so that a stream is either covered by an order point or created after it. */
+    const ts_census *census;
+    pthread_mutex_t order_lock;
+    CUevent order_event;   /* F: recorded on the legacy stream at each order point */
+    CUevent *join_events;  /* one per non-blocking stream, reused from one order point to the next */
+    CUstream *join_streams;
+    size_t join_cap;
 };
 
 static int cu_status(CUresult r)
@@ -292,6 +312,101 @@ static void cb_fence_release(void *ctx, ts_fence fence)
     fence_put(ctx, (cuda_fence *)(uintptr_t)fence);
 }
 
+/* --- stream order ------------------------------------------------------------------------------ */
+
+/* Make room for n non-blocking streams' events (created lazily, kept for the context's life). */
+static bool join_reserve(ts_cuda_backend *b, size_t n)
+{
+    if (n > b->join_cap) {
+        size_t cap = b->join_cap ? b->join_cap : 8;
+        while (cap < n)
+            cap *= 2;
+        CUevent *ev = realloc(b->join_events, cap * sizeof *ev);
+        if (ev)
+            b->join_events = ev;
+        CUstream *st = ev ? realloc(b->join_streams, cap * sizeof *st) : NULL;
+        if (!st)
+            return false;
+        b->join_streams = st;
+        memset(ev + b->join_cap, 0, (cap - b->join_cap) * sizeof *ev);
+        b->join_cap = cap;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!b->join_events[i] &&
+            ts_real.cuEventCreate(&b->join_events[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+            return false;
+    return b->order_event ||
+           ts_real.cuEventCreate(&b->order_event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+}
+
+/* The order point proper, under order_lock with the context current. False when a driver call
+ * failed (a stream destroyed meanwhile, no events left). */
+static bool order_streams(ts_cuda_backend *b)
+{
+    size_t n = ts_streams_nonblocking(b->ctx, NULL, 0);
+    if (!ts_real.cuStreamWaitEvent || !join_reserve(b, n))
+        return false;
+    n = ts_streams_nonblocking(b->ctx, b->join_streams, n); /* same list: creation needs our lock */
+    for (size_t i = 0; i < n; i++)
+        if (ts_real.cuEventRecord(b->join_events[i], b->join_streams[i]) != CUDA_SUCCESS ||
+            ts_real.cuStreamWaitEvent(CU_STREAM_LEGACY, b->join_events[i], 0) != CUDA_SUCCESS)
+            return false;
+    if (ts_real.cuEventRecord(b->order_event, CU_STREAM_LEGACY) != CUDA_SUCCESS)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (ts_real.cuStreamWaitEvent(b->join_streams[i], b->order_event, 0) != CUDA_SUCCESS)
+            return false;
+    return true;
+}
+
+static int cb_reuse_order(void *ctx, int *issued)
+{
+    ts_cuda_backend *b = ctx;
+    *issued = 0;
+    if (ts_census_single_queue(b->census))
+        return TS_OK; /* one queue: stream order alone keeps later work after earlier work */
+    if (ts_capture_underway())
+        return TS_EAGAIN; /* an event or a wait now could invalidate the capture */
+    *issued = 1;
+    ctx_guard g;
+    guard_begin(b, &g);
+    pthread_mutex_lock(&b->order_lock);
+    bool ok = order_streams(b);
+    pthread_mutex_unlock(&b->order_lock);
+    if (!ok) {
+        /* Correct before fast: the host waits, once, rather than reuse unordered. */
+        ts_log_once(&cb_reuse_order, "a stream-order point failed; synchronising the context "
+                                     "instead");
+        ts_real.cuCtxSynchronize();
+    }
+    guard_end(&g);
+    return TS_OK;
+}
+
+void ts_cuda_backend_stream_created(ts_cuda_backend *b, CUstream s, unsigned int flags)
+{
+    pthread_mutex_lock(&b->order_lock);
+    ts_streams_add(s, b->ctx, flags);
+    /* A blocking stream waits for earlier legacy work by itself. A non-blocking one must wait
+     * for the blocks reused before it existed: everything before an event on the legacy stream
+     * now, which follows every earlier order point (and, when the context's work ran in one
+     * queue until now, all of that work). During a capture, touching the legacy stream could
+     * invalidate it: the last order point's event then stands in (no reuse since could have
+     * made one). */
+    if ((flags & CU_STREAM_NON_BLOCKING) && b->mode == TS_FENCE_ORDER &&
+        (b->order_event || ts_real.cuEventCreate(&b->order_event, CU_EVENT_DISABLE_TIMING) ==
+                               CUDA_SUCCESS)) {
+        bool ok = ts_capture_underway() ||
+                  ts_real.cuEventRecord(b->order_event, CU_STREAM_LEGACY) == CUDA_SUCCESS;
+        if (!ok || ts_real.cuStreamWaitEvent(s, b->order_event, 0) != CUDA_SUCCESS) {
+            ts_log_once(&ts_cuda_backend_stream_created, "cannot order a new stream after "
+                                                         "earlier work; synchronising instead");
+            ts_real.cuCtxSynchronize();
+        }
+    }
+    pthread_mutex_unlock(&b->order_lock);
+}
+
 /* --- virtual memory ------------------------------------------------------------------------------ */
 
 static void alloc_prop(const ts_cuda_backend *b, CUmemAllocationProp *prop)
@@ -386,6 +501,8 @@ ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_backend 
     b->ctx = ctx;
     b->dev = dev;
     b->mode = ts_shim_config()->reuse_fence;
+    b->census = ts_census_of(ctx);
+    pthread_mutex_init(&b->order_lock, NULL);
     memset(out, 0, sizeof *out);
     out->ctx = b;
     out->seg_alloc = cb_seg_alloc;
@@ -399,6 +516,7 @@ ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_backend 
         out->fence_query = cb_fence_query;
         out->fence_wait = cb_fence_wait;
         out->fence_release = cb_fence_release;
+        out->reuse_order = cb_reuse_order;
     }
     if (ts_real.cuMemAddressReserve && ts_real.cuMemAddressFree && ts_real.cuMemCreate &&
         ts_real.cuMemRelease && ts_real.cuMemMap && ts_real.cuMemUnmap &&
@@ -426,6 +544,9 @@ void ts_cuda_backend_forget(ts_cuda_backend *b)
     }
     b->fences_all = NULL;
     b->fence_pool = NULL;
+    b->order_event = NULL;
+    if (b->join_events)
+        memset(b->join_events, 0, b->join_cap * sizeof *b->join_events);
 }
 
 void ts_cuda_backend_rebind(ts_cuda_backend *b, CUcontext ctx, CUdevice dev)
@@ -433,4 +554,5 @@ void ts_cuda_backend_rebind(ts_cuda_backend *b, CUcontext ctx, CUdevice dev)
     ts_cuda_backend_forget(b);
     b->ctx = ctx;
     b->dev = dev;
+    b->census = ts_census_of(ctx);
 }

@@ -236,9 +236,32 @@ ts_allocator *ts_ctx_allocator(CUcontext *ctx_out)
             e = table_create(ctx);
         if (!e)
             return NULL;
+        /* This thread's first use of the context, as far as the fast path knows. */
+        if (ts_census_note_thread(ctx))
+            ts_allocator_order_reuse(e->a);
         tls_last = e;
     }
     return e->a;
+}
+
+void ts_ctx_note_thread(CUcontext ctx)
+{
+    if (!ts_census_note_thread(ctx))
+        return;
+    /* A second host thread: blocks reused so far with no device call (the context's work ran in
+     * one queue) must be ordered before anything this thread issues. */
+    ctx_entry *e = table_find(ctx);
+    if (e && e->a)
+        ts_allocator_order_reuse(e->a);
+}
+
+void ts_ctx_stream_created(CUcontext ctx, CUstream s, unsigned int flags)
+{
+    ctx_entry *e = table_find(ctx);
+    if (e && e->be)
+        ts_cuda_backend_stream_created(e->be, s, flags);
+    else
+        ts_streams_add(s, ctx, flags); /* no allocator yet: nothing was reused to order */
 }
 
 int ts_ctx_free(uintptr_t ptr, size_t *requested)

@@ -182,8 +182,34 @@ static CUresult hook_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 static void stream_note(CUresult r, CUstream *ph, unsigned int flags)
 {
     CUcontext ctx = NULL;
-    if (r == CUDA_SUCCESS && ph && ts_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS)
-        ts_streams_add(*ph, ctx, flags);
+    if (r == CUDA_SUCCESS && ph && ts_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
+        ts_ctx_stream_created(ctx, *ph, flags);
+}
+
+/* A host thread that makes a context current may issue work on its own per-thread default
+ * stream: the census must know it before that work can meet a reused block. */
+static void ctx_thread_note(CUresult r, CUcontext ctx)
+{
+    if (r == CUDA_SUCCESS && ctx && ts_shim_active())
+        ts_ctx_note_thread(ctx);
+}
+
+static CUresult hook_cuCtxSetCurrent(CUcontext ctx)
+{
+    if (!HOOK_READY() || !ts_real.cuCtxSetCurrent)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuCtxSetCurrent(ctx);
+    ctx_thread_note(r, ctx);
+    return r;
+}
+
+static CUresult hook_cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    if (!HOOK_READY() || !ts_real.cuCtxPushCurrent_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuCtxPushCurrent_v2(ctx);
+    ctx_thread_note(r, ctx);
+    return r;
 }
 
 static CUresult hook_cuStreamCreate(CUstream *ph, unsigned int flags)
@@ -392,6 +418,9 @@ static const ts_hook_entry hook_table[] = {
     HOOK("cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2", 11000, false,
          hook_cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_v2),
     HOOK("cuCtxDestroy", "cuCtxDestroy_v2", 4000, false, hook_cuCtxDestroy_v2, cuCtxDestroy_v2),
+    HOOK("cuCtxSetCurrent", "cuCtxSetCurrent", 4000, false, hook_cuCtxSetCurrent, cuCtxSetCurrent),
+    HOOK("cuCtxPushCurrent", "cuCtxPushCurrent_v2", 4000, false, hook_cuCtxPushCurrent_v2,
+         cuCtxPushCurrent_v2),
     HOOK("cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, false, hook_cuIpcGetMemHandle,
          cuIpcGetMemHandle),
 };
@@ -446,4 +475,6 @@ CUresult cuStreamEndCapture(CUstream s, CUgraph *g) EXPORT_ALIAS(hook_cuStreamEn
 CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) EXPORT_ALIAS(hook_cuStreamEndCapture_ptsz);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) EXPORT_ALIAS(hook_cuDevicePrimaryCtxReset_v2);
 CUresult cuCtxDestroy_v2(CUcontext ctx) EXPORT_ALIAS(hook_cuCtxDestroy_v2);
+CUresult cuCtxSetCurrent(CUcontext ctx) EXPORT_ALIAS(hook_cuCtxSetCurrent);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) EXPORT_ALIAS(hook_cuCtxPushCurrent_v2);
 CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr) EXPORT_ALIAS(hook_cuIpcGetMemHandle);

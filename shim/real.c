@@ -117,6 +117,7 @@ static bool driver_resolve(bool load)
     RESOLVE(h, cuDevicePrimaryCtxGetState);
     RESOLVE(h, cuEventCreate);
     RESOLVE(h, cuEventRecord);
+    RESOLVE(h, cuStreamWaitEvent);
     RESOLVE(h, cuEventQuery);
     RESOLVE(h, cuEventSynchronize);
     RESOLVE(h, cuEventDestroy_v2);

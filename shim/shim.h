@@ -6,7 +6,7 @@
  *   hooks_runtime.c   cudaMalloc, cudaFree, cudaMemGetInfo, ... (shared cudart only)
  *   context.c         CUDA context -> allocator; page, trace, fork and exit handling
  *   backend_cuda.c    the core's backend over the real driver; fences on tracked streams
- *   streams.c         which non-blocking streams exist, and whether a capture is underway
+ *   streams.c         which streams exist, which threads use a context, whether a capture runs
  *   real.c            the real dlsym, the real driver entry points, the routing table
  *
  * Hooks stay thin: lazy init, pick the allocator, call the core, return. tessera's own driver
@@ -45,6 +45,7 @@ typedef struct ts_real_driver {
     CUresult (*cuMemFreeAsync_ptsz)(CUdeviceptr, CUstream);
     CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
     CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
     CUresult (*cuCtxPushCurrent_v2)(CUcontext);
     CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
     CUresult (*cuCtxGetDevice)(CUdevice *);
@@ -57,6 +58,7 @@ typedef struct ts_real_driver {
     CUresult (*cuDevicePrimaryCtxReset_v2)(CUdevice);
     CUresult (*cuEventCreate)(CUevent *, unsigned int);
     CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
     CUresult (*cuEventQuery)(CUevent);
     CUresult (*cuEventSynchronize)(CUevent);
     CUresult (*cuEventDestroy_v2)(CUevent);
@@ -156,6 +158,11 @@ TS_HIDDEN ts_allocator *ts_ctx_allocator(CUcontext *ctx_out);
 /* The allocator that owns ptr: TS_OK (freed), TS_EINVAL (inside one of ours but not live),
  * TS_ENOTFOUND (foreign). */
 TS_HIDDEN int ts_ctx_free(uintptr_t ptr, size_t *requested);
+/* The calling thread uses ctx (made it current, or allocates in it): census, and an order
+ * point when this is the context's second host thread. */
+TS_HIDDEN void ts_ctx_note_thread(CUcontext ctx);
+/* A stream was created in ctx (the current context). */
+TS_HIDDEN void ts_ctx_stream_created(CUcontext ctx, CUstream s, unsigned int flags);
 /* Look a pointer up in every allocator. */
 TS_HIDDEN int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk);
 /* A context or a device's primary context is going away: forget its allocator's memory. */
@@ -174,6 +181,26 @@ TS_HIDDEN void ts_trace_after_fork(void);
 
 /* --- streams.c ------------------------------------------------------------------------------- */
 
+/* A context's census (stream-ordered reuse): see streams.c. Fields change one way, under the
+ * streams lock; readers without it load them atomically. */
+typedef struct ts_census {
+    CUcontext ctx;
+    uint64_t owner;    /* the first host thread seen using the context */
+    bool many_threads; /* a second host thread has used it */
+    uint32_t streams;  /* streams created in it */
+} ts_census;
+
+/* The census record of ctx (never moves; a shared always-many record when the table is full). */
+TS_HIDDEN ts_census *ts_census_of(CUcontext ctx);
+/* The calling thread uses ctx. Returns true when this made ctx many-threaded. */
+TS_HIDDEN bool ts_census_note_thread(CUcontext ctx);
+/* All of ctx's device work runs in one queue: no stream created, one host thread. */
+static inline bool ts_census_single_queue(const ts_census *c)
+{
+    return !__atomic_load_n(&c->many_threads, __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&c->streams, __ATOMIC_ACQUIRE) == 0;
+}
+
 TS_HIDDEN void ts_streams_add(CUstream s, CUcontext ctx, unsigned int flags);
 TS_HIDDEN void ts_streams_remove(CUstream s);
 /* Copy the non-blocking streams of ctx into out (at most max); returns how many there are. */
@@ -191,6 +218,9 @@ TS_HIDDEN ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, t
 TS_HIDDEN void ts_cuda_backend_forget(ts_cuda_backend *b);
 /* Point a forgotten backend at a new context (a device's primary context after a reset). */
 TS_HIDDEN void ts_cuda_backend_rebind(ts_cuda_backend *b, CUcontext ctx, CUdevice dev);
+/* A stream was created in the backend's context (current in this thread): register it and, for
+ * a non-blocking one, order its work after everything issued before (stream-ordered reuse). */
+TS_HIDDEN void ts_cuda_backend_stream_created(ts_cuda_backend *b, CUstream s, unsigned int flags);
 
 /* --- log.c ------------------------------------------------------------------------------------- */
 

@@ -32,6 +32,7 @@ struct ts_devmodel {
     size_t nhandles, handles_cap;
     bool manual_fences;
     uint64_t fence_next, fence_done;
+    ts_devmodel_order order;
     uint64_t fail_seg, fail_create, fail_map;
     ts_devmodel_addr_fn script;
     void *script_user;
@@ -229,6 +230,24 @@ static void dm_fence_release(void *ctx, ts_fence f)
     (void)f;
 }
 
+static int dm_reuse_order(void *ctx, int *issued)
+{
+    ts_devmodel *m = ctx;
+    *issued = 0;
+    if (m->order == TS_DEVMODEL_CAPTURING)
+        return TS_EAGAIN;
+    if (m->order == TS_DEVMODEL_STREAMS) {
+        *issued = 1;
+        m->c.order_points++;
+    }
+    return TS_OK;
+}
+
+void ts_devmodel_set_order(ts_devmodel *m, ts_devmodel_order mode)
+{
+    m->order = mode;
+}
+
 static int dm_vm_granularity(void *ctx, size_t *g)
 {
     ts_devmodel *m = ctx;
@@ -387,6 +406,7 @@ ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences)
         b.fence_query = dm_fence_query;
         b.fence_wait = dm_fence_wait;
         b.fence_release = dm_fence_release;
+        b.reuse_order = dm_reuse_order;
     }
     if (with_vm) {
         b.vm_granularity = dm_vm_granularity;

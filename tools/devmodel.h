@@ -21,6 +21,7 @@ typedef struct ts_devmodel_counters {
     uint64_t seg_allocs, seg_frees, seg_alloc_failures;
     uint64_t vm_reserves, vm_releases, vm_creates, vm_destroys, vm_maps, vm_unmaps;
     uint64_t fences_recorded, fence_waits, synchronizes;
+    uint64_t order_points; /* stream-order points that asked the device for something */
     size_t bytes_in_use, peak_bytes_in_use; /* physical, page-rounded */
     size_t live_segments;
 } ts_devmodel_counters;
@@ -34,6 +35,14 @@ ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences);
 
 void ts_devmodel_counters_get(const ts_devmodel *m, ts_devmodel_counters *out);
 size_t ts_devmodel_capacity(const ts_devmodel *m);
+
+/* Stream-order points (reuse_fence:order): how the modelled device answers them. */
+typedef enum ts_devmodel_order {
+    TS_DEVMODEL_ONE_QUEUE = 0, /* all work in one queue: nothing to do (the default) */
+    TS_DEVMODEL_STREAMS = 1,   /* several streams: each order point asks the device */
+    TS_DEVMODEL_CAPTURING = 2  /* a capture is underway: order points are refused */
+} ts_devmodel_order;
+void ts_devmodel_set_order(ts_devmodel *m, ts_devmodel_order mode);
 
 /* Fences: when manual, a fence completes only when the clock reaches it. */
 void ts_devmodel_set_manual_fences(ts_devmodel *m, bool manual);

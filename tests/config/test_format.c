@@ -50,7 +50,7 @@ static void test_format_defaults(void **state)
                         "garbage_collection_threshold:off,roundup_power2_divisions:[1:0,>:0],"
                         "expandable_segments:False,per_process_memory_fraction:1,"
                         "large_segment_size_mb:20,backend:native,caching:True,memory_limit:0,"
-                        "stats:True,oom_report:True,reuse_fence:events,stitching:False,"
+                        "stats:True,oom_report:True,reuse_fence:order,stitching:False,"
                         "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:256,expandable_page_mb:0,handle_policy:page,"
                         "defragment:False,verbose:False");
 
@@ -256,8 +256,8 @@ static void random_entry(text *t, unsigned k, unsigned large_seg_mb)
     case 10: put(t, "stats:%s", boolean()); break;
     case 11: put(t, "oom_report:%s", boolean()); break;
     case 12: {
-        static const char *const f[] = { "events", "sync", "none" };
-        put(t, "reuse_fence:%s", f[below(3)]);
+        static const char *const f[] = { "order", "events", "sync", "none" };
+        put(t, "reuse_fence:%s", f[below(4)]);
         break;
     }
     case 13: put(t, "stitching:%s", boolean()); break;
@@ -377,8 +377,8 @@ static void test_describe(void **state)
     assert_int_equal(keys, 21 + TS_CONFIG_NOT_APPLICABLE_COUNT);
     assert_non_null(strstr(buf, "  max_split_size_mb\n      value:   an integer >= 20 MiB, or "
                                 "unlimited\n      default: unlimited\n"));
-    assert_non_null(strstr(buf, "  reuse_fence\n      value:   events, sync or none\n      "
-                                "default: events\n"));
+    assert_non_null(strstr(buf, "  reuse_fence\n      value:   order, events, sync or none\n      "
+                                "default: order\n"));
     /* truncation keeps a terminated prefix */
     char small[32];
     assert_int_equal(ts_config_describe(small, sizeof small), n);

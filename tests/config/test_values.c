@@ -19,7 +19,7 @@ static void test_defaults(void **state)
     assert_true(c.memory_limit == 0);
     assert_true(c.stats);
     assert_true(c.oom_report);
-    assert_int_equal(c.reuse_fence, TS_FENCE_EVENTS);
+    assert_int_equal(c.reuse_fence, TS_FENCE_ORDER);
     assert_false(c.stitching);
     assert_true(c.stitch_min_block == 2 * MiB);
     assert_int_equal(c.stitch_max_ranges, 256);
@@ -428,6 +428,8 @@ static void test_reuse_fence(void **state)
 {
     (void)state;
     ts_config c;
+    assert_true(parse_ok("reuse_fence:order", &c));
+    assert_int_equal(c.reuse_fence, TS_FENCE_ORDER);
     assert_true(parse_ok("reuse_fence:events", &c));
     assert_int_equal(c.reuse_fence, TS_FENCE_EVENTS);
     assert_true(parse_ok("reuse_fence:sync", &c));
@@ -436,7 +438,7 @@ static void test_reuse_fence(void **state)
     assert_int_equal(c.reuse_fence, TS_FENCE_NONE);
     assert_true(parse_error("reuse_fence:Events",
                             "key 'reuse_fence' at position 0: value 'Events' is not a valid option "
-                            "(must be events, sync or none)", NULL));
+                            "(must be order, events, sync or none)", NULL));
     assert_string_equal(ts_config_fence_name(TS_FENCE_SYNC), "sync");
 }
 

@@ -370,13 +370,103 @@ static void test_seg_alloc_failure_is_clean(void **state)
     fx_close(&f);
 }
 
-/* --- fences -------------------------------------------------------------------------------------- */
+/* --- stream-ordered reuse (reuse_fence:order, the default) ----------------------------------------- */
+
+/* One queue: a freed block is reused at once, by the next request of its size, and the device is
+ * asked for nothing. */
+static void test_order_one_queue_reuses_at_once(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, true);
+    assert_int_equal(f.cfg.reuse_fence, TS_FENCE_ORDER);
+    for (int i = 0; i < 100; i++) {
+        uintptr_t x = fx_alloc(&f, 6 * MiB);
+        uintptr_t y = fx_alloc(&f, 3 * MiB);
+        fx_free(&f, x);
+        fx_free(&f, y);
+    }
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_device_alloc, 1); /* one 20 MiB segment served every iteration */
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].peak, 20 * (int64_t)MiB);
+    assert_int_equal(st->active[TESSERA_POOL_ALL].current, 0); /* nothing pending */
+    assert_int_equal(st->num_fences_recorded, 0);
+    assert_int_equal(st->num_fence_waits, 0);
+    fx_close(&f);
+}
+
+/* Several streams: handing out a block freed since the last order point makes one order point,
+ * which covers every block freed before it; fresh memory and blocks freed before the last order
+ * point need none. */
+static void test_order_point_per_epoch(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, true);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
+    uintptr_t a = fx_alloc(&f, 6 * MiB);   /* a 20 MiB segment */
+    uintptr_t b = fx_alloc(&f, 30 * MiB);  /* its own segment */
+    uintptr_t c = fx_alloc(&f, 40 * MiB);  /* its own segment */
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, 0); /* fresh memory: nothing to order */
+    fx_free(&f, b);
+    fx_free(&f, c);
+    assert_int_equal(fx_alloc(&f, 30 * MiB), b); /* freed since the last order point: one now */
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.order_points, 1);
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, 1);
+    assert_int_equal(fx_alloc(&f, 40 * MiB), c); /* freed before that point: no new one */
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, 1);
+    fx_free(&f, a);                             /* a merges with its segment's free tail */
+    assert_int_equal(fx_alloc(&f, 16 * MiB), a); /* the merged block carries a's epoch */
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, 2);
+    assert_int_equal(fx_stats(&f)->num_device_alloc, 3);
+    assert_int_equal(fx_stats(&f)->num_fence_waits, 0); /* the host never waited */
+    fx_free(&f, a);
+    fx_free(&f, b);
+    fx_free(&f, c);
+    fx_close(&f);
+}
+
+/* No order point can be made (a capture is underway): a block freed since the last one stays
+ * cached and the request takes new memory; once order points work again it is reused. */
+static void test_order_refused_takes_new_memory(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, true);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_CAPTURING);
+    uintptr_t a = fx_alloc(&f, 30 * MiB);
+    fx_free(&f, a);
+    uintptr_t b = fx_alloc(&f, 30 * MiB);
+    assert_true(b != a);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_device_alloc, 2);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 60 * (int64_t)MiB);
+    assert_int_equal(st->num_ooms, 0);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
+    assert_int_equal(fx_alloc(&f, 30 * MiB), a);
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, 1);
+    fx_free(&f, a);
+    fx_free(&f, b);
+    fx_close(&f);
+}
+
+/* --- fences (reuse_fence:events) ----------------------------------------------------------------- */
+
+static const ts_config *events_cfg(void)
+{
+    static ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.reuse_fence = TS_FENCE_EVENTS;
+    return &cfg;
+}
 
 static void test_fences_defer_reuse(void **state)
 {
     (void)state;
     fixture f;
-    fx_open(&f, 1 * GiB, NULL, false, true);
+    fx_open(&f, 1 * GiB, events_cfg(), false, true);
     ts_devmodel_set_manual_fences(f.dev, true);
     uintptr_t a = fx_alloc(&f, 12 * MiB);
     fx_free(&f, a);
@@ -416,7 +506,7 @@ static void test_fences_bound_growth(void **state)
 {
     (void)state;
     fixture f;
-    fx_open(&f, 8 * GiB, NULL, false, true);
+    fx_open(&f, 8 * GiB, events_cfg(), false, true);
     ts_devmodel_set_manual_fences(f.dev, true);
     for (int i = 0; i < 200; i++) {
         uintptr_t x = fx_alloc(&f, 64 * MiB);
@@ -436,7 +526,7 @@ static void test_fences_oom_waits(void **state)
 {
     (void)state;
     fixture f;
-    fx_open(&f, 40 * MiB, NULL, false, true);
+    fx_open(&f, 40 * MiB, events_cfg(), false, true);
     ts_devmodel_set_manual_fences(f.dev, true);
     uintptr_t a = fx_alloc(&f, 20 * MiB);
     uintptr_t b = fx_alloc(&f, 20 * MiB);
@@ -583,7 +673,7 @@ static void test_model_fences(void **state)
     (void)state;
     uint64_t seed = test_seed();
     for (int i = 0; i < 6; i++)
-        model_run(seed * 17 + (uint64_t)i, NULL, true, 2000);
+        model_run(seed * 17 + (uint64_t)i, events_cfg(), true, 2000);
 }
 
 /* Several threads on one allocator (TSan runs this): each keeps its own live set and checks
@@ -666,6 +756,9 @@ int main(void)
         cmocka_unit_test(test_garbage_collection),
         cmocka_unit_test(test_bad_frees),
         cmocka_unit_test(test_seg_alloc_failure_is_clean),
+        cmocka_unit_test(test_order_one_queue_reuses_at_once),
+        cmocka_unit_test(test_order_point_per_epoch),
+        cmocka_unit_test(test_order_refused_takes_new_memory),
         cmocka_unit_test(test_fences_defer_reuse),
         cmocka_unit_test(test_fences_bound_growth),
         cmocka_unit_test(test_fences_oom_waits),
