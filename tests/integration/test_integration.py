@@ -227,6 +227,46 @@ class UnsafeReuse(Base):
                 self.assertGreater(run.stats["num_fences_recorded"], 0, run)
 
 
+class StreamOrder(Base):
+    """reuse_fence:order (the default) reuses a freed block at once, and orders the new owner's
+    work after the old work on the device, whatever streams and threads each used."""
+    UNSAFE = ["nb-to-legacy", "legacy-to-nb", "two-blocking", "new-stream", "ptds-threads",
+              "host-func"]
+    ARGS = ["--size", "8M", "--copies", "4", "--rounds", "4"]
+    SLOW = {"TESSERA_SIM_OP_DELAY_US": "3000"}
+
+    def run_variant(self, variant, conf=None):
+        return self.env.run(prog("reuse_order", "--variant", variant, *self.ARGS), conf=conf,
+                            extra=self.SLOW)
+
+    def test_one_queue_reuses_with_no_device_call(self):
+        # the host runs ahead of a device busy on the legacy stream: every round reuses A at
+        # once, the host never waits, and the device is asked for nothing
+        run = self.run_variant("legacy")
+        self.ok(run)
+        self.assertEqual(run.result["reused"], "4", run)
+        self.assertEqual(run.stats["num_fences_recorded"], 0, run)
+        self.assertEqual(run.stats["num_fence_waits"], 0, run)
+
+    def test_unsafe_variants_keep_their_bytes(self):
+        for variant in self.UNSAFE:
+            with self.subTest(variant=variant):
+                run = self.run_variant(variant)
+                self.ok(run)
+                self.assertEqual(run.result["corrupt_rounds"], "0", run)
+                self.assertEqual(run.result["reused"], "4", run)  # reused, not new memory
+                self.assertEqual(run.stats["num_fence_waits"], 0, run)  # the host never waited
+                self.assertGreater(run.stats["num_fences_recorded"], 0, run)
+
+    def test_unconditional_reuse_corrupts_every_variant(self):
+        # the mutation check: with reuse made unconditional each variant sees the late copies
+        for variant in self.UNSAFE:
+            with self.subTest(variant=variant):
+                run = self.run_variant(variant, conf="reuse_fence:none")
+                self.assertEqual(run.rc, 3, run)
+                self.assertEqual(run.result.get("status"), "corrupt", run)
+
+
 class OutOfMemory(Base):
     def test_release_and_retry(self):
         # 39 x 10 MiB (each its own segment), every 5th freed (cached), then 20 MiB on a device
