@@ -15,6 +15,9 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
   3. driver calls per step in steady state for the synthetic multi-step workloads
   4. the LD_PRELOAD path on the simulated device: tests/programs/churn with and without
      libtessera.so, and with TESSERA_TRACE recording
+  5. stream-ordered reuse through LD_PRELOAD (tests/bench/stream_order.py): the tight
+     cudaMalloc/cudaFree loop against a glibc pair, the host-runs-ahead loop against
+     reuse_fence:none, the multi-stream variants against reuse_fence:sync
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -23,7 +26,7 @@ Options:
   --build-dir DIR   build directory (default: build-bench at the repository root)
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
-  --only LIST       comma-separated parts to run: core,replay,steady,shim (default: all)
+  --only LIST       comma-separated parts to run: core,replay,steady,shim,stream (default: all)
   -h, --help
 USAGE
 }
@@ -32,7 +35,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim"
+only="core,replay,steady,shim,stream"
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) bd=$(realpath -m "$2"); shift 2 ;;
@@ -235,6 +238,24 @@ if want shim; then
     fi
 fi
 
+# --- 5. stream-ordered reuse through LD_PRELOAD --------------------------------------------------
+if want stream; then
+    if [ -x "$bd/tests/programs/tight_loop" ] && [ -e "$bd/shim/libtessera.so" ]; then
+        echo "bench.sh: stream-ordered reuse on the simulated device ..." >&2
+        args=()
+        [ "$quick" -eq 1 ] && args+=(--quick)
+        note_cmd stream "python3 tests/bench/stream_order.py $B $B/bench-raw/stream ${args[*]}"
+        python3 tests/bench/stream_order.py "$bd" "$raw/stream" "${args[@]}" >/dev/null
+    else
+        echo "bench.sh: the sample programs or libtessera.so are not built: skipping stream order" >&2
+    fi
+fi
+
 # --- report -------------------------------------------------------------------------------------
 python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
+if [ -f "$raw/stream.md" ]; then
+    { printf '\n## Stream-ordered reuse through LD_PRELOAD (simulated device)\n\n'
+      printf 'Command: `%s`\n\n' "$(grep '^stream' "$raw/commands.txt" | cut -f2)"
+      cat "$raw/stream.md"; } | tee -a "$bd/bench-results.md"
+fi
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

@@ -258,6 +258,22 @@ class StreamOrder(Base):
                 self.assertEqual(run.stats["num_fence_waits"], 0, run)  # the host never waited
                 self.assertGreater(run.stats["num_fences_recorded"], 0, run)
 
+    def test_replay_matches_live_run(self):
+        # tessera-replay models no fences: with stream order a live single-stream run reserves
+        # exactly what the replay of its trace says (with reuse_fence:events it reserves more)
+        peaks = {}
+        for conf in ("", "reuse_fence:events"):
+            trace = os.path.join(self.env.tmp, "order.csv")
+            run = self.env.run(prog("train_loop", "--steps", "8"), conf=conf,
+                               extra=dict(self.SLOW, TESSERA_SIM_OP_DELAY_US="200", TESSERA_TRACE=trace))
+            self.ok(run)
+            out = subprocess.run([REPLAY, "--json", trace],
+                                 capture_output=True, text=True, check=True)
+            peaks[conf] = (run.stats["reserved_bytes.all.peak"], json.loads(out.stdout)["peak_reserved_bytes"])
+        live, replayed = peaks[""]
+        self.assertEqual(live, replayed, peaks)
+        self.assertGreater(peaks["reuse_fence:events"][0], replayed, peaks)
+
     def test_unconditional_reuse_corrupts_every_variant(self):
         # the mutation check: with reuse made unconditional each variant sees the late copies
         for variant in self.UNSAFE:
