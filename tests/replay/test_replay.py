@@ -47,6 +47,52 @@ class Replay(unittest.TestCase):
                     self.assertLessEqual(row["min_capacity_bytes"],
                                          (row["peak_reserved_bytes"] + (2 << 20) - 1) // (2 << 20) * (2 << 20))
 
+    def test_compare_table_oom_column_and_verdict(self):
+        trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
+        confs = ("default", "defragment:True")
+        unlimited = json.loads(replay("--json", "--compare", trace, *confs).stdout)
+        base_min = unlimited[0]["min_capacity_bytes"]
+        defrag_min = unlimited[1]["min_capacity_bytes"]
+        self.assertLess(defrag_min, base_min)  # the trace this test needs
+
+        def mib(v):
+            return "%.1f MiB" % (v / (1 << 20))
+
+        # Unlimited: no OOMs, a verdict, and a word on why peak allocated differs.
+        r = replay("--compare", trace, *confs)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OOMs", r.stdout.splitlines()[1])
+        self.assertIn(f"defragment:True: runs in {mib(defrag_min)} where default needs "
+                      f"{mib(base_min)}; ", r.stdout)
+        if unlimited[0]["peak_allocated_bytes"] != unlimited[1]["peak_allocated_bytes"]:
+            self.assertEqual(unlimited[0]["peak_requested_bytes"],
+                             unlimited[1]["peak_requested_bytes"])
+            self.assertIn("The program's own peak (requested bytes) is "
+                          f"{mib(unlimited[0]['peak_requested_bytes'])} under every "
+                          "configuration", r.stdout)
+
+        # On the device defragment needs, the default runs out: the table counts it and names
+        # the first failing allocation, and the verdict says defragment saves the run.
+        cap = str(defrag_min)
+        rows = json.loads(replay("--json", "--capacity", cap, "--compare", trace, *confs).stdout)
+        ooms = rows[0]["num_ooms"]
+        self.assertGreater(ooms, 0)
+        self.assertEqual(rows[0]["failed_allocations"], ooms)
+        self.assertEqual(rows[1]["num_ooms"], 0)
+        r = replay("--capacity", cap, "--compare", trace, *confs)
+        self.assertEqual(r.returncode, 3)  # a configuration did not fit the given device
+        lines = r.stdout.splitlines()
+        header = lines[1].split()
+        default_row = lines[2].split()
+        self.assertEqual(default_row[0], "default")
+        first = "#%d" % rows[0]["first_oom_allocation"]
+        # the row's OOM count sits just before the first failing allocation
+        self.assertEqual(default_row[default_row.index(first) - 1], str(ooms))
+        self.assertIn(mib(rows[0]["first_oom_bytes"]), lines[2])
+        self.assertIn("first", header)
+        self.assertIn(f"defragment:True: runs in {mib(defrag_min)} where default needs "
+                      f"{mib(base_min)}; no OOM where default had {ooms}; ", r.stdout)
+
     def test_min_capacity_is_tight(self):
         trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
         r = json.loads(replay("--json", "--min-capacity", trace).stdout)
