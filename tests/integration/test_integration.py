@@ -456,6 +456,8 @@ class Recording(Base):
         self.ok(run)
         rows = open(trace).read().splitlines()
         self.assertEqual(rows[0], "Thread,Time,Action,Pointer,Size,Stream")
+        # the stream as RMM's logging adaptor writes it: hex without a prefix
+        self.assertEqual({r.split(",")[5] for r in rows[1:]}, {"0"})
         allocs = [r for r in rows[1:] if r.split(",")[2] == "allocate"]
         frees = [r for r in rows[1:] if r.split(",")[2] == "free"]
         self.assertEqual(len(allocs), int(run.result["allocs"]))
