@@ -63,7 +63,10 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
                  ts_oom_info *oom);
 
 /* One line (no prefix, no newline): sizes, capacity, free, allocated, reserved but unallocated,
- * largest free block, and the configuration key that would help. Returns snprintf's value. */
+ * largest free block, and the configuration key that would help: defragment:True or
+ * expandable_segments:True when memory already reserved could serve the request (or, under a cap,
+ * allocated + request fits it), the cap only when allocated + request exceeds it. Returns
+ * snprintf's value. */
 int ts_format_oom(const ts_oom_info *oom, char *buf, size_t len);
 
 /* Free a pointer returned by ts_malloc. TS_OK; TS_ENOTFOUND when ptr is not inside any of this

@@ -17,22 +17,40 @@ static const char *size_text(size_t v, char *buf, size_t len)
     return buf;
 }
 
+/* The advice names what would have served this request, in the order that costs least:
+ * - fragmentation first: the request is no larger than the memory reserved but unallocated (it
+ *   exists, in pieces or on another stream), or, under a cap, allocated + request fits under the
+ *   cap and only the new segment's rounding (a 20 MiB segment for an 11 MiB request) crossed
+ *   it. Raising the cap would hide this, at the price of more memory; expandable segments and
+ *   stitching use the memory already reserved.
+ * - the cap, only when allocated + request really exceeds it;
+ * - otherwise the device itself is full. */
+static const char *oom_advice(const ts_oom_info *o)
+{
+    size_t unallocated = o->reserved > o->allocated ? o->reserved - o->allocated : 0;
+    /* allocated + rounded <= limit, written so a huge request cannot wrap around. */
+    bool fits_cap = o->limit && o->allocated <= o->limit && o->rounded <= o->limit - o->allocated;
+    bool fragmented = unallocated >= o->rounded || (o->limit_reached && fits_cap);
+    if (fragmented && !o->expandable_segments)
+        return "reserved but unallocated memory could serve it (fragmentation): set "
+               "TESSERA_ALLOC_CONF=defragment:True (expandable segments and stitching) or "
+               "expandable_segments:True";
+    if (fragmented && !o->stitching)
+        return "reserved but unallocated memory could serve it (fragmentation): set "
+               "TESSERA_ALLOC_CONF=defragment:True to stitch its free pages together";
+    if (fragmented && unallocated >= o->rounded)
+        return "free memory is in pieces smaller than the stitching minimum: lower "
+               "stitch_min_block_mb";
+    if (o->limit_reached)
+        return "allocated memory plus this request exceeds the allocator's cap: raise "
+               "memory_limit or per_process_memory_fraction";
+    return "the device is full: the program needs less memory or a larger device";
+}
+
 int ts_format_oom(const ts_oom_info *o, char *buf, size_t len)
 {
     char req[32], seg[32], cap[32], fre[32], alc[32], unalloc[32], lfb[32], lim[32];
     size_t unallocated = o->reserved > o->allocated ? o->reserved - o->allocated : 0;
-    const char *hint;
-    if (o->limit_reached)
-        hint = "the allocator's cap refused it: raise memory_limit or "
-               "per_process_memory_fraction";
-    else if (unallocated >= o->rounded && !(o->expandable_segments && o->stitching))
-        hint = "reserved but unallocated memory is large: set TESSERA_ALLOC_CONF=defragment:True "
-               "(expandable segments and stitching) to use it";
-    else if (unallocated >= o->rounded)
-        hint = "free memory is in pieces smaller than the stitching minimum: lower "
-               "stitch_min_block_mb";
-    else
-        hint = "the device is full: the program needs less memory or a larger device";
     char limit_text[64] = "";
     if (o->limit)
         snprintf(limit_text, sizeof limit_text, " (cap %s)", size_text(o->limit, lim, sizeof lim));
@@ -46,5 +64,5 @@ int ts_format_oom(const ts_oom_info *o, char *buf, size_t len)
                     size_text(o->device_free, fre, sizeof fre),
                     size_text(o->allocated, alc, sizeof alc),
                     size_text(unallocated, unalloc, sizeof unalloc),
-                    size_text(o->largest_free_block, lfb, sizeof lfb), hint);
+                    size_text(o->largest_free_block, lfb, sizeof lfb), oom_advice(o));
 }

@@ -98,17 +98,6 @@ const char *ts_format_bytes(char *buf, size_t len, uint64_t bytes)
     return buf;
 }
 
-static const char *fmt_signed_bytes(char *buf, size_t len, int64_t v)
-{
-    if (v >= 0)
-        return ts_format_bytes(buf, len, (uint64_t)v);
-    if (len < 2)
-        return ts_format_bytes(buf, len, 0);
-    buf[0] = '-';
-    ts_format_bytes(buf + 1, len - 1, (uint64_t)0 - (uint64_t)v);
-    return buf;
-}
-
 /* Length of the valid UTF-8 sequence at s (n bytes available), or 0 when invalid. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
 {
@@ -367,16 +356,130 @@ static void views_count(const ts_proc_view *views, size_t n, size_t *live, size_
 /* ------------------------------------------------------------------------------------------ */
 /* table                                                                                      */
 
+/* One table row's numbers, as read from a slot. A page is written under a sequence lock, so a
+ * reader sees one consistent set; counters that still disagree (allocated above reserved, a
+ * negative size) come from a damaged or forged page: the row clamps them and marks them '?'
+ * rather than printing huge negative numbers. */
+typedef struct table_numbers {
+    int64_t allocated, reserved, unallocated;
+    double frag; /* 0..1; -1 when nothing is reserved */
+    bool inconsistent;
+} table_numbers;
+
+static int64_t clamp_nonneg(int64_t v, bool *bad)
+{
+    if (v >= 0)
+        return v;
+    *bad = true;
+    return 0;
+}
+
+/* FRAG is fragmentation where it hurts: the share of the free cached memory (reserved - active)
+ * that no single request can use,
+ *     1 - max(largest free block, bytes in wholly free segments) / free cached bytes.
+ * A hole inside a segment in use serves only requests up to its size; a wholly free segment can
+ * be released and obtained again in one piece (release-and-retry), so a program that freed all
+ * its blocks shows 0%, and 50 holes of 4 MiB show 98%. The largest free block is refreshed
+ * with the segment map (at least every 64 operations): it is capped at the free bytes. */
+static table_numbers table_numbers_of(const tessera_device_stats *st)
+{
+    table_numbers t = {0};
+    bool bad = false;
+    t.allocated = clamp_nonneg(get_stat(st, "allocated_bytes", TESSERA_POOL_ALL, 0), &bad);
+    t.reserved = clamp_nonneg(get_stat(st, "reserved_bytes", TESSERA_POOL_ALL, 0), &bad);
+    int64_t active = clamp_nonneg(get_stat(st, "active_bytes", TESSERA_POOL_ALL, 0), &bad);
+    int64_t split = clamp_nonneg(get_stat(st, "inactive_split_bytes", TESSERA_POOL_ALL, 0), &bad);
+    int64_t largest = clamp_nonneg(get_stat(st, "largest_free_block_bytes", 0, 0), &bad);
+    if (t.allocated > t.reserved || active > t.reserved) {
+        bad = true;
+        t.allocated = t.allocated > t.reserved ? t.reserved : t.allocated;
+        active = active > t.reserved ? t.reserved : active;
+    }
+    t.unallocated = t.reserved - t.allocated;
+    /* active (allocated + pending frees) is never below allocated; a page that predates the
+     * counter, or a hand-written one, may lack it */
+    int64_t free_bytes = t.reserved - (active > t.allocated ? active : t.allocated);
+    if (split > free_bytes) {
+        bad = true;
+        split = free_bytes;
+    }
+    t.frag = t.reserved > 0 ? 0 : -1;
+    if (free_bytes > 0) {
+        int64_t whole = free_bytes - split;
+        int64_t usable = largest > whole ? largest : whole;
+        if (usable > free_bytes)
+            usable = free_bytes;
+        t.frag = 1.0 - (double)usable / (double)free_bytes;
+    }
+    t.inconsistent = bad;
+    return t;
+}
+
+/* The numbers of slot k of v (already labelled), then mark ("exited" for a stale page). */
+static void table_row(FILE *f, const ts_proc_view *v, uint32_t k, const char *mark)
+{
+    const ts_slot_view *s = &v->slots[k];
+    char dev[48], a[48], r[48], u[48], frag[16];
+    slot_label(v, k, dev, sizeof dev);
+    fprintf(f, "%-8d ", v->pid);
+    put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
+    fprintf(f, " %-6s", dev);
+    if (s->status != TS_PAGE_OK) {
+        fprintf(f, " %s: %s\n", ts_page_status_name(s->status), s->error);
+        return;
+    }
+    const tessera_device_stats *st = &s->head.stats;
+    table_numbers t = table_numbers_of(st);
+    const char *q = t.inconsistent ? "?" : "";
+    ts_format_bytes(a, sizeof a, (uint64_t)t.allocated);
+    ts_format_bytes(r, sizeof r, (uint64_t)t.reserved);
+    ts_format_bytes(u, sizeof u, (uint64_t)t.unallocated);
+    if (t.inconsistent)
+        snprintf(frag, sizeof frag, "?");
+    else if (t.frag >= 0)
+        snprintf(frag, sizeof frag, "%.1f%%", 100.0 * t.frag);
+    else
+        snprintf(frag, sizeof frag, "-");
+    fprintf(f, " %11s%1s %11s%1s %11s%1s %7s %8" PRId64 " %6" PRId64 "%s%s\n", a, q, r, q, u, q,
+            frag, get_stat(st, "num_alloc_retries", 0, 0), get_stat(st, "num_ooms", 0, 0),
+            *mark ? "  " : "", mark);
+}
+
+static void table_header(FILE *f)
+{
+    fprintf(f, "%-8s %-28s %-6s %12s %12s %12s %7s %8s %6s\n", "PID", "COMMAND", "DEVICE",
+            "ALLOCATED", "RESERVED", "UNALLOCATED", "FRAG", "RETRIES", "OOMS");
+}
+
+/* Does any readable slot of the n views (live ones, or stale ones) hold inconsistent counters? */
+static bool views_inconsistent(const ts_proc_view *views, size_t n, bool stale)
+{
+    for (size_t i = 0; i < n; i++) {
+        const ts_proc_view *v = &views[i];
+        if (v->status != TS_PAGE_OK || ts_owner_is_stale(v->owner) != stale)
+            continue;
+        for (uint32_t k = 0; k < v->nslots; k++)
+            if (v->slots[k].status == TS_PAGE_OK &&
+                table_numbers_of(&v->slots[k].head.stats).inconsistent)
+                return true;
+    }
+    return false;
+}
+
+static void table_inconsistent_note(FILE *f)
+{
+    fprintf(f, "?: counters that disagree (allocated above reserved, a negative size): a damaged "
+               "page; shown clamped\n");
+}
+
 void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *dir)
 {
     size_t live, stale, bad;
     views_count(views, n, &live, &stale, &bad);
-    char a[48], r[48], u[48];
     if (live == 0) {
         fprintf(f, "no tessera processes (in %s)\n", dir ? dir : ts_statspage_dir());
     } else {
-        fprintf(f, "%-8s %-28s %-6s %12s %12s %12s %7s %8s %6s\n", "PID", "COMMAND", "DEVICE",
-                "ALLOCATED", "RESERVED", "UNALLOCATED", "FRAG", "RETRIES", "OOMS");
+        table_header(f);
         for (size_t i = 0; i < n; i++) {
             const ts_proc_view *v = &views[i];
             if (!view_is_live(v))
@@ -387,34 +490,11 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
                 fprintf(f, " %-6s %12s %12s %12s %7s %8s %6s\n", "-", "-", "-", "-", "-", "-", "-");
                 continue;
             }
-            for (uint32_t k = 0; k < v->nslots; k++) {
-                const ts_slot_view *s = &v->slots[k];
-                char dev[48];
-                slot_label(v, k, dev, sizeof dev);
-                fprintf(f, "%-8d ", v->pid);
-                put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
-                fprintf(f, " %-6s", dev);
-                if (s->status != TS_PAGE_OK) {
-                    fprintf(f, " %s: %s\n", ts_page_status_name(s->status), s->error);
-                    continue;
-                }
-                const tessera_device_stats *st = &s->head.stats;
-                int64_t alloc = get_stat(st, "allocated_bytes", TESSERA_POOL_ALL, 0);
-                int64_t res = get_stat(st, "reserved_bytes", TESSERA_POOL_ALL, 0);
-                int64_t unalloc;
-                if (__builtin_sub_overflow(res, alloc, &unalloc))
-                    unalloc = res < 0 ? INT64_MIN : INT64_MAX;
-                char frag[16];
-                if (res > 0)
-                    snprintf(frag, sizeof frag, "%.1f%%", 100.0 * (1.0 - (double)alloc / (double)res));
-                else
-                    snprintf(frag, sizeof frag, "-");
-                fprintf(f, " %12s %12s %12s %7s %8" PRId64 " %6" PRId64 "\n",
-                        fmt_signed_bytes(a, sizeof a, alloc), fmt_signed_bytes(r, sizeof r, res),
-                        fmt_signed_bytes(u, sizeof u, unalloc), frag,
-                        get_stat(st, "num_alloc_retries", 0, 0), get_stat(st, "num_ooms", 0, 0));
-            }
+            for (uint32_t k = 0; k < v->nslots; k++)
+                table_row(f, v, k, "");
         }
+        if (views_inconsistent(views, n, false))
+            table_inconsistent_note(f);
     }
     if (stale) {
         fprintf(f, "\nstale pages (their processes are gone; remove them with `tessera-stat --gc`):\n");
@@ -428,6 +508,24 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
             put_text(f, v->owner_why, sizeof v->owner_why, SIZE_MAX, ESC_TERM);
             fputc('\n', f);
         }
+        /* A readable stale page (TESSERA_STATS_KEEP=1, or a killed process) still holds the
+         * last numbers its process published: shown, marked as such. */
+        bool header = true;
+        for (size_t i = 0; i < n; i++) {
+            const ts_proc_view *v = &views[i];
+            if (!ts_owner_is_stale(v->owner) || v->status != TS_PAGE_OK)
+                continue;
+            for (uint32_t k = 0; k < v->nslots; k++) {
+                if (header) {
+                    fputc('\n', f);
+                    table_header(f);
+                    header = false;
+                }
+                table_row(f, v, k, "exited: last numbers");
+            }
+        }
+        if (views_inconsistent(views, n, true))
+            table_inconsistent_note(f);
     }
     if (bad) {
         fprintf(f, "\nunreadable pages:\n");

@@ -54,8 +54,14 @@ const ts_config *ts_shim_config(void)
     return &g_cfg;
 }
 
+static void announce(void);
+
 bool ts_shim_active(void)
 {
+    /* Stepping aside (caching:False, backend:cudaMallocAsync) creates no allocator, the usual
+     * place to announce: the first hook that steps aside says the warnings and verbose lines. */
+    if (!g_active)
+        announce();
     return g_active;
 }
 
@@ -92,9 +98,9 @@ __attribute__((constructor)) static void shim_load(void)
 /* Said once, by the first allocator: only processes that use CUDA talk. */
 static void announce(void)
 {
-    if (g_announced)
+    /* Reached under the context table's lock, or by any hook when tessera steps aside. */
+    if (__atomic_exchange_n(&g_announced, true, __ATOMIC_ACQ_REL))
         return;
-    g_announced = true;
     if (g_warnings_len) {
         char *save = NULL;
         for (char *line = strtok_r(g_warnings, "\n", &save); line; line = strtok_r(NULL, "\n", &save))

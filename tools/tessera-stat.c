@@ -43,7 +43,9 @@ static void usage(FILE *f)
             "Pages are read from --dir, else $" TESSERA_PAGE_DIR_ENV ", else " TESSERA_PAGE_DEFAULT_DIR
             ".\n"
             "Sizes in the table and the map are binary (KiB, MiB, GiB); JSON, Prometheus and the\n"
-            "per-process view give exact bytes.\n",
+            "per-process view give exact bytes.\n"
+            "FRAG in the table: the share of free cached memory that no single request can use\n"
+            "(holes inside segments in use; a wholly free segment is not fragmentation).\n",
             prog, prog, prog, prog, prog, prog, prog, prog);
 }
 

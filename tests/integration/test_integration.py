@@ -11,6 +11,7 @@ Environment:   TS_BUILD (the build directory), TS_SOURCE (the source directory).
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,8 @@ def probe(name):
 class Base(unittest.TestCase):
     def setUp(self):
         self.env = Env()
+        # the stats pages, reports and traces of a test go with it, also when it fails
+        self.addCleanup(shutil.rmtree, self.env.tmp, ignore_errors=True)
 
     def ok(self, run, status="ok", rc=0):
         self.assertEqual(run.rc, rc, run)
@@ -485,6 +488,22 @@ class Configuration(Base):
         self.assertEqual(self.sim_allocs(run), int(run.result["allocs"]))
 
 
+    def test_stepping_aside_still_warns_and_says_verbose(self):
+        # caching:False and backend:cudaMallocAsync create no allocator: the warnings and the
+        # verbose configuration line must not depend on one
+        for var, conf in (("TESSERA_ALLOC_CONF", "caching:False,verbose:True"),
+                          ("PYTORCH_CUDA_ALLOC_CONF",
+                           "backend:cudaMallocAsync,max_split_size_mb:100,verbose:True")):
+            with self.subTest(conf=conf):
+                run = self.env.run(prog("churn", "--iters", "20", "--max-size", "1M"),
+                                   extra={var: conf})
+                self.ok(run)
+                self.assertEqual(self.sim_allocs(run), int(run.result["allocs"]))  # uncached
+                self.assertEqual(run.stderr.count(f"tessera: configuration from {var}: "), 1, run)
+                if "cudaMallocAsync" in conf:
+                    self.assertIn("backend:cudaMallocAsync ignores max_split_size_mb", run.stderr)
+
+
 class Recording(Base):
     def test_trace_round_trip(self):
         trace = os.path.join(self.env.tmp, "trace.csv")
@@ -493,6 +512,8 @@ class Recording(Base):
         self.ok(run)
         rows = open(trace).read().splitlines()
         self.assertEqual(rows[0], "Thread,Time,Action,Pointer,Size,Stream")
+        # the stream as RMM's logging adaptor writes it: hex without a prefix
+        self.assertEqual({r.split(",")[5] for r in rows[1:]}, {"0"})
         allocs = [r for r in rows[1:] if r.split(",")[2] == "allocate"]
         frees = [r for r in rows[1:] if r.split(",")[2] == "free"]
         self.assertEqual(len(allocs), int(run.result["allocs"]))

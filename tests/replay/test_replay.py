@@ -47,6 +47,52 @@ class Replay(unittest.TestCase):
                     self.assertLessEqual(row["min_capacity_bytes"],
                                          (row["peak_reserved_bytes"] + (2 << 20) - 1) // (2 << 20) * (2 << 20))
 
+    def test_compare_table_oom_column_and_verdict(self):
+        trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
+        confs = ("default", "defragment:True")
+        unlimited = json.loads(replay("--json", "--compare", trace, *confs).stdout)
+        base_min = unlimited[0]["min_capacity_bytes"]
+        defrag_min = unlimited[1]["min_capacity_bytes"]
+        self.assertLess(defrag_min, base_min)  # the trace this test needs
+
+        def mib(v):
+            return "%.1f MiB" % (v / (1 << 20))
+
+        # Unlimited: no OOMs, a verdict, and a word on why peak allocated differs.
+        r = replay("--compare", trace, *confs)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OOMs", r.stdout.splitlines()[1])
+        self.assertIn(f"defragment:True: runs in {mib(defrag_min)} where default needs "
+                      f"{mib(base_min)}; ", r.stdout)
+        if unlimited[0]["peak_allocated_bytes"] != unlimited[1]["peak_allocated_bytes"]:
+            self.assertEqual(unlimited[0]["peak_requested_bytes"],
+                             unlimited[1]["peak_requested_bytes"])
+            self.assertIn("The program's own peak (requested bytes) is "
+                          f"{mib(unlimited[0]['peak_requested_bytes'])} under every "
+                          "configuration", r.stdout)
+
+        # On the device defragment needs, the default runs out: the table counts it and names
+        # the first failing allocation, and the verdict says defragment saves the run.
+        cap = str(defrag_min)
+        rows = json.loads(replay("--json", "--capacity", cap, "--compare", trace, *confs).stdout)
+        ooms = rows[0]["num_ooms"]
+        self.assertGreater(ooms, 0)
+        self.assertEqual(rows[0]["failed_allocations"], ooms)
+        self.assertEqual(rows[1]["num_ooms"], 0)
+        r = replay("--capacity", cap, "--compare", trace, *confs)
+        self.assertEqual(r.returncode, 3)  # a configuration did not fit the given device
+        lines = r.stdout.splitlines()
+        header = lines[1].split()
+        default_row = lines[2].split()
+        self.assertEqual(default_row[0], "default")
+        first = "#%d" % rows[0]["first_oom_allocation"]
+        # the row's OOM count sits just before the first failing allocation
+        self.assertEqual(default_row[default_row.index(first) - 1], str(ooms))
+        self.assertIn(mib(rows[0]["first_oom_bytes"]), lines[2])
+        self.assertIn("first", header)
+        self.assertIn(f"defragment:True: runs in {mib(defrag_min)} where default needs "
+                      f"{mib(base_min)}; no OOM where default had {ooms}; ", r.stdout)
+
     def test_min_capacity_is_tight(self):
         trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
         r = json.loads(replay("--json", "--min-capacity", trace).stdout)
@@ -72,6 +118,68 @@ class Replay(unittest.TestCase):
         self.assertEqual(d["peak_allocated_bytes"], 1048576 + 4096)
         self.assertEqual(d["peak_reserved_bytes"], 2 << 20)  # both in one small-pool segment
         os.unlink(f.name)
+
+    def csv(self, text):
+        f = tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False)
+        f.write(text)
+        f.close()
+        self.addCleanup(os.unlink, f.name)
+        return f.name
+
+    def test_csv_as_rmm_reads_it(self):
+        # RMM's replay benchmark reads columns by header name: any order, extra columns, quoted
+        # fields; RMM writes the pointer and stream in hex without a prefix, older RMM and
+        # tessera with 0x. Every variant is the same trace.
+        rows = [("1", "00:00:00.000001", "allocate", "1000", "1048576", "0"),
+                ("1", "00:00:00.000002", "allocate", "2000", "4096", "7f8a38001020"),
+                ("1", "00:00:00.000003", "free", "1000", "1048576", "0"),
+                ("1", "00:00:00.000004", "allocate failure", "0", "1", "0")]
+        head = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
+
+        def write(order, quote=False, extra=False, prefix=""):
+            def cell(v, name):
+                if name in ("Pointer", "Stream") and v != "0" or name == "Stream":
+                    v = prefix + v
+                return '"%s"' % v.replace('"', '""') if quote else v
+            lines = [",".join(head[i] for i in order) + (",Note" if extra else "")]
+            for r in rows:
+                lines.append(",".join(cell(r[i], head[i]) for i in order) +
+                             (',"a, b ""c"""' if extra else ""))
+            return self.csv("\n".join(lines) + "\n")
+
+        want = None
+        for name, path in (
+                ("RMM's order", write(range(6))),
+                ("0x prefix", write(range(6), prefix="0x")),
+                ("reordered", write([4, 2, 5, 0, 3, 1])),
+                ("quoted", write([1, 3, 0, 2, 5, 4], quote=True)),
+                ("extra column", write(range(6), extra=True)),
+                ("all of them", write([5, 4, 3, 2, 1, 0], quote=True, extra=True, prefix="0x"))):
+            with self.subTest(variant=name):
+                r = replay("--json", path)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                d = json.loads(r.stdout)
+                got = (d["allocations"], d["frees"], d["skipped_frees"], d["peak_allocated_bytes"])
+                self.assertEqual(got[:3], (2, 1, 0))
+                want = want or got
+                self.assertEqual(got, want)
+
+    def test_csv_garbage_names_the_line(self):
+        head = "Size,Action,Pointer,Stream\n"
+        for text, line, what in (
+                (head + '16,"allocate,0x10,0\n', 2, "unbalanced double quote"),
+                (head + '16,allocate,"0x10"x,0\n', 2, "unbalanced double quote"),
+                (head + "16,allocate,0x10,0\n16,allocate,zz,0\n", 3, "bad pointer 'zz'"),
+                (head + "-5,allocate,0x10,0\n", 2, "bad size '-5'"),
+                (head + "16,allocate,0x10,0\n16,allocate\n", 3, "expected 4 comma-separated"),
+                (head + "16,alloc,0x10,0\n", 2, "unknown action 'alloc'"),
+                ("Thread,Time,Action,Pointer,Stream\n", 1, "the header has no 'Size' column")):
+            with self.subTest(what=what):
+                path = self.csv(text)
+                r = replay(path)
+                self.assertEqual(r.returncode, 1)
+                self.assertIn(f"{path}:{line}: {what}", r.stderr)
+                self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)  # one clear line
 
     def test_malformed_trace_names_the_line(self):
         with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:

@@ -177,6 +177,86 @@ static int reader_process(int pid, double seconds)
     return ok >= 50 && synced >= 10 ? 0 : 1;
 }
 
+/* This process's table row for device, as tessera-stat prints it, squeezed to single spaces. */
+static void table_row_of(const char *dir, int device, char *row, size_t len)
+{
+    ts_proc_view v;
+    ts_proc_view_load(&v, dir, (int)getpid(), true);
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    ts_render_table(f, &v, 1, dir);
+    fclose(f);
+    ts_proc_view_free(&v);
+    row[0] = '\0';
+    char want[32];
+    snprintf(want, sizeof want, "%d", device);
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        /* PID COMMAND DEVICE ...: the device is the third word */
+        char words[3][64];
+        if (sscanf(line, "%63s %63s %63s", words[0], words[1], words[2]) != 3 ||
+            strcmp(words[2], want) != 0)
+            continue;
+        size_t k = 0;
+        for (const char *c = line; *c && k + 1 < len; c++)
+            if (*c != ' ' || (k > 0 && row[k - 1] != ' '))
+                row[k++] = *c;
+        row[k] = '\0';
+        break;
+    }
+    free(text);
+}
+
+/* FRAG in the table is fragmentation where it hurts: a program that freed everything shows 0%,
+ * holes that no single request can use show their share of the free memory, and counters that
+ * disagree (a damaged page) are clamped and marked, never printed as huge negative numbers. */
+static void test_table_frag(ts_statspage *page, const char *dir)
+{
+    ts_stats_sink sink;
+    int slot = ts_statspage_claim(page, 1, 0x78, &sink);
+    CHECK(slot >= 0, "slot %d", slot);
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    ts_devmodel *dev = ts_devmodel_create((size_t)4 << 30, 0);
+    ts_backend be = ts_devmodel_backend(dev, false, false); /* no fences: frees free at once */
+    ts_allocator *a = ts_allocator_create(&cfg, &be, 1, sink);
+    CHECK(a != NULL, "allocator");
+    ts_allocator_set_observer(a, ts_statspage_observer, ts_statspage_observer_user(page, slot), 1);
+    char row[256];
+
+    /* ten 2 MiB blocks fill one 20 MiB segment; every other one freed: 10 MiB free in five
+     * 2 MiB holes, of which one request can use 2 MiB: 80% */
+    uintptr_t p[10];
+    for (int i = 0; i < 10; i++)
+        CHECK(ts_malloc(a, 2 * MiB, 0, &p[i]) == TS_OK, "malloc %d", i);
+    for (int i = 0; i < 10; i += 2)
+        CHECK(ts_free(a, p[i]) == TS_OK, "free %d", i);
+    table_row_of(dir, 1, row, sizeof row);
+    CHECK(strstr(row, " 1 10.00 MiB 20.00 MiB 10.00 MiB 80.0% 0 0") != NULL, "holes: '%s'", row);
+
+    /* everything freed: the segment is whole again and serves any request up to 20 MiB */
+    for (int i = 1; i < 10; i += 2)
+        CHECK(ts_free(a, p[i]) == TS_OK, "free %d", i);
+    table_row_of(dir, 1, row, sizeof row);
+    CHECK(strstr(row, " 1 0 B 20.00 MiB 20.00 MiB 0.0% 0 0") != NULL, "idle cache: '%s'", row);
+
+    /* a damaged page: allocated above reserved */
+    tessera_seq_write_begin(sink.seq);
+    tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].current, 64 * (int64_t)MiB);
+    tessera_seq_write_end(sink.seq);
+    table_row_of(dir, 1, row, sizeof row);
+    const char *nums = strstr(row, " 1 20.00 MiB? 20.00 MiB? 0 B? ? 0 0");
+    CHECK(nums != NULL && !strchr(nums, '-'), "inconsistent: '%s'", row);
+    tessera_seq_write_begin(sink.seq);
+    tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].current, 0);
+    tessera_seq_write_end(sink.seq);
+
+    ts_allocator_destroy(a, true);
+    ts_statspage_release(page, slot);
+    ts_devmodel_destroy(dev);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/tessera-alloc-page-XXXXXX";
@@ -260,6 +340,8 @@ int main(void)
              ts_format_bytes(lf, sizeof lf, s->head.map.largest_free));
     CHECK(strstr(text, want) != NULL && strchr(text, 'X') && strchr(text, '-'), "map text:\n%s", text);
     free(text);
+
+    test_table_frag(page, dir);
 
     /* empty_cache shrinks the map too */
     CHECK(ts_free(a, p1) == TS_OK && ts_free(a, p3) == TS_OK && ts_free(a, p5) == TS_OK, "frees");

@@ -294,6 +294,107 @@ static void test_memory_limit_cap(void **state)
     fx_close(&f);
 }
 
+/* The advice at the end of the out-of-memory line, one case at a time: fragmentation is named
+ * before the cap, and the cap only when allocated + request really exceeds it. */
+static const char *oom_advice_of(const ts_oom_info *oom, char *line, size_t len)
+{
+    ts_format_oom(oom, line, len);
+    const char *last = strrchr(line, ';');
+    assert_non_null(last);
+    return last + 2;
+}
+
+static void test_oom_advice(void **state)
+{
+    (void)state;
+    char line[512];
+    const char *advice;
+    ts_oom_info base = {.requested = 12 * MiB, .rounded = 12 * MiB, .segment_size = 12 * MiB,
+                        .capacity = 1 * GiB, .device_free = 900 * MiB};
+
+    /* Under a cap: 33 MiB reserved but unallocated, largest piece 11 MiB: fragmentation. */
+    ts_oom_info o = base;
+    o.limit = 60 * MiB, o.limit_reached = true;
+    o.allocated = 27 * MiB, o.reserved = 60 * MiB, o.largest_free_block = 11 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "defragment:True"));
+    assert_non_null(strstr(advice, "expandable_segments:True"));
+    assert_null(strstr(advice, "memory_limit"));
+    assert_non_null(strstr(line, "(cap 60.00 MiB)"));
+
+    /* Under a cap, nothing cached, but allocated + request fits: only the segment's rounding
+     * (20 MiB for an 11 MiB request) crossed the cap. */
+    o = base;
+    o.requested = o.rounded = 11 * MiB, o.segment_size = 20 * MiB;
+    o.limit = 50 * MiB, o.limit_reached = true;
+    o.allocated = 30 * MiB, o.reserved = 40 * MiB, o.largest_free_block = 10 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "defragment:True"));
+    assert_null(strstr(advice, "memory_limit"));
+
+    /* Under a cap, allocated + request exceeds it: the cap is what refused it. */
+    o = base;
+    o.limit = 60 * MiB, o.limit_reached = true;
+    o.allocated = 50 * MiB, o.reserved = 60 * MiB, o.largest_free_block = 10 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "raise memory_limit"));
+    assert_null(strstr(advice, "defragment"));
+
+    /* A huge request under a cap must not wrap allocated + request around. */
+    o.requested = o.rounded = o.segment_size = SIZE_MAX - 4 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "raise memory_limit"));
+
+    /* No cap, fragmentation, expandable segments already on: stitching is what is missing. */
+    o = base;
+    o.allocated = 500 * MiB, o.reserved = 1 * GiB, o.largest_free_block = 4 * MiB;
+    o.expandable_segments = true;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "defragment:True"));
+    assert_null(strstr(advice, "expandable_segments:True"));
+
+    /* defragment already on and still fragmented: the pieces are below the stitching minimum. */
+    o.stitching = true;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "stitch_min_block_mb"));
+
+    /* No cap, nothing cached: the device is full. */
+    o = base;
+    o.allocated = o.reserved = 1 * GiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "the device is full"));
+}
+
+/* End to end: fragmentation under memory_limit advises defragment, not a larger cap. */
+static void test_oom_advice_fragmented_cap(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.memory_limit = 60 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, false, false);
+    /* Three 20 MiB segments, two 9 MiB blocks each; free one block of each. */
+    uintptr_t p[6];
+    for (int i = 0; i < 6; i++)
+        p[i] = fx_alloc(&f, 9 * MiB);
+    for (int i = 0; i < 6; i += 2)
+        fx_free(&f, p[i]);
+    uintptr_t q = 0;
+    ts_oom_info oom;
+    assert_int_equal(ts_malloc_ex(f.a, 12 * MiB, 0, &q, &oom), TS_ENOMEM);
+    assert_true(oom.limit_reached);
+    assert_int_equal(oom.allocated, 27 * MiB);
+    assert_int_equal(oom.reserved, 60 * MiB);
+    char line[512];
+    const char *advice = oom_advice_of(&oom, line, sizeof line);
+    assert_non_null(strstr(advice, "defragment:True"));
+    assert_null(strstr(advice, "memory_limit"));
+    for (int i = 1; i < 6; i += 2)
+        fx_free(&f, p[i]);
+    fx_close(&f);
+}
+
 /* --- garbage collection ------------------------------------------------------------------------ */
 
 static void test_garbage_collection(void **state)
@@ -753,6 +854,8 @@ int main(void)
         cmocka_unit_test(test_retry_then_oom),
         cmocka_unit_test(test_huge_sizes),
         cmocka_unit_test(test_memory_limit_cap),
+        cmocka_unit_test(test_oom_advice),
+        cmocka_unit_test(test_oom_advice_fragmented_cap),
         cmocka_unit_test(test_garbage_collection),
         cmocka_unit_test(test_bad_frees),
         cmocka_unit_test(test_seg_alloc_failure_is_clean),

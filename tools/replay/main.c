@@ -19,7 +19,8 @@ static void usage(FILE *f)
           "\n"
           "Replays an allocation trace through tessera's allocator core on a model of the device\n"
           "(no GPU needed) and reports what the allocator would have done. TRACE is an RMM log\n"
-          "(Thread,Time,Action,Pointer,Size,Stream: what TESSERA_TRACE writes) or a PyTorch\n"
+          "(Thread,Time,Action,Pointer,Size,Stream: what TESSERA_TRACE writes; columns are\n"
+          "read by header name, in any order, quoted or not, extra columns ignored) or a PyTorch\n"
           "memory snapshot (.pickle, read with scripts/snapshot2trace). Replays start from an\n"
           "empty device: what a snapshot held before its trace began is reported, not replayed.\n"
           "\n"
@@ -28,7 +29,9 @@ static void usage(FILE *f)
           "  --min-capacity     also find the smallest device (2 MiB steps) that runs the trace\n"
           "                     without an out-of-memory error\n"
           "  --compare C1 C2 .. replay under each configuration; print a side-by-side table\n"
-          "                     ('default' is PyTorch's defaults)\n"
+          "                     (out-of-memory errors and the first allocation that failed\n"
+          "                     included) and a verdict for each configuration against the\n"
+          "                     first ('default' is PyTorch's defaults)\n"
           "  --json             one JSON object (an array with --compare)\n"
           "  --check-pytorch    check that every allocation lands at the address PyTorch chose\n"
           "  -v, --verbose      more detail on stderr\n"
@@ -84,6 +87,87 @@ static void print_size(char *buf, size_t len, size_t v)
         snprintf(buf, len, "%.1f MiB", (double)v / m);
 }
 
+/* The first allocation that failed: "#1234 512.0 MiB" (allocation number, requested size). */
+static void first_oom_text(char *buf, size_t len, const replay_result *r)
+{
+    char size[32];
+    print_size(size, sizeof size, (size_t)r->first_failed_size);
+    if (r->failed_allocs)
+        snprintf(buf, len, "#%zu %s", r->first_failed, size);
+    else
+        snprintf(buf, len, "-");
+}
+
+static const char *plural(size_t n)
+{
+    return n == 1 ? "" : "s";
+}
+
+/* One closing line for a configuration against the first one: the smallest device each needs,
+ * the out-of-memory errors on the given device (when either had one, or a capacity was given),
+ * and the driver calls that cost. */
+static void print_verdict(const char *conf, const replay_result *r, size_t min, const char *base,
+                          const replay_result *b, size_t bmin, size_t capacity)
+{
+    char x[32], y[32], c[32];
+    print_size(x, sizeof x, min);
+    print_size(y, sizeof y, bmin);
+    print_size(c, sizeof c, capacity);
+    printf("%s: ", conf);
+    if (min < bmin)
+        printf("runs in %s where %s needs %s", x, base, y);
+    else if (min > bmin)
+        printf("needs %s where %s runs in %s", x, base, y);
+    else
+        printf("needs %s, as %s does", x, base);
+    size_t n = r->failed_allocs, bn = b->failed_allocs;
+    if (n == 0 && bn == 0) {
+        if (capacity)
+            printf("; no OOM on %s, as %s", c, base);
+    } else if (n == 0) {
+        printf("; no OOM where %s had %zu", base, bn);
+    } else if (bn == 0) {
+        printf("; %zu OOM%s where %s had none", n, plural(n), base);
+    } else {
+        printf("; %zu OOM%s where %s had %zu", n, plural(n), base, bn);
+    }
+    printf("; %llu driver calls against %llu\n", (unsigned long long)r->device_calls,
+           (unsigned long long)b->device_calls);
+}
+
+/* Peak allocated is PyTorch's allocated_bytes: whole blocks. It differs between configurations
+ * of one trace for two reasons, said under the table when it does. */
+static void print_peak_note(const replay_result *res, int n)
+{
+    bool differs = false, oom = false, same_requested = true;
+    size_t requested = 0;
+    for (int i = 0; i < n; i++) {
+        differs |= res[i].peak_allocated != res[0].peak_allocated;
+        if (res[i].failed_allocs) {
+            oom = true;
+            continue;
+        }
+        if (requested && res[i].peak_requested != requested)
+            same_requested = false;
+        requested = res[i].peak_requested;
+    }
+    if (!differs)
+        return;
+    puts("peak alloc counts whole blocks, as PyTorch's allocated_bytes: without expandable "
+         "segments a large-pool block\n"
+         "  at most 1 MiB larger than the request (or an oversize block, with max_split_size_mb) "
+         "is handed out whole\n"
+         "  (PyTorch's split rule), so its peak is higher.");
+    if (requested && same_requested) {
+        char r[32];
+        print_size(r, sizeof r, requested);
+        printf("  The program's own peak (requested bytes) is %s under every configuration%s.\n", r,
+               oom ? " without OOMs" : "");
+    }
+    if (oom)
+        puts("  A configuration with OOMs leaves the allocations that failed out of its peaks.");
+}
+
 static void print_json(FILE *f, const trace *t, const char *conf, size_t capacity,
                        const replay_result *r, size_t min_cap)
 {
@@ -103,6 +187,10 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
             (unsigned long long)r->num_alloc_retries, (unsigned long long)r->num_ooms,
             (unsigned long long)r->num_stitches, (unsigned long long)r->vm_maps,
             (unsigned long long)r->vm_unmaps, (unsigned long long)r->device_calls);
+    fprintf(f, ", \"failed_allocations\": %zu", r->failed_allocs);
+    if (r->failed_allocs)
+        fprintf(f, ", \"first_oom_allocation\": %zu, \"first_oom_bytes\": %llu", r->first_failed,
+                (unsigned long long)r->first_failed_size);
     if (min_cap)
         fprintf(f, ", \"min_capacity_bytes\": %zu", min_cap);
     fprintf(f, ", \"ns_per_op\": %.1f}", r->ns_per_op);
@@ -129,8 +217,11 @@ static void print_report(const trace *t, const char *conf, size_t capacity,
            (unsigned long long)r->num_device_alloc, (unsigned long long)r->num_device_free,
            (unsigned long long)r->vm_maps, (unsigned long long)r->vm_unmaps,
            (unsigned long long)r->device_calls);
-    printf("retries / OOMs     %llu / %llu\n", (unsigned long long)r->num_alloc_retries,
-           (unsigned long long)r->num_ooms);
+    char first[48];
+    first_oom_text(first, sizeof first, r);
+    printf("retries / OOMs     %llu / %llu%s%s\n", (unsigned long long)r->num_alloc_retries,
+           (unsigned long long)r->num_ooms, r->failed_allocs ? ", first: " : "",
+           r->failed_allocs ? first : "");
     if (min_cap) {
         print_size(m, sizeof m, min_cap);
         printf("min capacity       %s (%.2f%% above peak allocated)\n", m,
@@ -246,22 +337,34 @@ int main(int argc, char **argv)
         }
         puts(compare ? "]" : "");
     } else if (compare) {
-        printf("%s: %zu events, %zu allocations (replayed from an empty device%s)\n", path, t.n,
-               t.allocations, capacity ? "" : ", unlimited capacity");
-        printf("%-40s %11s %11s %8s %12s %9s %9s %9s %7s %7s\n", "configuration", "peak alloc",
-               "peak resv", "util", "min capacity", "dev alloc", "dev free", "drv calls",
-               "retries", "ns/op");
+        char dev[32];
+        print_size(dev, sizeof dev, capacity);
+        printf("%s: %zu events, %zu allocations (replayed from an empty device, %s%s)\n", path,
+               t.n, t.allocations, capacity ? dev : "unlimited capacity",
+               capacity ? " device" : "");
+        printf("%-40s %11s %11s %8s %12s %9s %9s %9s %7s %5s %-16s %7s\n", "configuration",
+               "peak alloc", "peak resv", "util", "min capacity", "dev alloc", "dev free",
+               "drv calls", "retries", "OOMs", "first OOM", "ns/op");
         for (int i = 0; i < nconf; i++) {
-            char a[32], b[32], m[32];
+            char a[32], b[32], m[32], first[48];
             print_size(a, sizeof a, res[i].peak_allocated);
             print_size(b, sizeof b, res[i].peak_reserved);
             print_size(m, sizeof m, mins[i]);
-            printf("%-40.40s %11s %11s %7.2f%% %12s %9llu %9llu %9llu %7llu %7.1f\n", confs[i], a,
-                   b, 100 * res[i].utilization, m, (unsigned long long)res[i].num_device_alloc,
+            first_oom_text(first, sizeof first, &res[i]);
+            printf("%-40.40s %11s %11s %7.2f%% %12s %9llu %9llu %9llu %7llu %5zu %-16s %7.1f\n",
+                   confs[i], a, b, 100 * res[i].utilization, m,
+                   (unsigned long long)res[i].num_device_alloc,
                    (unsigned long long)res[i].num_device_free,
                    (unsigned long long)res[i].device_calls,
-                   (unsigned long long)res[i].num_alloc_retries, res[i].ns_per_op);
+                   (unsigned long long)res[i].num_alloc_retries, res[i].failed_allocs, first,
+                   res[i].ns_per_op);
         }
+        print_peak_note(res, nconf);
+        if (nconf > 1)
+            printf("verdict (min capacity: the smallest device that runs the trace, in 2 MiB "
+                   "steps):\n");
+        for (int i = 1; i < nconf; i++)
+            print_verdict(confs[i], &res[i], mins[i], confs[0], &res[0], mins[0], capacity);
     } else {
         print_report(&t, confs[0], capacity, &res[0], mins[0]);
     }

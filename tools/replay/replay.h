@@ -20,6 +20,8 @@ typedef struct replay_result {
     uint64_t device_calls;  /* every backend call that reaches the driver: segment alloc/free,
                              * reserve/release, create/destroy, map/unmap, synchronise */
     size_t failed_allocs;   /* allocations that got out of memory */
+    size_t first_failed;    /* the first of them: its allocation number (1-based), 0 if none */
+    uint64_t first_failed_size; /* and its requested bytes */
     size_t ops;             /* allocations plus frees replayed */
     double ns_per_op;       /* host time per replayed operation */
 } replay_result;

@@ -93,8 +93,10 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_res
             uintptr_t p = 0;
             if (ts_malloc(a, e->size, e->stream, &p) == TS_OK)
                 slots[e->slot] = p;
-            else
-                r->failed_allocs++;
+            else if (r->failed_allocs++ == 0) {
+                r->first_failed = (size_t)e->slot + 1; /* slots number allocations in order */
+                r->first_failed_size = e->size;
+            }
         } else if (slots[e->slot]) {
             ts_free(a, slots[e->slot]);
             slots[e->slot] = 0;

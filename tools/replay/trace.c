@@ -120,40 +120,163 @@ static char *read_all(FILE *f, size_t *len)
 
 /* --- RMM CSV ------------------------------------------------------------------------------- */
 
-static int csv_fields(char *line, char **f, int max)
+/* RMM's logging_resource_adaptor writes "Thread,Time,Action,Pointer,Size,Stream" and rows with
+ * the pointer and stream in hex (older versions with a 0x prefix); its replay benchmark reads the
+ * columns by header name. So does this reader: any column order, extra columns, quoted fields,
+ * spaces around fields. Without a header, RMM's order is assumed. */
+
+#define CSV_MAX_FIELDS 64
+
+/* Split one record in place into fields: separated by commas, optionally double-quoted (commas
+ * inside, "" for a quote), spaces around a field dropped. Stores at most max fields and returns
+ * how many there are, or -1 when a quote is not closed. */
+static int csv_split(char *line, char **f, int max)
 {
     int n = 0;
-    char *p = line;
-    while (n < max) {
-        f[n++] = p;
-        char *c = strchr(p, ',');
-        if (!c)
-            break;
-        *c = '\0';
-        p = c + 1;
+    char *r = line;
+    for (;;) {
+        while (*r == ' ' || *r == '\t')
+            r++;
+        char *start = r, *w = r;
+        if (*r == '"') {
+            r++;
+            for (;;) {
+                if (*r == '\0')
+                    return -1;
+                if (*r == '"' && r[1] == '"') {
+                    *w++ = '"';
+                    r += 2;
+                } else if (*r == '"') {
+                    r++;
+                    break;
+                } else {
+                    *w++ = *r++;
+                }
+            }
+            while (*r == ' ' || *r == '\t')
+                r++;
+            if (*r != ',' && *r != '\0')
+                return -1; /* text after the closing quote */
+        } else {
+            while (*r != ',' && *r != '\0')
+                *w++ = *r++;
+            while (w > start && (w[-1] == ' ' || w[-1] == '\t'))
+                w--;
+        }
+        bool last = *r == '\0';
+        *w = '\0';
+        if (n < max)
+            f[n] = start;
+        n++;
+        if (last)
+            return n;
+        r++;
     }
-    return n;
+}
+
+/* Where each column RMM writes sits in a record. */
+typedef struct csv_columns {
+    int action, pointer, size, stream; /* stream: -1 when absent (stream 0) */
+    int needed;                        /* fields a record must have */
+} csv_columns;
+
+static const csv_columns rmm_order = {2, 3, 4, 5, 6};
+
+static int column_of(char **f, int nf, const char *name)
+{
+    for (int i = 0; i < nf && i < CSV_MAX_FIELDS; i++)
+        if (strcmp(f[i], name) == 0)
+            return i;
+    return -1;
+}
+
+/* A header names its columns; Action, Pointer and Size are required. Returns 1 when f is a
+ * header (cols filled), 0 when it is a record, -1 after an error line. */
+static int csv_header(char **f, int nf, csv_columns *cols, const char *path, size_t lineno)
+{
+    if (column_of(f, nf, "Action") < 0 && column_of(f, nf, "Thread") < 0)
+        return 0;
+    static const char *const required[] = {"Action", "Pointer", "Size"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (column_of(f, nf, required[i]) < 0) {
+            fprintf(stderr,
+                    "tessera-replay: %s:%zu: the header has no '%s' column (RMM's log has "
+                    "Thread,Time,Action,Pointer,Size,Stream)\n",
+                    path, lineno, required[i]);
+            return -1;
+        }
+    cols->action = column_of(f, nf, "Action");
+    cols->pointer = column_of(f, nf, "Pointer");
+    cols->size = column_of(f, nf, "Size");
+    cols->stream = column_of(f, nf, "Stream");
+    int last = cols->action;
+    int others[] = {cols->pointer, cols->size, cols->stream};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        if (others[i] > last)
+            last = others[i];
+    cols->needed = last + 1;
+    return 1;
 }
 
 static bool parse_u64(const char *s, int base, uint64_t *out)
 {
-    while (*s == ' ')
-        s++;
     if (!*s)
         return false;
     if (strcmp(s, "(nil)") == 0) {
         *out = 0;
         return true;
     }
+    if (*s == '-' || *s == '+' || *s == ' ')
+        return false;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, base);
-    while (*end == ' ' || *end == '\r' || *end == '\n')
-        end++;
     if (errno || *end)
         return false;
     *out = v;
     return true;
+}
+
+/* One record: the event it describes, or an error line naming the line. */
+static int csv_record(trace *t, slotmap *sm, char **fld, int nf, const csv_columns *cols,
+                      const char *path, size_t lineno)
+{
+    if (nf < cols->needed) {
+        fprintf(stderr,
+                "tessera-replay: %s:%zu: expected %d comma-separated fields "
+                "(Thread,Time,Action,Pointer,Size,Stream, or as the header says), got %d\n",
+                path, lineno, cols->needed, nf);
+        return -1;
+    }
+    const char *action = fld[cols->action];
+    uint64_t ptr, size, stream = 0;
+    if (!parse_u64(fld[cols->pointer], 16, &ptr)) {
+        fprintf(stderr, "tessera-replay: %s:%zu: bad pointer '%s'\n", path, lineno,
+                fld[cols->pointer]);
+        return -1;
+    }
+    if (!parse_u64(fld[cols->size], 10, &size)) {
+        fprintf(stderr, "tessera-replay: %s:%zu: bad size '%s'\n", path, lineno, fld[cols->size]);
+        return -1;
+    }
+    /* hex, with or without 0x: RMM writes it without, older RMM and tessera wrote 0x0 */
+    if (cols->stream >= 0 && !parse_u64(fld[cols->stream], 16, &stream)) {
+        fprintf(stderr, "tessera-replay: %s:%zu: bad stream '%s'\n", path, lineno,
+                fld[cols->stream]);
+        return -1;
+    }
+    if (strcmp(action, "allocate") == 0)
+        return size == 0 ? 0 : trace_on_alloc(t, sm, ptr, size, stream);
+    if (strcmp(action, "free") == 0 || strcmp(action, "deallocate") == 0)
+        return trace_on_free(t, sm, ptr, stream);
+    if (strcmp(action, "allocate failure") == 0) {
+        t->skipped_failures++;
+        return 0;
+    }
+    fprintf(stderr,
+            "tessera-replay: %s:%zu: unknown action '%s' (allocate, free, allocate failure)\n",
+            path, lineno, action);
+    return -1;
 }
 
 static int load_csv(trace *t, FILE *f, const char *path)
@@ -166,55 +289,35 @@ static int load_csv(trace *t, FILE *f, const char *path)
     ssize_t len;
     size_t lineno = 0;
     int rc = 0;
+    bool first = true;
+    csv_columns cols = rmm_order;
+    char *fld[CSV_MAX_FIELDS];
     while ((len = getline(&line, &linecap, f)) > 0) {
         lineno++;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
             line[--len] = '\0';
-        if (len == 0 || line[0] == '#')
+        char *text = line;
+        if (lineno == 1 && strncmp(text, "\xef\xbb\xbf", 3) == 0)
+            text += 3; /* a UTF-8 byte order mark, as spreadsheets write */
+        if (*text == '\0' || *text == '#')
             continue;
-        if (lineno == 1 && strncmp(line, "Thread", 6) == 0)
-            continue;
-        char *fld[7];
-        int nf = csv_fields(line, fld, 7);
-        if (nf != 6) {
-            fprintf(stderr,
-                    "tessera-replay: %s:%zu: expected 6 comma-separated fields "
-                    "(Thread,Time,Action,Pointer,Size,Stream), got %d\n",
-                    path, lineno, nf);
+        int nf = csv_split(text, fld, CSV_MAX_FIELDS);
+        if (nf < 0) {
+            fprintf(stderr, "tessera-replay: %s:%zu: unbalanced double quote\n", path, lineno);
             rc = -1;
             break;
         }
-        uint64_t ptr, size, stream;
-        if (!parse_u64(fld[3], 16, &ptr)) {
-            fprintf(stderr, "tessera-replay: %s:%zu: bad pointer '%s'\n", path, lineno, fld[3]);
-            rc = -1;
-            break;
-        }
-        if (!parse_u64(fld[4], 10, &size)) {
-            fprintf(stderr, "tessera-replay: %s:%zu: bad size '%s'\n", path, lineno, fld[4]);
-            rc = -1;
-            break;
-        }
-        if (!parse_u64(fld[5], 16, &stream)) {
-            fprintf(stderr, "tessera-replay: %s:%zu: bad stream '%s'\n", path, lineno, fld[5]);
-            rc = -1;
-            break;
-        }
-        if (strcmp(fld[2], "allocate") == 0) {
-            if (size == 0)
+        if (first) {
+            first = false;
+            int h = csv_header(fld, nf, &cols, path, lineno);
+            if (h < 0) {
+                rc = -1;
+                break;
+            }
+            if (h > 0)
                 continue;
-            rc = trace_on_alloc(t, &sm, ptr, size, stream);
-        } else if (strcmp(fld[2], "free") == 0) {
-            rc = trace_on_free(t, &sm, ptr, stream);
-        } else if (strcmp(fld[2], "allocate failure") == 0) {
-            t->skipped_failures++;
-        } else {
-            fprintf(stderr,
-                    "tessera-replay: %s:%zu: unknown action '%s' (allocate, free, allocate "
-                    "failure)\n",
-                    path, lineno, fld[2]);
-            rc = -1;
         }
+        rc = csv_record(t, &sm, fld, nf, &cols, path, lineno);
         if (rc)
             break;
     }
