@@ -18,7 +18,7 @@ fi
 ninja -C build >/dev/null || { echo "demo: build failed: run 'ninja -C build' to see why"; exit 1; }
 
 P=build/tests/programs
-SHIM=$root/build/shim/libtessera.so
+TESSERA=$root/build/tools/tessera   # tessera run: preloads build/shim/libtessera.so
 STAT=build/tools/tessera-stat
 stats=$(mktemp -d)
 trap 'rm -rf "$stats"' EXIT
@@ -28,11 +28,13 @@ if [ $force_sim -eq 0 ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -
   mode=gpu
   echo "demo: running on the real GPU: $(nvidia-smi -L | head -1)"
   run() { "$@"; }
+  sim_flag=""
 else
   mode=sim
   echo "demo: no GPU found (or --sim): running on the simulated CUDA device (host memory), 2 GiB"
   export TESSERA_SIM_MEMORY=2G
   run() { scripts/with-sim -q "$@"; }
+  sim_flag="--sim"
 fi
 
 # tessera's counters of a finished process (TESSERA_STATS_KEEP=1 keeps its page)
@@ -46,17 +48,17 @@ echo
 echo "== 1. allocation churn: 4 threads, 3000 random allocations each (1 KiB - 8 MiB), every byte verified"
 args="--threads 4 --iters 3000 --max-size 8M"
 without=$(run $P/churn $args | tail -1)
-with=$(TESSERA_STATS_KEEP=1 run env LD_PRELOAD=$SHIM $P/churn $args | tail -1)
-pid=$(ls "$stats" | sed -n 's/^tessera\.//p' | head -1)
-allocs=$(echo "$with" | field allocs)
-calls=$(( $(counter "$pid" num_alloc_calls) + $(counter "$pid" num_free_calls) ))
-device=$(( $(counter "$pid" num_device_alloc) + $(counter "$pid" num_device_free) ))
+with=$($TESSERA run --summary $sim_flag -- $P/churn $args 2>"$stats/summary" | tail -1)
+calls=$(( $(grep '(num_alloc_calls)' "$stats/summary" | awk '{print $4}') + $(grep '(num_free_calls)' "$stats/summary" | awk '{print $4}') ))
+device=$(grep '(num_device_alloc + num_device_free' "$stats/summary" | awk '{print $4}')
 ops0=$(echo "$without" | field ops_per_s); ops1=$(echo "$with" | field ops_per_s)
 printf '   without tessera: %s ops/s, status %s\n' "$ops0" "$(echo "$without" | field status)"
 printf '   with tessera:    %s ops/s, status %s (%s allocations verified)\n' "$ops1" \
   "$(echo "$with" | field status)" "$(echo "$with" | field verified)"
 printf '   driver calls:    %s allocation calls served with %s device calls: %s avoided (%.1fx fewer)\n' \
   "$calls" "$device" "$((calls - device))" "$(python3 -c "print($calls / max($device, 1))")"
+echo "   what tessera run --summary printed:"
+sed 's/^/     /' "$stats/summary"
 [ "$mode" = sim ] && echo "   (the simulator's cudaMalloc/cudaFree cost little: on a GPU each costs microseconds and cudaFree synchronises the device)"
 $STAT --gc >/dev/null 2>&1
 
@@ -65,7 +67,7 @@ echo "== 2. fragmentation: 100 x 4 MiB, the even ones freed (200 MiB free in 4 M
 echo "   on a device limited to 420 MiB (TESSERA_ALLOC_CONF memory_limit:420M)"
 args="--unit 4M --count 100 --request 100M"
 for conf in "memory_limit:420M" "memory_limit:420M,expandable_segments:True" "memory_limit:420M,defragment:True"; do
-  out=$(TESSERA_STATS_KEEP=1 TESSERA_ALLOC_CONF=$conf run env LD_PRELOAD=$SHIM $P/seed_even $args 2>/dev/null | tail -1)
+  out=$(TESSERA_STATS_KEEP=1 $TESSERA run $sim_flag --conf "$conf" -- $P/seed_even $args 2>/dev/null | tail -1)
   pid=$(ls "$stats" | sed -n 's/^tessera\.//p' | head -1)
   st=$(echo "$out" | field status)
   printf '   %-48s %-4s (stitches %s, retries %s)\n' "$conf" "$([ "$st" = ok ] && echo served || echo OOM)" \
@@ -80,7 +82,7 @@ echo "== 3. tessera-stat on a running process"
 probe=build/tests/integration/stats_probe
 fifo=$stats/go
 mkfifo "$fifo"
-( run env LD_PRELOAD=$SHIM $probe < "$fifo" > "$stats/probe.out" 2>&1 ) &
+( $TESSERA run $sim_flag -- $probe < "$fifo" > "$stats/probe.out" 2>&1 ) &
 exec 3>"$fifo"
 for _ in $(seq 1 100); do grep -q READY "$stats/probe.out" 2>/dev/null && break; sleep 0.1; done
 pid=$(sed -n 's/^READY //p' "$stats/probe.out")
@@ -90,4 +92,4 @@ $STAT map "$pid" --width 60
 echo go >&3; sleep 0.3; echo go >&3; exec 3>&-
 wait
 echo
-echo "demo: done ($mode). Try:  LD_PRELOAD=$SHIM your-program   and   $STAT"
+echo "demo: done ($mode). Try:  build/tools/tessera run --summary -- your-program   and   $STAT"
