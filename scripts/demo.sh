@@ -34,6 +34,7 @@ fi
 rm -f "$buildlog"
 
 P=build/tests/programs
+TESSERA=$root/build/tools/tessera   # tessera run: preloads build/shim/libtessera.so
 SHIM=$root/build/shim/libtessera.so
 STAT=build/tools/tessera-stat
 stats=$(mktemp -d)
@@ -44,11 +45,13 @@ if [ $force_sim -eq 0 ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -
   mode=gpu
   echo "demo: running on the real GPU: $(nvidia-smi -L | head -1)"
   run() { "$@"; }
+  sim_flag=""
 else
   mode=sim
   echo "demo: no GPU found (or --sim): running on the simulated CUDA device (host memory), 2 GiB"
   export TESSERA_SIM_MEMORY=2G
   run() { scripts/with-sim -q "$@"; }
+  sim_flag="--sim"
 fi
 
 # The device-memory driver calls a run made (cuMemAlloc/cuMemFree, and cuMemCreate/cuMemMap/...
@@ -99,7 +102,7 @@ echo "== 2. fragmentation: 100 x 4 MiB, the even ones freed (200 MiB free in 4 M
 echo "   on a device limited to 420 MiB (TESSERA_ALLOC_CONF memory_limit:420M)"
 args="--unit 4M --count 100 --request 100M"
 for conf in "memory_limit:420M" "memory_limit:420M,expandable_segments:True" "memory_limit:420M,defragment:True"; do
-  out=$(TESSERA_STATS_KEEP=1 TESSERA_ALLOC_CONF=$conf run env LD_PRELOAD=$SHIM $P/seed_even $args 2>"$stats/err" | tail -1)
+  out=$(TESSERA_STATS_KEEP=1 $TESSERA run $sim_flag --conf "$conf" -- $P/seed_even $args 2>"$stats/err" | tail -1)
   pid=$(ls "$stats" | sed -n 's/^tessera\.//p' | head -1)
   st=$(echo "$out" | field status)
   printf '   %-48s %-4s (stitches %s, retries %s)\n' "$conf" "$([ "$st" = ok ] && echo served || echo OOM)" \
@@ -116,7 +119,7 @@ echo "== 3. tessera-stat on a running process"
 probe=build/tests/integration/stats_probe
 fifo=$stats/go
 mkfifo "$fifo"
-( run env LD_PRELOAD=$SHIM $probe < "$fifo" > "$stats/probe.out" 2>&1 ) &
+( $TESSERA run $sim_flag -- $probe < "$fifo" > "$stats/probe.out" 2>&1 ) &
 exec 3>"$fifo"
 for _ in $(seq 1 100); do grep -q READY "$stats/probe.out" 2>/dev/null && break; sleep 0.1; done
 pid=$(sed -n 's/^READY //p' "$stats/probe.out")
@@ -128,7 +131,7 @@ wait
 echo
 if [ "$mode" = sim ]; then
   # without a GPU a program only runs on the simulated device (built with the shared runtime)
-  echo "demo: done ($mode). Try:  LD_PRELOAD=$SHIM scripts/with-sim your-program   and   $STAT"
+  echo "demo: done ($mode). Try:  build/tools/tessera run --sim --summary -- your-program   and   $STAT"
 else
-  echo "demo: done ($mode). Try:  LD_PRELOAD=$SHIM your-program   and   $STAT"
+  echo "demo: done ($mode). Try:  build/tools/tessera run --summary -- your-program   and   $STAT"
 fi

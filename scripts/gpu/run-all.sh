@@ -32,7 +32,8 @@ usage: scripts/gpu/run-all.sh [options]
   --quick            reduced set (second attempt when the full run was too long): ~5 min
   --require-gpu      exit 77 (instead of 0) when no NVIDIA GPU is found
   --budget SECONDS   total time budget (default 510, --quick 330); steps are scheduled in it
-  --skip LIST        comma-separated steps to leave out: correctness,churn,torch,maxbatch
+  --skip LIST        comma-separated steps to leave out: correctness,churn,torch,maxbatch,
+                     frameworks
   --build-dir DIR    build directory (default build-gpu)
   --out DIR          where the report goes (default $OUT, else BUILD_DIR/gpu-results)
   --selftest         check the report writer and the option parsing with made-up data; no GPU
@@ -89,8 +90,8 @@ fi
 case "$SIZES" in real | small) ;; *) echo "run-all.sh: --sizes: real or small" >&2; exit 2 ;; esac
 case "$TORCH_DEVICE" in cuda | cpu) ;; *) echo "run-all.sh: --torch-device: cuda or cpu" >&2; exit 2 ;; esac
 for s in ${SKIP//,/ }; do
-    case "$s" in correctness | churn | torch | maxbatch) ;;
-    *) echo "run-all.sh: --skip: unknown step '$s' (correctness, churn, torch, maxbatch)" >&2; exit 2 ;;
+    case "$s" in correctness | churn | torch | maxbatch | frameworks) ;;
+    *) echo "run-all.sh: --skip: unknown step '$s' (correctness, churn, torch, maxbatch, frameworks)" >&2; exit 2 ;;
     esac
 done
 skipped() { [[ "$SKIP" == *",$1,"* ]]; }
@@ -104,6 +105,8 @@ if [ "$SELFTEST" = 1 ]; then
     bash -n "$SCRIPT_DIR/run-all.sh" || rc=1
     "$PYTHON" -m py_compile "$SCRIPT_DIR/gpulib.py" "$SCRIPT_DIR/torch_train.py" || rc=1
     "$PYTHON" "$GPULIB" selftest || rc=1
+    fw_out=$(mktemp -d) && "$PYTHON" "$SCRIPT_DIR/frameworks.py" --dry-run --out "$fw_out" >/dev/null || rc=1
+    rm -rf "$fw_out"
     # option parsing: bad values must be usage errors (exit 2)
     for bad in "--budget 5" "--budget x" "--skip nothing" "--sizes huge" "--bogus"; do
         # shellcheck disable=SC2086
@@ -298,6 +301,9 @@ else
     RES_E=20 RES_F=120
 fi
 RES_G=8
+CAP_H=$([ "$QUICK" = 1 ] && echo 60 || echo 150)
+RES_H=$([ "$QUICK" = 1 ] && echo 30 || echo 60)
+skipped frameworks && { CAP_H=0; RES_H=0; }
 skipped correctness && CAP_D=0
 skipped churn && { CAP_E=0; RES_E=0; }
 skipped torch && { CAP_F=0; RES_F=0; }
@@ -777,7 +783,7 @@ fi
 # f. PyTorch ---------------------------------------------------------------------------------
 TORCH_PY="$SCRIPT_DIR/torch_train.py"
 if [ "$CAP_F" -gt 0 ]; then
-    step_begin "f pytorch" "$CAP_F" "$RES_G"
+    step_begin "f pytorch" "$CAP_F" "$((RES_G + RES_H))"
     FDIR="$WORK/runs/torch"
     mkdir -p "$FDIR"
     # versions, and which libcudart torch uses (also warms the page cache for the runs)
@@ -918,6 +924,19 @@ print(st + "\t" + why)' "$SCRIPT_DIR" "$js" "$mode" "$rc" "$cut" 2>/dev/null)
         fi
         step_end
     fi
+fi
+
+# h. other frameworks (scripts/gpu/frameworks.py: JAX, CuPy, Numba, ONNX Runtime, transformers)
+if ! skipped frameworks; then
+    step_begin "h frameworks" "$CAP_H" "$RES_G"
+    timeout -k 5 "$(time_for "$CAP_H")" "$PYTHON" "$SCRIPT_DIR/frameworks.py" --lib "$LIB" --stat "$STAT" \
+        --out "$OUT_DIR" --budget "$(left_s)" --python "$PYTHON" --smi "$NVIDIA_SMI" >"$WORK/frameworks.out" 2>&1
+    rc=$?
+    sed 's/^/  /' "$WORK/frameworks.out"
+    n_run=$(grep -c '^\[frameworks\] \(PASS\|FAIL\)' "$WORK/frameworks.out")
+    [ "$rc" = 0 ] && [ "$n_run" -gt 0 ] && step_end PASS "$n_run frameworks ran (frameworks.md)"
+    [ "$rc" = 0 ] && [ "$n_run" -eq 0 ] && step_end SKIP "every framework skipped (frameworks.md says why)"
+    [ "$rc" != 0 ] && step_end FAIL "exit $rc (frameworks.md)"
 fi
 
 # g. report ----------------------------------------------------------------------------------

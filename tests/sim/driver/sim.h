@@ -283,6 +283,7 @@ enum sim_op_type {
     SIM_OP_EVENT,
     SIM_OP_WAIT,
     SIM_OP_FREE,
+    SIM_OP_KERNEL, /* a kernel launch: ordered like any other work, computes nothing */
 };
 
 struct sim_op {
@@ -372,6 +373,8 @@ CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, CUstrea
 CUresult sim_memset(CUdeviceptr dst, uint32_t val, size_t count, int width, CUstream h,
                     bool ptsz, bool sync);
 CUresult sim_launch_host_func(CUstream h, CUhostFn fn, void *data, bool ptsz);
+/* grid x,y,z then block x,y,z; any zero is CUDA_ERROR_INVALID_VALUE */
+CUresult sim_launch_kernel(CUfunction f, const unsigned dims[6], CUstream h, bool ptsz);
 CUresult sim_mem_free_async(CUdeviceptr p, CUstream h, bool ptsz);
 CUresult sim_mem_alloc_async(CUdeviceptr *out, size_t size, CUstream h, bool ptsz);
 

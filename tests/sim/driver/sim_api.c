@@ -454,6 +454,66 @@ SIM_API CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return sim_launch_host_func(hStream, fn, userData, true);
 }
 
+/* ---- kernel launches: accepted and queued in stream order, nothing computed -------------- */
+
+static CUresult launch_dims(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                            unsigned by, unsigned bz, CUstream s, bool ptsz)
+{
+    const unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+    return sim_launch_kernel(f, dims, s, ptsz);
+}
+
+static CUresult launch_config(const CUlaunchConfig *c, CUfunction f, bool ptsz)
+{
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch_dims(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                       c->blockDimZ, c->hStream, ptsz);
+}
+
+SIM_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                        unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                        CUstream hStream, void **params, void **extra)
+{
+    (void)shmem, (void)params, (void)extra;
+    return launch_dims(f, gx, gy, gz, bx, by, bz, hStream, false);
+}
+SIM_API CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                             unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                             CUstream hStream, void **params, void **extra)
+{
+    (void)shmem, (void)params, (void)extra;
+    return launch_dims(f, gx, gy, gz, bx, by, bz, hStream, true);
+}
+SIM_API CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy,
+                                                   unsigned gz, unsigned bx, unsigned by,
+                                                   unsigned bz, unsigned shmem, CUstream hStream,
+                                                   void **params)
+{
+    (void)shmem, (void)params;
+    return launch_dims(f, gx, gy, gz, bx, by, bz, hStream, false);
+}
+SIM_API CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+                                                        unsigned gz, unsigned bx, unsigned by,
+                                                        unsigned bz, unsigned shmem,
+                                                        CUstream hStream, void **params)
+{
+    (void)shmem, (void)params;
+    return launch_dims(f, gx, gy, gz, bx, by, bz, hStream, true);
+}
+SIM_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+                                          void **params, void **extra)
+{
+    (void)params, (void)extra;
+    return launch_config(config, f, false);
+}
+SIM_API CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                               void **params, void **extra)
+{
+    (void)params, (void)extra;
+    return launch_config(config, f, true);
+}
+
 /* ---- errors, export tables ----------------------------------------------------------- */
 
 SIM_API CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
@@ -657,6 +717,10 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuEventElapsedTime", 2000, cuEventElapsedTime),
     ROW("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
     ROWP("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
+    ROWP("cuLaunchKernel", 4000, cuLaunchKernel, cuLaunchKernel_ptsz),
+    ROWP("cuLaunchKernelEx", 11060, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
+    ROWP("cuLaunchCooperativeKernel", 9000, cuLaunchCooperativeKernel,
+         cuLaunchCooperativeKernel_ptsz),
     ROW("cuGetErrorString", 6000, cuGetErrorString),
     ROW("cuGetErrorName", 6000, cuGetErrorName),
     ROW("cuGetExportTable", 3000, cuGetExportTable),

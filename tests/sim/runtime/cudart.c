@@ -17,6 +17,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define RT_API __attribute__((visibility("default")))
@@ -102,6 +104,8 @@
     X(cuEventElapsedTime, cuEventElapsedTime_v2, "cuEventElapsedTime", 12080, 0)              \
     X(cuLaunchHostFunc, cuLaunchHostFunc, "cuLaunchHostFunc", 10000, 0)                       \
     X(cuLaunchHostFunc_ptsz, cuLaunchHostFunc_ptsz, "cuLaunchHostFunc", 10000, 2)             \
+    X(cuLaunchKernel, cuLaunchKernel, "cuLaunchKernel", 4000, 0)                              \
+    X(cuLaunchKernel_ptsz, cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 2)                    \
     X(cuGetExportTable, cuGetExportTable, "cuGetExportTable", 3000, 0)
 
 static struct driver {
@@ -206,6 +210,7 @@ static const struct {
     E(cudaErrorCudartUnloading, "driver shutting down"),
     E(cudaErrorProfilerDisabled, "profiler disabled while using external profiling tool"),
     E(cudaErrorInvalidConfiguration, "invalid configuration argument"),
+    E(cudaErrorInvalidDeviceFunction, "invalid device function"),
     E(cudaErrorInvalidPitchValue, "invalid pitch argument"),
     E(cudaErrorInvalidSymbol, "invalid device symbol"),
     E(cudaErrorInvalidHostPointer, "invalid host pointer"),
@@ -1185,4 +1190,216 @@ RT_API cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion_ptsz(const char *s
                                                                    enum cudaDriverEntryPointQueryResult *driverStatus)
 {
     return entry_point(symbol, funcPtr, (int)cudaVersion, flags, driverStatus, true);
+}
+
+/* ---- modules and kernels ----------------------------------------------------------------
+ *
+ * nvcc's host code registers every fat binary, kernel and device variable from a constructor
+ * (__cudaRegisterFatBinary, __cudaRegisterFunction, __cudaRegisterVar, ...) and launches with
+ * __cudaPushCallConfiguration / __cudaPopCallConfiguration around __cudaLaunchKernel (CUDA 13)
+ * or cudaLaunchKernel. The simulator keeps the registrations so that an unknown host function
+ * is refused as on a GPU, and hands every launch to the driver's cuLaunchKernel, which queues
+ * it in stream order and computes nothing (one stderr line per process says so). */
+
+/* nvcc's headers declare these for C++ only (crt/host_runtime.h, crt/device_functions.h). */
+void **CUDARTAPI __cudaRegisterFatBinary(void *fatCubin);
+void CUDARTAPI __cudaRegisterFatBinaryEnd(void **fatCubinHandle);
+char CUDARTAPI __cudaInitModule(void **fatCubinHandle);
+void CUDARTAPI __cudaUnregisterFatBinary(void **fatCubinHandle);
+void CUDARTAPI __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun,
+                                      const char *deviceName, int thread_limit, uint3 *tid,
+                                      uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize);
+void CUDARTAPI __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress,
+                                 const char *deviceName, int ext, size_t size, int constant,
+                                 int global);
+void CUDARTAPI __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress,
+                                        char *deviceAddress, const char *deviceName, int ext,
+                                        size_t size, int constant, int global);
+unsigned CUDARTAPI __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
+                                               struct CUstream_st *stream);
+cudaError_t CUDARTAPI __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem,
+                                                 void *stream);
+cudaError_t CUDARTAPI __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
+cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                         void **args, size_t sharedMem, cudaStream_t stream);
+cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                              void **args, size_t sharedMem, cudaStream_t stream);
+
+/* One registered kernel. The record's address is the CUfunction / cudaKernel_t handed out.
+ * Invariant: on rt_kernels (under rt_kernels_mu) from registration to its module's unregister. */
+struct rt_kernel {
+    struct rt_kernel *next;
+    void **module;        /* the handle __cudaRegisterFatBinary returned */
+    const void *host_fun; /* the host stub's address: the key of cudaLaunchKernel */
+    const char *name;     /* nvcc's static string */
+};
+
+static pthread_mutex_t rt_kernels_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct rt_kernel *rt_kernels;
+
+/* A module handle only needs to be unique and live: one word per fat binary. */
+RT_API void **CUDARTAPI __cudaRegisterFatBinary(void *fatCubin)
+{
+    void **module = calloc(1, sizeof *module);
+    if (module)
+        *module = fatCubin;
+    return module;
+}
+
+RT_API void CUDARTAPI __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
+{
+    (void)fatCubinHandle;
+}
+
+RT_API char CUDARTAPI __cudaInitModule(void **fatCubinHandle)
+{
+    return fatCubinHandle != NULL;
+}
+
+RT_API void CUDARTAPI __cudaUnregisterFatBinary(void **fatCubinHandle)
+{
+    if (!fatCubinHandle)
+        return;
+    pthread_mutex_lock(&rt_kernels_mu);
+    for (struct rt_kernel **pp = &rt_kernels; *pp;) {
+        struct rt_kernel *k = *pp;
+        if (k->module == fatCubinHandle) {
+            *pp = k->next;
+            free(k);
+        } else {
+            pp = &k->next;
+        }
+    }
+    pthread_mutex_unlock(&rt_kernels_mu);
+    free(fatCubinHandle);
+}
+
+RT_API void CUDARTAPI __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun,
+                                             char *deviceFun, const char *deviceName,
+                                             int thread_limit, uint3 *tid, uint3 *bid,
+                                             dim3 *bDim, dim3 *gDim, int *wSize)
+{
+    (void)deviceFun, (void)thread_limit, (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+    struct rt_kernel *k = calloc(1, sizeof *k);
+    if (!k)
+        return; /* the launch then fails with cudaErrorInvalidDeviceFunction */
+    k->module = fatCubinHandle;
+    k->host_fun = hostFun;
+    k->name = deviceName;
+    pthread_mutex_lock(&rt_kernels_mu);
+    k->next = rt_kernels;
+    rt_kernels = k;
+    pthread_mutex_unlock(&rt_kernels_mu);
+}
+
+/* Device variables have no device copy here (cudaMemcpyToSymbol is not simulated). */
+RT_API void CUDARTAPI __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress,
+                                        const char *deviceName, int ext, size_t size,
+                                        int constant, int global)
+{
+    (void)fatCubinHandle, (void)hostVar, (void)deviceAddress, (void)deviceName, (void)ext;
+    (void)size, (void)constant, (void)global;
+}
+
+RT_API void CUDARTAPI __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress,
+                                               char *deviceAddress, const char *deviceName,
+                                               int ext, size_t size, int constant, int global)
+{
+    (void)fatCubinHandle, (void)hostVarPtrAddress, (void)deviceAddress, (void)deviceName;
+    (void)ext, (void)size, (void)constant, (void)global;
+}
+
+static struct rt_kernel *kernel_find(const void *host_fun, const void *handle)
+{
+    pthread_mutex_lock(&rt_kernels_mu);
+    struct rt_kernel *k = rt_kernels;
+    while (k && k->host_fun != host_fun && (const void *)k != handle)
+        k = k->next;
+    pthread_mutex_unlock(&rt_kernels_mu);
+    return k;
+}
+
+/* <<<grid, block, shmem, stream>>>: pushed by the caller, popped by the host stub. Nested
+ * pushes happen when a launch argument itself launches; 16 levels is plenty. */
+#define RT_CALL_CONFIG_DEPTH 16
+struct rt_call_config {
+    dim3 grid, block;
+    size_t shmem;
+    void *stream;
+};
+static __thread struct rt_call_config t_call_config[RT_CALL_CONFIG_DEPTH];
+static __thread unsigned t_call_config_depth;
+
+RT_API unsigned CUDARTAPI __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim,
+                                                      size_t sharedMem, struct CUstream_st *stream)
+{
+    if (t_call_config_depth >= RT_CALL_CONFIG_DEPTH)
+        return 1;
+    t_call_config[t_call_config_depth++] =
+        (struct rt_call_config){gridDim, blockDim, sharedMem, stream};
+    return 0;
+}
+
+RT_API cudaError_t CUDARTAPI __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim,
+                                                        size_t *sharedMem, void *stream)
+{
+    if (t_call_config_depth == 0)
+        return rt_ret(cudaErrorMissingConfiguration);
+    struct rt_call_config c = t_call_config[--t_call_config_depth];
+    *gridDim = c.grid;
+    *blockDim = c.block;
+    *sharedMem = c.shmem;
+    *(void **)stream = c.stream;
+    return cudaSuccess;
+}
+
+RT_API cudaError_t CUDARTAPI __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
+{
+    if (!kernel)
+        return rt_ret(cudaErrorInvalidValue);
+    struct rt_kernel *k = kernel_find(hostFun, NULL);
+    *kernel = (cudaKernel_t)k;
+    return k ? cudaSuccess : rt_ret(cudaErrorInvalidDeviceFunction);
+}
+
+static cudaError_t kernel_launch(struct rt_kernel *k, dim3 grid, dim3 block, size_t shmem,
+                                 cudaStream_t stream, bool ptsz)
+{
+    RT_ENTER();
+    if (!k)
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z ||
+        (uint64_t)block.x * block.y * block.z > 1024 || shmem > UINT_MAX)
+        return rt_ret(cudaErrorInvalidConfiguration);
+    __typeof__(cuLaunchKernel) *launch = ptsz ? drv.cuLaunchKernel_ptsz : drv.cuLaunchKernel;
+    return rt_cu(launch((CUfunction)k, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                        (unsigned)shmem, (CUstream)stream, NULL, NULL));
+}
+
+RT_API cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                                void **args, size_t sharedMem,
+                                                cudaStream_t stream)
+{
+    (void)args;
+    return kernel_launch(kernel_find(NULL, kernel), gridDim, blockDim, sharedMem, stream, false);
+}
+RT_API cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim,
+                                                     dim3 blockDim, void **args, size_t sharedMem,
+                                                     cudaStream_t stream)
+{
+    (void)args;
+    return kernel_launch(kernel_find(NULL, kernel), gridDim, blockDim, sharedMem, stream, true);
+}
+RT_API cudaError_t CUDARTAPI cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim,
+                                              void **args, size_t sharedMem, cudaStream_t stream)
+{
+    (void)args;
+    return kernel_launch(kernel_find(func, NULL), gridDim, blockDim, sharedMem, stream, false);
+}
+RT_API cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim,
+                                                   void **args, size_t sharedMem,
+                                                   cudaStream_t stream)
+{
+    (void)args;
+    return kernel_launch(kernel_find(func, NULL), gridDim, blockDim, sharedMem, stream, true);
 }

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""`tessera run`: the front door, from the build tree and from an installed tree.
+
+Checks what a user sees: the program's exit status and signals pass through, a bad --conf stops
+before the program starts, LD_PRELOAD keeps what the user had, nothing lands on stdout, and the
+--summary numbers are the program's own (cross-checked with the program's RESULT line and the
+simulator's report of the driver calls that reached it).
+
+Run one test:  test_run.py TestName   (meson registers each class separately)
+Environment:   TS_BUILD (the build directory).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BUILD = os.path.abspath(os.environ.get("TS_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build")))
+TESSERA = os.path.join(BUILD, "tools", "tessera")
+SHIM = os.path.join(BUILD, "shim", "libtessera.so")
+CHURN = os.path.join(BUILD, "tests", "programs", "churn")
+CHURN_ARGS = ["--threads", "2", "--iters", "200", "--live", "8", "--max-size", "4M", "--small-max", "64K"]
+
+
+def clean_env(extra=None):
+    """The environment of a user who has not set anything up: no simulator on the library path,
+    no tessera variables. A sanitizer runtime (UBSan build) stays first in LD_PRELOAD."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TESSERA_", "PYTORCH_")) and k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
+    runtime = os.environ.get("TS_SANITIZER_RUNTIME", "")
+    if runtime:
+        env["LD_PRELOAD"] = runtime
+    env["TESSERA_SIM_MEMORY"] = "256M"
+    env.update(extra or {})
+    return env
+
+
+def summary_of(stderr):
+    """Per device: {counter expression: value} from the summary lines."""
+    devices, dev = {}, None
+    for line in stderr.splitlines():
+        m = re.match(r"tessera:\s+device (\d+)$", line)
+        if m:
+            dev = devices.setdefault(int(m.group(1)), {})
+            continue
+        m = re.match(r"tessera:\s+[a-z ]+?\s+(-?[\d.]+)\s.*\(([a-z_.]+)[):]", line)
+        if m and dev is not None:
+            dev[m.group(2)] = float(m.group(1))
+        m = re.search(r"\(num_device_alloc \+ num_device_free: (\d+) \+ (\d+)\)", line)
+        if m and dev is not None:
+            dev["num_device_alloc"], dev["num_device_free"] = int(m.group(1)), int(m.group(2))
+            dev["driver calls"] = float(line.split()[3])
+    return devices
+
+
+class Base(unittest.TestCase):
+    tessera = TESSERA
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tessera-run-test-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def run_tool(self, args, extra=None, timeout=120):
+        return subprocess.run([self.tessera, "run"] + args, env=clean_env(extra), capture_output=True,
+                              text=True, timeout=timeout)
+
+    def check_churn_summary(self):
+        report = os.path.join(self.tmp, "sim.json")
+        p = self.run_tool(["--summary", "--sim", "--", CHURN] + CHURN_ARGS,
+                          extra={"TESSERA_SIM_REPORT": report, "TMPDIR": self.tmp})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        result = dict(f.split("=", 1) for f in p.stdout.splitlines()[-1].split()[1:])
+        self.assertEqual(result["status"], "ok", p.stdout)
+        devices = summary_of(p.stderr)
+        self.assertEqual(list(devices), [0], p.stderr)
+        d = devices[0]
+        # what the program did, counted by the program itself
+        self.assertEqual(d["num_alloc_calls"], int(result["allocs"]), p.stderr)
+        self.assertEqual(d["num_free_calls"], int(result["frees"]), p.stderr)
+        # what reached the (simulated) driver, counted by the driver
+        sim = [json.loads(l) for l in open(report)]
+        self.assertEqual(len(sim), 1, sim)
+        self.assertEqual(d["num_device_alloc"], sim[0]["alloc_calls"], p.stderr)
+        self.assertEqual(d["num_device_free"], sim[0]["free_calls"], p.stderr)
+        self.assertEqual(d["driver calls"], d["num_device_alloc"] + d["num_device_free"], p.stderr)
+        self.assertGreater(sim[0]["alloc_calls"], 0)
+        self.assertEqual(d["reserved_bytes.all.peak"], sim[0]["peak_bytes_in_use"], p.stderr)
+        self.assertGreater(d["allocated_bytes.all.peak"], 0)
+        self.assertLessEqual(d["allocated_bytes.all.peak"], d["reserved_bytes.all.peak"])
+        util = 100.0 * d["allocated_bytes.all.peak"] / d["reserved_bytes.all.peak"]
+        self.assertIn("%.1f %%" % util, p.stderr)
+        self.assertEqual(d["num_alloc_retries"], 0)
+        self.assertEqual(d["num_ooms"], 0)
+        for name in ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "num_alloc_calls",
+                     "num_device_alloc + num_device_free", "num_alloc_retries", "num_ooms"):
+            self.assertIn("(" + name, p.stderr)
+        # the private stats directory is gone, and nothing but the program wrote to stdout
+        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("tessera-run.")], [])
+        self.assertNotIn("tessera:", p.stdout)
+        return p
+
+
+class Summary(Base):
+    def test_churn_from_the_build_tree(self):
+        self.check_churn_summary()
+
+    def test_no_cuda_program(self):
+        p = self.run_tool(["--summary", "--", "true"], extra={"TMPDIR": self.tmp})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "")
+        self.assertIn("no stats page was written", p.stderr)
+
+
+class Installed(Base):
+    """`meson install --destdir` into a temporary tree, moved elsewhere: the same checks."""
+
+    def test_churn_from_an_installed_tree(self):
+        staged = os.path.join(self.tmp, "stage")
+        p = subprocess.run(["meson", "install", "-C", BUILD, "--no-rebuild", "--quiet", "--destdir", staged],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        moved = os.path.join(self.tmp, "moved")
+        os.rename(staged, moved)  # found relative to itself, not from the prefix it was built for
+        tools = [os.path.join(r, f) for r, _, fs in os.walk(moved) for f in fs if f == "tessera"]
+        self.assertEqual(len(tools), 1, tools)
+        self.tessera = tools[0]
+        for header in ("stats_page.h", "stats_fields.h"):
+            self.assertEqual(len([r for r, _, fs in os.walk(moved) if header in fs and r.endswith("include/tessera")]), 1)
+        pcs = [os.path.join(r, f) for r, _, fs in os.walk(moved) for f in fs if f == "tessera.pc"]
+        self.assertEqual(len(pcs), 1, pcs)
+        self.assertIn("preload=${libdir}/libtessera.so", open(pcs[0]).read())
+        self.check_churn_summary()
+        # the program got the installed library and the installed simulator
+        p = self.run_tool(["--sim", "--", "sh", "-c", 'printf "%s\\n%s\\n" "$LD_PRELOAD" "$LD_LIBRARY_PATH" >&2'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        preload, libpath = p.stderr.splitlines()[:2]
+        self.assertTrue(preload.split(":")[0].startswith(moved + "/"), preload)
+        self.assertTrue(preload.split(":")[0].endswith("/libtessera.so"), preload)
+        self.assertTrue(os.path.exists(os.path.join(libpath.split(":")[0], "libcuda.so.1")), libpath)
+        self.assertTrue(libpath.startswith(moved + "/"), libpath)
+
+
+class Status(Base):
+    def test_exit_status(self):
+        self.assertEqual(self.run_tool(["--", "sh", "-c", "exit 3"]).returncode, 3)
+        self.assertEqual(self.run_tool(["sh", "-c", "exit 0"]).returncode, 0)
+
+    def test_killed_by_a_signal(self):
+        p = self.run_tool(["--", "sh", "-c", "kill -TERM $$"])
+        self.assertEqual(p.returncode, 128 + signal.SIGTERM)
+        p = self.run_tool(["--", "sh", "-c", "kill -KILL $$"])
+        self.assertEqual(p.returncode, 128 + signal.SIGKILL)
+
+    def test_program_not_found(self):
+        p = self.run_tool(["--", os.path.join(self.tmp, "no-such-program")])
+        self.assertEqual(p.returncode, 127)
+        self.assertRegex(p.stderr, r"^tessera: run: cannot run .*no-such-program")
+
+    def test_usage_errors(self):
+        for args in (["--no-such-option", "--", "true"], ["--conf"], []):
+            p = self.run_tool(args)
+            self.assertEqual(p.returncode, 125, (args, p.stderr))
+            self.assertTrue(p.stderr.startswith("tessera: "), p.stderr)
+            self.assertEqual(p.stdout, "")
+
+
+class Signals(Base):
+    """SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to tessera run reach the program."""
+
+    HANDLER = ("import signal, sys, time\n"
+               "def h(s, f):\n"
+               "    sys.stderr.write('got %d\\n' % s); sys.stderr.flush(); sys.exit(10 + s)\n"
+               "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):\n"
+               "    signal.signal(s, h)\n"
+               "sys.stderr.write('READY\\n'); sys.stderr.flush()\n"
+               "time.sleep(60)\n"
+               "sys.exit(99)\n")
+
+    def test_forwarded(self):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            proc = subprocess.Popen([self.tessera, "run", "--", sys.executable, "-c", self.HANDLER],
+                                    env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+            self.assertEqual(proc.stderr.readline(), "READY\n")
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 10 + sig, err)
+            self.assertIn("got %d" % sig, err)
+
+
+class Configuration(Base):
+    def test_bad_conf_stops_before_the_program(self):
+        marker = os.path.join(self.tmp, "started")
+        p = self.run_tool(["--conf", "max_split_size_mb:lots", "--", "touch", marker])
+        self.assertEqual(p.returncode, 125)
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertRegex(lines[0], r"^tessera: TESSERA_ALLOC_CONF: key 'max_split_size_mb'")
+        self.assertFalse(os.path.exists(marker))
+
+    def test_conf_reaches_the_program(self):
+        p = self.run_tool(["--conf=defragment:True", "--", "sh", "-c", 'printf %s "$TESSERA_ALLOC_CONF" >&2'])
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(p.stderr, "defragment:True")
+
+    def test_ld_preload_kept(self):
+        # the user's own preload (here the simulator's libcuda, any library would do) stays, after tessera
+        own = os.path.join(BUILD, "tests", "sim", "libcuda.so.1")
+        env = clean_env()
+        env["LD_PRELOAD"] = (env["LD_PRELOAD"] + ":" if env.get("LD_PRELOAD") else "") + own
+        p = subprocess.run([TESSERA, "run", "--", "sh", "-c", 'printf %s "$LD_PRELOAD" >&2'], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, os.path.realpath(SHIM) + ":" + env["LD_PRELOAD"])
+
+
+def main():
+    names = sys.argv[1:]
+    suite = unittest.TestSuite()
+    loader = unittest.TestLoader()
+    mod = sys.modules[__name__]
+    for name in names or ["Summary", "Installed", "Status", "Signals", "Configuration"]:
+        suite.addTests(loader.loadTestsFromName(name, mod))
+    if not os.path.exists(TESSERA):
+        print("SKIP: %s is not built" % TESSERA)
+        sys.exit(77)
+    ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+/* tessera: the front door. `tessera run [options] -- PROGRAM ARGS` runs PROGRAM with
+ * libtessera.so preloaded, like `valgrind PROGRAM` or `nsys profile PROGRAM`.
+ *
+ * Exit status: the program's (128 + N when signal N killed it, as a shell reports it);
+ * 125 tessera run itself failed (usage, a configuration the strict parser rejects, libtessera.so
+ * not found); 126 the program cannot be executed; 127 the program was not found.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "run.h"
+
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "unknown"
+#endif
+
+static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+#define FORWARDED_COUNT (sizeof forwarded_signals / sizeof forwarded_signals[0])
+
+/* Written once, before the forwarded signals are unblocked; read by the handler. */
+static volatile pid_t g_child;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tessera run [--conf STR] [--summary] [--sim] [--] PROGRAM [ARGS...]\n"
+            "       tessera --help | --version\n"
+            "\n"
+            "Runs PROGRAM with tessera's allocator preloaded (LD_PRELOAD, ahead of what it held).\n"
+            "  --conf STR   TESSERA_ALLOC_CONF for the program, checked first: a key or value the\n"
+            "               strict parser rejects stops here, before the program starts\n"
+            "  --summary    at exit, print per process and device what tessera did (peak\n"
+            "               allocated and reserved, utilization, allocations served, driver\n"
+            "               calls, retries, out of memory) on stderr, with the counter names;\n"
+            "               the program's stats pages then live in a private directory\n"
+            "               (TESSERA_STATS_DIR) for the run and are removed after it\n"
+            "  --sim        run on tessera's simulated CUDA device (no GPU; TESSERA_SIM_MEMORY,\n"
+            "               TESSERA_SIM_DEVICES size it)\n"
+            "Exit status: the program's (128+N when killed by signal N); 125 tessera run failed;\n"
+            "126 PROGRAM cannot be executed; 127 PROGRAM not found. Nothing is written to stdout.\n");
+}
+
+static void die_usage(const char *what)
+{
+    fprintf(stderr, "tessera: run: %s (see tessera --help)\n", what);
+    exit(TS_RUN_EXIT_FAILURE);
+}
+
+/* A signal meant for the program is passed on to it. A terminal's ^C or ^\ already reached the
+ * whole foreground process group, program included (si_code SI_KERNEL): passing it on again
+ * would deliver it twice, which a program counting interrupts (Python's second ^C) would feel. */
+static void forward(int sig, siginfo_t *info, void *ucontext)
+{
+    (void)ucontext;
+    pid_t child = g_child;
+    if (child > 0 && !(info && info->si_code == SI_KERNEL))
+        kill(child, sig);
+}
+
+static int env_prepend(const char *name, const char *value, char sep)
+{
+    const char *old = getenv(name);
+    if (!old || !*old)
+        return setenv(name, value, 1);
+    size_t len = strlen(value) + 1 + strlen(old) + 1;
+    char *joined = malloc(len);
+    if (!joined)
+        return -1;
+    snprintf(joined, len, "%s%c%s", value, sep, old);
+    int rc = setenv(name, joined, 1);
+    free(joined);
+    return rc;
+}
+
+/* The configuration the program will parse, parsed here first with the same strict parser. */
+static void conf_check(const char *text)
+{
+    ts_config cfg;
+    ts_config_diag diag;
+    if (ts_config_parse(&cfg, text, "TESSERA_ALLOC_CONF", TS_CONFIG_STRICT, &diag, NULL, NULL) != 0) {
+        fprintf(stderr, "tessera: %s\n", diag.message);
+        exit(TS_RUN_EXIT_FAILURE);
+    }
+}
+
+static int status_of(int wstatus)
+{
+    if (WIFEXITED(wstatus))
+        return WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus))
+        return 128 + WTERMSIG(wstatus);
+    return TS_RUN_EXIT_FAILURE;
+}
+
+static int program_run(char **argv)
+{
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (size_t i = 0; i < FORWARDED_COUNT; i++)
+        sigaddset(&block, forwarded_signals[i]);
+    /* blocked across fork: a signal arriving before g_child is set waits and is forwarded */
+    sigprocmask(SIG_BLOCK, &block, &old);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = forward;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < FORWARDED_COUNT; i++)
+        sigaction(forwarded_signals[i], &sa, NULL);
+
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "tessera: run: cannot fork: %s\n", strerror(errno));
+        return TS_RUN_EXIT_FAILURE;
+    }
+    if (pid == 0) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        for (size_t i = 0; i < FORWARDED_COUNT; i++)
+            sigaction(forwarded_signals[i], &dfl, NULL);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        execvp(argv[0], argv);
+        int e = errno;
+        fprintf(stderr, "tessera: run: cannot run '%s': %s\n", argv[0], strerror(e));
+        _exit(e == ENOENT ? TS_RUN_EXIT_NOT_FOUND : TS_RUN_EXIT_CANNOT_EXEC);
+    }
+    g_child = pid;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+
+    int wstatus = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &wstatus, 0);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR) {
+            fprintf(stderr, "tessera: run: waiting for the program: %s\n", strerror(errno));
+            return TS_RUN_EXIT_FAILURE;
+        }
+    }
+    return status_of(wstatus);
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    const char *conf = NULL;
+    bool summary = false, sim = false;
+    int i = 0;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        } else if (strcmp(a, "--summary") == 0) {
+            summary = true;
+        } else if (strcmp(a, "--sim") == 0) {
+            sim = true;
+        } else if (strcmp(a, "--conf") == 0) {
+            if (i + 1 >= argc)
+                die_usage("--conf needs a value");
+            conf = argv[++i];
+        } else if (strncmp(a, "--conf=", 7) == 0) {
+            conf = a + 7;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stderr);
+            return 0;
+        } else if (a[0] == '-') {
+            char msg[256];
+            snprintf(msg, sizeof msg, "unknown option '%.200s'", a);
+            die_usage(msg);
+        } else {
+            break;
+        }
+    }
+    if (i >= argc)
+        die_usage("no program given");
+
+    if (conf)
+        conf_check(conf);
+
+    ts_run_layout layout;
+    char err[8192];
+    if (ts_run_layout_find(&layout, err, sizeof err) != 0) {
+        fprintf(stderr, "tessera: run: %s\n", err);
+        return TS_RUN_EXIT_FAILURE;
+    }
+    if (sim && !layout.sim_dir[0]) {
+        fprintf(stderr, "tessera: run: --sim: the simulated CUDA device is not part of this %s "
+                        "(it is built with the tests: configure with cmocka installed)\n",
+                layout.build_tree ? "build" : "installation");
+        return TS_RUN_EXIT_FAILURE;
+    }
+
+    if (env_prepend("LD_PRELOAD", layout.library, ':') != 0 ||
+        (conf && setenv("TESSERA_ALLOC_CONF", conf, 1) != 0) ||
+        (sim && env_prepend("LD_LIBRARY_PATH", layout.sim_dir, ':') != 0)) {
+        fprintf(stderr, "tessera: run: cannot set the environment: %s\n", strerror(errno));
+        return TS_RUN_EXIT_FAILURE;
+    }
+
+    char stats_dir[4096] = "";
+    if (summary) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(stats_dir, sizeof stats_dir, "%s/tessera-run.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(stats_dir)) {
+            fprintf(stderr, "tessera: run: --summary: cannot create a directory in %s: %s\n",
+                    tmp && *tmp ? tmp : "/tmp", strerror(errno));
+            return TS_RUN_EXIT_FAILURE;
+        }
+        if (setenv("TESSERA_STATS_DIR", stats_dir, 1) != 0 ||
+            setenv("TESSERA_STATS_KEEP", "1", 1) != 0) {
+            fprintf(stderr, "tessera: run: cannot set the environment: %s\n", strerror(errno));
+            rmdir(stats_dir);
+            return TS_RUN_EXIT_FAILURE;
+        }
+    }
+
+    int status = program_run(argv + i);
+
+    if (summary) {
+        ts_run_summary_print(stderr, stats_dir);
+        fprintf(stderr, "tessera: program exit status %d\n", status);
+        if (ts_run_summary_cleanup(stats_dir, err, sizeof err) != 0)
+            fprintf(stderr, "tessera: run: %s\n", err);
+    }
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return TS_RUN_EXIT_FAILURE;
+    }
+    if (strcmp(argv[1], "run") == 0)
+        return cmd_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(stderr);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        fprintf(stderr, "tessera %s\n", TESSERA_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "tessera: unknown command '%.200s' (the command is: tessera run ...; "
+                    "see tessera --help)\n", argv[1]);
+    return TS_RUN_EXIT_FAILURE;
+}
