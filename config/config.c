@@ -117,7 +117,8 @@ typedef struct key_desc {
     unsigned char kind;
     unsigned char flags;
     size_t offset;         /* field in ts_config; unused by KIND_NA_* */
-    uint64_t min, max;     /* KIND_MIB (in MiB; max 0: capped at SIZE_MAX / 1 MiB), KIND_U32 */
+    uint64_t min, max;     /* KIND_MIB (in MiB; max 0: capped at SIZE_MAX / 1 MiB, else an
+                            * error above it), KIND_U32 */
     union {
         bool b;
         uint64_t u; /* KIND_MIB: MiB, UINT64_MAX for unlimited; KIND_SIZE: bytes */
@@ -204,8 +205,8 @@ static const key_desc keys[KEY_COUNT] = {
     },
     [KEY_LARGE_SEGMENT_SIZE_MB] = {
         .name = "large_segment_size_mb", .kind = KIND_MIB, .flags = F_EARLY,
-        .offset = FIELD(large_segment_size), .min = 11, .def.u = 20,
-        .range = "an integer > 10 MiB",
+        .offset = FIELD(large_segment_size), .min = 11, .max = 1024, .def.u = 20,
+        .range = "an integer from 11 to 1024 MiB",
         .help = "Segment size for requests between 1 and 10 MiB; also the default and minimum of "
                 "max_split_size_mb and max_non_split_rounding_mb. Applied first, wherever it is.",
     },
@@ -999,6 +1000,10 @@ static bool parse_value(parser *p, const entry *e)
         uint64_t min = (k->flags & F_MIN_LARGE_SEG) ? cfg->large_segment_size / MIB : k->min;
         if (v < min)
             return bad_value(p, e, "is too small");
+        /* A bound where the value is a segment size: one larger than any device makes every
+         * request it applies to fail (with an out-of-memory line blaming a full device). */
+        if (k->max && v > k->max)
+            return bad_value(p, e, "is too large");
         if (v > SIZE_MAX / MIB) /* PyTorch caps at SIZE_MAX / 1 MiB */
             v = SIZE_MAX / MIB;
         *f = (size_t)v * MIB;

@@ -3,17 +3,26 @@
 
 #include "core/allocator.h"
 
-/* PyTorch's format_size: bytes, KiB, MiB, GiB with two decimals. */
+/* PyTorch's format_size: bytes, KiB, MiB, GiB with two decimals; beyond 1 TiB (PyTorch would
+ * print 8589934592.00 GiB for 2^63 bytes) TiB, PiB and EiB. */
 static const char *size_text(size_t v, char *buf, size_t len)
 {
-    if (v <= 1024)
+    static const char *const big[] = {"GiB", "TiB", "PiB", "EiB"};
+    if (v <= 1024) {
         snprintf(buf, len, "%zu bytes", v);
-    else if (v <= ((size_t)1 << 20))
+    } else if (v <= ((size_t)1 << 20)) {
         snprintf(buf, len, "%.2f KiB", (double)v / 1024.0);
-    else if (v <= ((size_t)1 << 30))
+    } else if (v <= ((size_t)1 << 30)) {
         snprintf(buf, len, "%.2f MiB", (double)v / (1024.0 * 1024.0));
-    else
-        snprintf(buf, len, "%.2f GiB", (double)v / (1024.0 * 1024.0 * 1024.0));
+    } else {
+        double d = (double)v / (1024.0 * 1024.0 * 1024.0);
+        size_t u = 0;
+        while (d > 1024.0 && u + 1 < sizeof big / sizeof big[0]) {
+            d /= 1024.0;
+            u++;
+        }
+        snprintf(buf, len, "%.2f %s", d, big[u]);
+    }
     return buf;
 }
 

@@ -35,6 +35,17 @@
 /* Files without an identity (creation interrupted) are only collected once this old. */
 #define TS_NO_IDENTITY_GRACE_S 2
 
+/* Reader bounds. A slot is tried TS_READ_RETRIES times (spin, yield, then 200 us sleeps: about
+ * 20 ms) before it is reported busy; the page's other slots then get one try each, and a page
+ * whose owner is dead gets one try per slot. Over the whole process, readers sleep at most
+ * TS_READ_SLEEP_BUDGET_NS in any TS_READ_BUDGET_WINDOW_NS: forged pages whose slots always look
+ * mid-write cost one look each once that is spent, so a run stays bounded whatever the
+ * directory holds. */
+#define TS_READ_RETRIES 164u
+#define TS_READ_SLEEP_NS 200000L
+#define TS_READ_SLEEP_BUDGET_NS 250000000ull
+#define TS_READ_BUDGET_WINDOW_NS 2000000000ull
+
 _Static_assert(TESSERA_PAGE_HEADER_SIZE % 8 == 0, "word copies");
 _Static_assert(offsetof(tessera_page_slot_head, seq) % 8 == 0, "seq aligned");
 _Static_assert(offsetof(tessera_page_slot_head, stats) % 64 == 0, "stats on their own line");
@@ -240,10 +251,12 @@ struct ts_slotref {
     tessera_page_block *blk_scratch;
 };
 
+/* Invariant: no descriptor is held once create returns. The host program may close any fd it
+ * did not open itself (daemons close 3..N) and reuse the number for its own files, so a slot's
+ * growth re-opens the page by its absolute path and checks (dev, ino) before touching it. */
 struct ts_statspage {
     unsigned char *base;
     size_t size;
-    int fd;
     uint32_t slot_count;
     uint32_t retired; /* atomic: close/forget happened */
     uint64_t dev, ino;
@@ -300,6 +313,14 @@ static int judge_existing(const char *path, const struct identity *self, char *e
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         set_msg(err, errlen, "%s exists and is not a regular file; leaving it alone", path);
+        return EEXIST;
+    }
+    if (st.st_uid != geteuid()) {
+        /* Another user's file in our name: never replace it, and never write into it. Readers
+         * do not trust it either (its owner is not this process's user). */
+        close(fd);
+        set_msg(err, errlen, "%s exists and belongs to uid %u, not to this process's user; "
+                "leaving it alone", path, (unsigned)st.st_uid);
         return EEXIST;
     }
     tessera_page_header h;
@@ -370,6 +391,39 @@ static void fill_header(tessera_page_header *h, const struct identity *id, const
         copy_field(h->config, sizeof h->config, config, strlen(config));
 }
 
+/* <dir>/tessera.<pid> as an absolute path: the page is re-opened and removed by this name, and
+ * the program may chdir away from a relative TESSERA_STATS_DIR. The name must also fit the
+ * readers' buffers (PATH_MAX), or the page would be written but never read. */
+static int absolute_page_path(char *dst, size_t cap, const char *dir, int pid)
+{
+    char cwd[PATH_MAX] = "";
+    if (dir[0] != '/' && !getcwd(cwd, sizeof cwd))
+        return errno;
+    int n = snprintf(dst, cap, "%s%s%s/" TESSERA_PAGE_FILE_PREFIX "%d", cwd, cwd[0] ? "/" : "",
+                     dir, pid);
+    return (n < 0 || (size_t)n >= cap) ? ENAMETOOLONG : 0;
+}
+
+/* Commit [off, off+len) of the page file (posix_fallocate: a full tmpfs fails here, not with
+ * SIGBUS later). The page is re-opened by path and must still be the very file we mapped: the
+ * program may have closed our descriptor, and the name may now be someone else's file.
+ * Returns 0, ENOSPC, or ESTALE when the file is gone or replaced. */
+static int commit_range(ts_statspage *p, off_t off, off_t len)
+{
+    int fd = open(p->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return ESTALE;
+    struct stat st;
+    int e = 0;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != p->dev ||
+        (uint64_t)st.st_ino != p->ino)
+        e = ESTALE;
+    else if (posix_fallocate(fd, off, len) != 0)
+        e = ENOSPC;
+    close(fd);
+    return e;
+}
+
 int ts_statspage_create(const char *dir, const char *config_text, ts_statspage **out, char *err,
                         size_t errlen)
 {
@@ -390,21 +444,21 @@ int ts_statspage_create(const char *dir, const char *config_text, ts_statspage *
         set_msg(err, errlen, "out of memory");
         return ENOMEM;
     }
-    p->fd = -1;
-    int len = snprintf(p->path, sizeof p->path, "%s/" TESSERA_PAGE_FILE_PREFIX "%d", dir,
-                       self.pid);
-    if (len < 0 || (size_t)len >= sizeof p->path) {
-        set_msg(err, errlen, "stats directory name too long");
+    int e = absolute_page_path(p->path, sizeof p->path, dir, self.pid);
+    if (e != 0) {
+        set_msg(err, errlen, "cannot use the stats directory %s: %s", dir, strerror(e));
         free(p);
-        return ENAMETOOLONG;
+        return e;
     }
 
     int fd = -1;
     for (int attempt = 0; attempt < 4 && fd < 0; attempt++) {
-        fd = open(p->path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0644);
+        /* Mode 0000 until published: an unpublished page is then told apart from any other
+         * file of the name (the collector removes only what an interrupted creation leaves). */
+        fd = open(p->path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0);
         if (fd >= 0)
             break;
-        int e = errno;
+        e = errno;
         if (e != EEXIST) {
             set_msg(err, errlen, "cannot create %s: %s", p->path, strerror(e));
             free(p);
@@ -430,13 +484,9 @@ int ts_statspage_create(const char *dir, const char *config_text, ts_statspage *
 
     const uint64_t total =
         (uint64_t)TESSERA_PAGE_HEADER_SIZE + (uint64_t)TESSERA_PAGE_SLOTS * TESSERA_PAGE_SLOT_SIZE;
-    int e = 0;
     const char *what = NULL;
     struct stat st;
-    if (fchmod(fd, 0644) != 0) { /* exact mode whatever the umask */
-        e = errno;
-        what = "fchmod";
-    } else if (ftruncate(fd, (off_t)total) != 0) {
+    if (ftruncate(fd, (off_t)total) != 0) {
         e = errno;
         what = "ftruncate";
     } else if ((e = posix_fallocate(fd, 0, TESSERA_PAGE_HEADER_SIZE)) != 0) {
@@ -460,7 +510,6 @@ int ts_statspage_create(const char *dir, const char *config_text, ts_statspage *
         free(p);
         return e ? e : EIO;
     }
-    p->fd = fd;
     p->base = base;
     p->size = (size_t)total;
     p->slot_count = TESSERA_PAGE_SLOTS;
@@ -472,18 +521,26 @@ int ts_statspage_create(const char *dir, const char *config_text, ts_statspage *
     }
 
     tessera_page_header *h = malloc(sizeof *h);
-    if (!h) {
-        set_msg(err, errlen, "out of memory");
+    e = h ? 0 : ENOMEM;
+    if (h) {
+        fill_header(h, &self, config_text, total);
+        store_words(base, h, sizeof *h); /* magic is still 0 */
+        free(h);
+        __atomic_store_n(&((tessera_page_header *)base)->magic, TESSERA_PAGE_MAGIC,
+                         __ATOMIC_RELEASE);
+        if (fchmod(fd, 0644) != 0) /* published: exact mode whatever the umask */
+            e = errno;
+    }
+    /* The mapping keeps the file; a descriptor held on would be closed and reused by a program
+     * that closes what it did not open. */
+    close(fd);
+    if (e != 0) {
+        set_msg(err, errlen, "cannot set up %s: %s", p->path, strerror(e));
         munmap(base, p->size);
         unlink(p->path);
-        close(fd);
         free(p);
-        return ENOMEM;
+        return e;
     }
-    fill_header(h, &self, config_text, total);
-    store_words(base, h, sizeof *h); /* magic is still 0 */
-    free(h);
-    __atomic_store_n(&((tessera_page_header *)base)->magic, TESSERA_PAGE_MAGIC, __ATOMIC_RELEASE);
     *out = p;
     return 0;
 }
@@ -517,10 +574,10 @@ int ts_statspage_claim(ts_statspage *p, int device, uint64_t context_id, ts_stat
             continue;
         struct ts_slotref *r = &p->refs[i];
         if (!__atomic_load_n(&r->fallocated, __ATOMIC_ACQUIRE)) {
-            off_t off = (off_t)((char *)s - (char *)p->base);
-            if (posix_fallocate(p->fd, off, TESSERA_PAGE_SLOT_SIZE) != 0) {
+            int e = commit_range(p, (off_t)((char *)s - (char *)p->base), TESSERA_PAGE_SLOT_SIZE);
+            if (e != 0) {
                 __atomic_store_n(&s->head.state, TESSERA_SLOT_FREE, __ATOMIC_RELEASE);
-                return -ENOSPC;
+                return -e;
             }
             __atomic_store_n(&r->fallocated, 1, __ATOMIC_RELEASE);
         }
@@ -723,9 +780,6 @@ static void retire(ts_statspage *p)
     /* Same address, private zero-filled memory: late writes through a sink land here. */
     (void)mmap(p->base, p->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                -1, 0);
-    if (p->fd >= 0)
-        close(p->fd);
-    p->fd = -1;
     ts_statspage *head = __atomic_load_n(&retired_pages, __ATOMIC_RELAXED);
     do {
         p->next_retired = head;
@@ -773,6 +827,7 @@ const char *ts_page_status_name(int status)
     case TS_PAGE_ECORRUPT: return "corrupt";
     case TS_PAGE_EBUSY: return "busy";
     case TS_PAGE_EEMPTY: return "empty";
+    case TS_PAGE_EUNTRUSTED: return "untrusted";
     default: return "unknown";
     }
 }
@@ -793,7 +848,7 @@ void ts_page_init(ts_page *pg)
 {
     memset(pg, 0, sizeof *pg);
     pg->fd = -1;
-    pg->retries = 400;
+    pg->retries = TS_READ_RETRIES;
 }
 
 void ts_page_close(ts_page *pg)
@@ -932,6 +987,68 @@ static int validate_header(ts_page *pg)
     return TS_PAGE_OK;
 }
 
+static void note_stat(ts_page *pg, const struct stat *st)
+{
+    pg->size = (uint64_t)st->st_size;
+    pg->dev = (uint64_t)st->st_dev;
+    pg->ino = (uint64_t)st->st_ino;
+    pg->uid = (uint32_t)st->st_uid;
+    pg->mode = (uint32_t)st->st_mode;
+    pg->mtime = (int64_t)st->st_mtime;
+}
+
+/* The real, effective, saved and file-system uids of pid (the Uid: line of /proc/<pid>/status).
+ * Returns 0 or an errno value (ENOENT: no such process). */
+static int proc_uids(int pid, uint32_t uids[4])
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    ssize_t n = read_small_file(path, buf, sizeof buf);
+    if (n < 0)
+        return (int)-n;
+    const char *p = strstr(buf, "\nUid:");
+    if (!p)
+        return EPROTO;
+    p += 5;
+    for (int i = 0; i < 4; i++) {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p || errno != 0 || v > UINT32_MAX)
+            return EPROTO;
+        uids[i] = (uint32_t)v;
+        p = end;
+    }
+    return 0;
+}
+
+/* Anyone may create a file named tessera.<pid> in a shared directory, for a process that is not
+ * theirs, with counters of their choosing. A page is trusted only when its file is not writable
+ * by group or others and belongs to a user the process runs as. Processes this reader cannot
+ * look up (gone: judged stale later; another pid namespace; /proc hidden) are not checked here. */
+static int check_trust(ts_page *pg, int status)
+{
+    if (pg->fd < 0)
+        return status;
+    if (pg->mode & (S_IWGRP | S_IWOTH))
+        return page_fail(pg, TS_PAGE_EUNTRUSTED,
+                         "untrusted: the file is writable by group or others (mode %04o)",
+                         (unsigned)(pg->mode & 07777));
+    uint64_t ns = ts_pid_namespace("self");
+    if (pg->hdr.pid_namespace && ns && pg->hdr.pid_namespace != ns)
+        return status;
+    uint32_t uids[4];
+    if (proc_uids(pg->hdr.pid, uids) != 0)
+        return status;
+    for (int i = 0; i < 4; i++)
+        if (uids[i] == pg->uid)
+            return status;
+    return page_fail(pg, TS_PAGE_EUNTRUSTED,
+                     "untrusted: the file belongs to uid %" PRIu32 " but process %" PRId32
+                     " runs as uid %" PRIu32 " (not written by that process)",
+                     pg->uid, pg->hdr.pid, uids[0]);
+}
+
 static int open_path(ts_page *pg, const char *path, int expect_pid)
 {
     unsigned retries = pg->retries ? pg->retries : 400;
@@ -940,15 +1057,23 @@ static int open_path(ts_page *pg, const char *path, int expect_pid)
     snprintf(pg->path, sizeof pg->path, "%s", path);
     pg->name_pid = expect_pid;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
     if (fd < 0) {
         int e = errno;
         if (e == ENOENT)
             return page_fail(pg, TS_PAGE_ENOENT, "no such page");
         if (e == ELOOP)
             return page_fail(pg, TS_PAGE_EIO, "is a symbolic link (not followed)");
+        /* A page being created has mode 0000 (only root may open it): judged by its stat. */
+        if (e == EACCES && lstat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+            (st.st_mode & 07777) == 0) {
+            note_stat(pg, &st);
+            return page_fail(pg, TS_PAGE_ENOTREADY,
+                             "not published yet (mode 0000): being created, or its creator died "
+                             "while creating it");
+        }
         return page_fail(pg, TS_PAGE_EIO, "cannot open: %s", strerror(e));
     }
-    struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
@@ -959,10 +1084,11 @@ static int open_path(ts_page *pg, const char *path, int expect_pid)
         return page_fail(pg, TS_PAGE_EIO, "not a regular file");
     }
     pg->fd = fd;
-    pg->size = (uint64_t)st.st_size;
-    pg->dev = (uint64_t)st.st_dev;
-    pg->ino = (uint64_t)st.st_ino;
-    return validate_header(pg);
+    note_stat(pg, &st);
+    int status = validate_header(pg);
+    if (status == TS_PAGE_OK || status == TS_PAGE_ENEWER)
+        status = check_trust(pg, status);
+    return status;
 }
 
 int ts_page_open(ts_page *pg, const char *path)
@@ -974,7 +1100,7 @@ int ts_page_open(ts_page *pg, const char *path)
 
 int ts_page_open_pid(ts_page *pg, const char *dir, int pid)
 {
-    char path[512];
+    char path[PATH_MAX];
     if (!dir)
         dir = ts_statspage_dir();
     int n = snprintf(path, sizeof path, "%s/" TESSERA_PAGE_FILE_PREFIX "%d", dir, pid);
@@ -1088,16 +1214,44 @@ int ts_page_validate_slot(const tessera_page_header *h, const tessera_page_slot_
     return TS_PAGE_OK;
 }
 
-static void backoff(unsigned attempt)
+static uint64_t now_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+/* The process-wide sleep budget of readers (see TS_READ_SLEEP_BUDGET_NS). */
+static uint64_t read_window_start, read_window_slept;
+
+/* Take one sleep from the budget: false when this window's budget is spent. */
+static bool read_budget_take(void)
+{
+    uint64_t now = now_monotonic_ns();
+    uint64_t start = __atomic_load_n(&read_window_start, __ATOMIC_RELAXED);
+    if (start == 0 || now - start > TS_READ_BUDGET_WINDOW_NS) {
+        if (__atomic_compare_exchange_n(&read_window_start, &start, now, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            __atomic_store_n(&read_window_slept, 0, __ATOMIC_RELAXED);
+    }
+    return __atomic_add_fetch(&read_window_slept, (uint64_t)TS_READ_SLEEP_NS, __ATOMIC_RELAXED) <=
+           TS_READ_SLEEP_BUDGET_NS;
+}
+
+/* Wait before attempt number attempt; false: give up now (the sleep budget is spent). */
+static bool backoff(unsigned attempt)
 {
     if (attempt < 16)
-        return;
+        return true;
     if (attempt < 64) {
         sched_yield();
-        return;
+        return true;
     }
-    struct timespec ts = {0, 200000};
+    if (!read_budget_take())
+        return false;
+    struct timespec ts = {0, TS_READ_SLEEP_NS};
     nanosleep(&ts, NULL);
+    return true;
 }
 
 int ts_page_snapshot(ts_page *pg, uint32_t index, tessera_page_slot_head *head,
@@ -1116,8 +1270,10 @@ int ts_page_snapshot(ts_page *pg, uint32_t index, tessera_page_slot_head *head,
     uint64_t s1 = 0, s2 = 1;
     unsigned attempt;
     for (attempt = 0; attempt < tries; attempt++) {
-        if (attempt)
-            backoff(attempt);
+        if (attempt && !backoff(attempt)) {
+            attempt = tries;
+            break;
+        }
         int st = src_read(pg, base + offsetof(tessera_page_slot_head, seq), &s1, sizeof s1);
         if (st)
             return st;
@@ -1144,10 +1300,12 @@ int ts_page_snapshot(ts_page *pg, uint32_t index, tessera_page_slot_head *head,
         if (s1 == s2)
             break;
     }
-    if (attempt == tries)
+    if (attempt == tries) {
+        pg->retries = 1; /* bounded work per page: its other slots get one look each */
         return page_fail(pg, TS_PAGE_EBUSY,
                          "slot %" PRIu32 ": the writer held its sequence lock through %u attempts",
                          index, tries);
+    }
     head->seq = s1;
     int st = ts_page_validate_slot(h, head, with_map ? segs : NULL, with_map ? blocks : NULL,
                                    pg->error, sizeof pg->error);
@@ -1249,18 +1407,29 @@ int ts_page_list(const char *dir, int **pids, size_t *n)
     return 0;
 }
 
+/* What an interrupted creation leaves, and nothing else: a regular file of mode 0000 (a page
+ * gets its mode only once published) that is empty or exactly layout 1's size. */
+static bool interrupted_creation(const ts_page *pg)
+{
+    const uint64_t total =
+        (uint64_t)TESSERA_PAGE_HEADER_SIZE + (uint64_t)TESSERA_PAGE_SLOTS * TESSERA_PAGE_SLOT_SIZE;
+    return pg->ino != 0 && (pg->mode & 07777) == 0 && (pg->size == 0 || pg->size == total);
+}
+
 int ts_page_judge(ts_page *pg, int status, int pid, char *why, size_t whylen)
 {
     if (status == TS_PAGE_ENOENT) {
         set_msg(why, whylen, "no such page");
         return TS_OWNER_UNKNOWN;
     }
-    if (pg->have_identity)
-        return ts_page_owner_state(&pg->hdr, why, whylen);
-    if (status == TS_PAGE_ENOTREADY || (status == TS_PAGE_ETRUNCATED && pg->size < 128)) {
-        struct stat st;
-        if (pg->fd >= 0 && fstat(pg->fd, &st) == 0 &&
-            time(NULL) - st.st_mtime < TS_NO_IDENTITY_GRACE_S) {
+    if (pg->have_identity) {
+        int owner = ts_page_owner_state(&pg->hdr, why, whylen);
+        if (ts_owner_is_stale(owner))
+            pg->retries = 1; /* nobody writes a dead process's page: a busy slot stays busy */
+        return owner;
+    }
+    if (interrupted_creation(pg)) {
+        if (time(NULL) - pg->mtime < TS_NO_IDENTITY_GRACE_S) {
             set_msg(why, whylen, "being created");
             return TS_OWNER_UNKNOWN;
         }

@@ -25,6 +25,7 @@
 #ifndef TS_STATSPAGE_H
 #define TS_STATSPAGE_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,7 +100,8 @@ typedef enum ts_page_status {
     TS_PAGE_ENEWER = 6,     /* layout newer than this reader; identity prefix still valid */
     TS_PAGE_ECORRUPT = 7,   /* any other inconsistency */
     TS_PAGE_EBUSY = 8,      /* a slot's writer held the sequence lock through every retry */
-    TS_PAGE_EEMPTY = 9      /* slot not in use (not an error) */
+    TS_PAGE_EEMPTY = 9,     /* slot not in use (not an error) */
+    TS_PAGE_EUNTRUSTED = 10 /* the file is not its process's: another user's, or writable by others */
 } ts_page_status;
 
 const char *ts_page_status_name(int status);
@@ -110,19 +112,25 @@ typedef struct ts_page {
     const unsigned char *mem;     /* memory source, when fd < 0 */
     uint64_t size;                /* bytes available (file size at open) */
     uint64_t dev, ino;            /* the file's identity (0 for memory) */
+    uint32_t uid, mode;           /* the file's owner and mode bits (stat) */
+    int64_t mtime;                /* the file's modification time, seconds */
     int name_pid;                 /* pid from the file name; 0 when unknown */
-    unsigned retries;             /* snapshot attempts before EBUSY */
+    unsigned retries;             /* snapshot attempts before EBUSY; 1 once a slot of this
+                                   * page was busy or its owner is known dead */
     unsigned have_identity;       /* hdr's identity prefix is valid (OK, ENEWER, some ECORRUPT) */
     tessera_page_header hdr;      /* validated copy (whole header only after TS_PAGE_OK) */
-    char path[512];
+    char path[PATH_MAX];          /* as long as any page name a writer can create */
     char error[320];              /* message for the last error */
 } ts_page;
 
 void ts_page_init(ts_page *pg);
 
-/* Open and validate a page file: O_RDONLY|O_NOFOLLOW, fstat checks, then the header. The file
- * is read with pread (never mapped), so a page that shrinks underneath a reader gives
- * TS_PAGE_ETRUNCATED instead of SIGBUS. Returns a ts_page_status; pg->error says why. */
+/* Open and validate a page file: O_RDONLY|O_NOFOLLOW, fstat checks, then the header, then trust:
+ * a page whose file is writable by group or others, or whose owner is not a user the named
+ * process runs as (/proc/<pid>/status), gives TS_PAGE_EUNTRUSTED (anyone may create a file of
+ * that name in a shared directory). The file is read with pread (never mapped), so a page that
+ * shrinks underneath a reader gives TS_PAGE_ETRUNCATED instead of SIGBUS. Returns a
+ * ts_page_status; pg->error says why. */
 int ts_page_open(ts_page *pg, const char *path);
 int ts_page_open_pid(ts_page *pg, const char *dir, int pid);
 

@@ -10,6 +10,7 @@
  * calling thread's last entry, checks it against the current context, and calls the core.
  */
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,8 +57,32 @@ const ts_config *ts_shim_config(void)
 
 static void announce(void);
 
+/* A strict configuration error stops only processes that use CUDA: the preload reaches every
+ * process of a job script (ls, bash, python). A program linked with a CUDA library stops before
+ * main; any other stops at its first hooked call. One line, then _exit (no atexit handler of a
+ * half-started program runs). */
+static char g_conf_error[sizeof(((ts_config_diag *)0)->message)];
+static bool g_conf_failed;
+
+__attribute__((noreturn, cold)) static void config_stop(const char *when)
+{
+    ts_log("%s; stopping %s (fix or unset TESSERA_ALLOC_CONF)", g_conf_error, when);
+    _exit(1);
+}
+
+static int find_cuda_library(struct dl_phdr_info *info, size_t size, void *user)
+{
+    (void)size;
+    (void)user;
+    const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+    base = base ? base + 1 : info->dlpi_name;
+    return base && (strncmp(base, "libcudart.so", 12) == 0 || strncmp(base, "libcuda.so", 10) == 0);
+}
+
 bool ts_shim_active(void)
 {
+    if (__builtin_expect(g_conf_failed, 0))
+        config_stop("at the first CUDA call");
     /* Stepping aside (caching:False, backend:cudaMallocAsync) creates no allocator, the usual
      * place to announce: the first hook that steps aside says the warnings and verbose lines. */
     if (!g_active)
@@ -80,16 +105,17 @@ static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
 
-/* Runs when the library is loaded, before main: no CUDA here, only the configuration, so that a
- * bad TESSERA_ALLOC_CONF stops the program before it runs rather than half-way through. */
+/* Runs when the library is loaded, before main: no CUDA here, only the configuration. A bad
+ * TESSERA_ALLOC_CONF stops a program linked with CUDA now; any other program keeps it for its
+ * first hook (config_stop), so one that never uses CUDA runs untouched and silent. */
 __attribute__((constructor)) static void shim_load(void)
 {
     ts_config_diag diag;
     if (ts_config_from_env(&g_cfg, &g_source, &diag, warn_collect, NULL) != 0) {
-        ts_log("%s", diag.message);
-        ts_log("stopping before the program starts (fix or unset TESSERA_ALLOC_CONF; "
-               "keys are listed in docs/configuration.md)");
-        _exit(1);
+        snprintf(g_conf_error, sizeof g_conf_error, "%s", diag.message);
+        if (dl_iterate_phdr(find_cuda_library, NULL))
+            config_stop("before the program starts");
+        g_conf_failed = true;
     }
     g_active = g_cfg.caching && g_cfg.backend == TS_BACKEND_NATIVE;
     pthread_atfork(fork_prepare, fork_parent, fork_child);

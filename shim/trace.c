@@ -3,16 +3,25 @@
  * so RMM's REPLAY_BENCH reads tessera's logs and tessera-replay reads RMM's.
  *
  * Lines are formatted on the stack and appended to a 256 KiB buffer under a mutex; the buffer is
- * written when full and at exit. The file is bounded by TESSERA_TRACE_LIMIT (bytes, K/M/G
+ * written when full and at exit. The file is bounded by TESSERA_TRACE_LIMIT (bytes, K/M/G/T
  * suffixes, default 1G): past it recording stops and says so once. A fork child does not
  * record (its lines would interleave with the parent's in one file).
+ *
+ * We are a guest in the program: no descriptor is held between writes (the program may close
+ * fds it did not open and reuse the numbers for its own files), so each flush opens the file by
+ * its absolute path, checks it is still the file created at start (dev, ino), appends and
+ * closes. Only regular files of this user and character devices (/dev/null) are accepted:
+ * symbolic links are not followed (a planted link must not truncate its target), and a FIFO
+ * would block the program or kill it with SIGPIPE. Every problem is one line, said once.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,24 +32,54 @@
 
 static pthread_once_t trace_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
-static int trace_fd = -1;
 static bool trace_on;
+static char trace_path[PATH_MAX]; /* absolute: the program may chdir */
+static dev_t trace_dev;           /* identity of the file opened at start */
+static ino_t trace_ino;
 static char trace_buf[TRACE_BUF];
 static size_t trace_len;
 static unsigned long long trace_written, trace_limit = 1ull << 30;
 static __thread long trace_tid;
 
+#define TRACE_OPEN_FLAGS (O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
+
+/* Append the buffer to the file; on any failure stop recording and say why, once. */
 static void trace_flush_locked(void)
 {
-    size_t off = 0;
-    while (off < trace_len) {
-        ssize_t w = write(trace_fd, trace_buf + off, trace_len - off);
-        if (w <= 0)
-            break;
-        off += (size_t)w;
+    if (trace_len == 0)
+        return;
+    const char *why = NULL;
+    int e = 0;
+    int fd = open(trace_path, TRACE_OPEN_FLAGS | O_APPEND);
+    struct stat st;
+    if (fd < 0) {
+        e = errno;
+        why = "cannot reopen it";
+    } else if (fstat(fd, &st) != 0 || st.st_dev != trace_dev || st.st_ino != trace_ino) {
+        why = "the file was removed or replaced";
+    } else {
+        size_t off = 0;
+        while (off < trace_len) {
+            ssize_t w = write(fd, trace_buf + off, trace_len - off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                e = w < 0 ? errno : EIO;
+                why = "write";
+                break;
+            }
+            off += (size_t)w;
+        }
+        trace_written += off;
     }
-    trace_written += trace_len;
+    if (fd >= 0)
+        close(fd);
     trace_len = 0;
+    if (why) {
+        trace_on = false;
+        ts_log("TESSERA_TRACE: writing %s failed (%s%s%s); recording stopped after %llu bytes",
+               trace_path, why, e ? ": " : "", e ? strerror(e) : "", trace_written);
+    }
 }
 
 static void trace_at_exit(void)
@@ -49,23 +88,83 @@ static void trace_at_exit(void)
     if (trace_on) {
         trace_flush_locked();
         trace_on = false;
-        close(trace_fd);
-        trace_fd = -1;
     }
     pthread_mutex_unlock(&trace_lock);
 }
 
-static unsigned long long parse_limit(const char *s)
+/* Bytes: decimal digits, then optionally one of K, M, G, T (binary multiples, any case); at
+ * least 1. Returns false for anything else ("abc", "1e9", "10X", "-1", overflow). */
+static bool parse_limit(const char *s, unsigned long long *out)
 {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; break;
-    case 'm': case 'M': v <<= 20; break;
-    case 'g': case 'G': v <<= 30; break;
-    default: break;
+    unsigned long long v = 0;
+    const char *d = s;
+    for (; *d >= '0' && *d <= '9'; d++) {
+        if (v > (ULLONG_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (unsigned)(*d - '0');
     }
-    return v;
+    if (d == s)
+        return false;
+    unsigned shift = 0;
+    switch (*d) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    case 't': case 'T': shift = 40; break;
+    default: return false;
+    }
+    if (*d && d[1] != '\0')
+        return false;
+    if (v == 0 || v > (ULLONG_MAX >> shift))
+        return false;
+    *out = v << shift;
+    return true;
+}
+
+/* Create or truncate the trace file, refusing what must not be written (see the top). */
+static bool trace_open_file(const char *path)
+{
+    char cwd[PATH_MAX] = "";
+    if (path[0] != '/' && !getcwd(cwd, sizeof cwd)) {
+        ts_log("TESSERA_TRACE: cannot resolve %s: %s; not recording", path, strerror(errno));
+        return false;
+    }
+    int n = snprintf(trace_path, sizeof trace_path, "%s%s%s", cwd, cwd[0] ? "/" : "", path);
+    if (n < 0 || (size_t)n >= sizeof trace_path) {
+        ts_log("TESSERA_TRACE: path too long; not recording");
+        return false;
+    }
+    int fd = open(trace_path, TRACE_OPEN_FLAGS | O_CREAT, 0644);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP)
+            ts_log("TESSERA_TRACE: %s is a symbolic link (not followed); not recording", path);
+        else if (e == ENXIO)
+            ts_log("TESSERA_TRACE: %s is a FIFO (not a regular file); not recording", path);
+        else
+            ts_log("TESSERA_TRACE: cannot open %s: %s; not recording", path, strerror(e));
+        return false;
+    }
+    struct stat st;
+    const char *bad = NULL;
+    if (fstat(fd, &st) != 0)
+        bad = "cannot be examined";
+    else if (!S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
+        bad = "is not a regular file";
+    else if (S_ISREG(st.st_mode) && st.st_uid != geteuid())
+        bad = "belongs to another user";
+    else if (S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0)
+        bad = "cannot be truncated";
+    if (bad) {
+        close(fd);
+        ts_log("TESSERA_TRACE: %s %s; not recording", path, bad);
+        return false;
+    }
+    trace_dev = st.st_dev;
+    trace_ino = st.st_ino;
+    close(fd);
+    return true;
 }
 
 static void trace_init(void)
@@ -74,13 +173,13 @@ static void trace_init(void)
     if (!path || !*path)
         return;
     const char *lim = getenv("TESSERA_TRACE_LIMIT");
-    if (lim && *lim)
-        trace_limit = parse_limit(lim);
-    trace_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (trace_fd < 0) {
-        ts_log("TESSERA_TRACE: cannot open %s: %s; not recording", path, strerror(errno));
+    if (lim && *lim && !parse_limit(lim, &trace_limit)) {
+        ts_log("TESSERA_TRACE_LIMIT: '%.64s' is not a size (bytes, at least 1, with an optional "
+               "K, M, G or T suffix); not recording", lim);
         return;
     }
+    if (!trace_open_file(path))
+        return;
     static const char header[] = "Thread,Time,Action,Pointer,Size,Stream\n";
     memcpy(trace_buf, header, sizeof header - 1);
     trace_len = sizeof header - 1;
@@ -115,14 +214,17 @@ static void trace_line(const char *action, uintptr_t ptr, size_t size)
     if (trace_on) {
         if (trace_written + trace_len + (size_t)n > trace_limit) {
             trace_flush_locked();
+            if (trace_on) /* else the flush failed and said so */
+                ts_log("TESSERA_TRACE: limit of %llu bytes reached; recording stopped (raise "
+                       "TESSERA_TRACE_LIMIT)", trace_limit);
             trace_on = false;
-            ts_log("TESSERA_TRACE: limit of %llu bytes reached; recording stopped (raise "
-                   "TESSERA_TRACE_LIMIT)", trace_limit);
         } else {
             if (trace_len + (size_t)n > TRACE_BUF)
                 trace_flush_locked();
-            memcpy(trace_buf + trace_len, line, (size_t)n);
-            trace_len += (size_t)n;
+            if (trace_on) {
+                memcpy(trace_buf + trace_len, line, (size_t)n);
+                trace_len += (size_t)n;
+            }
         }
     }
     pthread_mutex_unlock(&trace_lock);
@@ -141,10 +243,6 @@ void ts_trace_free(uintptr_t ptr, size_t size)
 void ts_trace_after_fork(void)
 {
     pthread_mutex_init(&trace_lock, NULL);
-    if (trace_on) {
-        trace_on = false; /* the parent's buffer is the parent's to write */
-        trace_len = 0;
-        close(trace_fd);
-        trace_fd = -1;
-    }
+    trace_on = false; /* the parent's buffer is the parent's to write */
+    trace_len = 0;
 }

@@ -119,7 +119,7 @@ static void test_format_values(void **state)
     ts_config big;
     assert_true(parse_ok(
         "max_split_size_mb:17592186044414,max_non_split_rounding_mb:17592186044414,"
-        "large_segment_size_mb:17592186044413,"
+        "large_segment_size_mb:1024,"
         "garbage_collection_threshold:4.9406564584124654e-324,"
         "per_process_memory_fraction:4.9406564584124654e-324,"
         "roundup_power2_divisions:[1:2147483648,2:1073741824,4:2147483648,8:1073741824,"

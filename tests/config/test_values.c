@@ -109,8 +109,15 @@ static void test_large_segment_size(void **state)
     assert_true(c.max_split_size == SIZE_MAX);
     assert_true(parse_error("large_segment_size_mb:10",
                             "key 'large_segment_size_mb' at position 0: value '10' is too small "
-                            "(must be an integer > 10 MiB)", NULL));
+                            "(must be an integer from 11 to 1024 MiB)", NULL));
     assert_true(parse_error("large_segment_size_mb:0", NULL, NULL));
+    /* A segment larger than any device would make every 1-10 MiB request fail. */
+    assert_true(parse_error("large_segment_size_mb:999999",
+                            "key 'large_segment_size_mb' at position 0: value '999999' is too "
+                            "large (must be an integer from 11 to 1024 MiB)", NULL));
+    assert_true(parse_error("large_segment_size_mb:1025", NULL, NULL));
+    assert_true(parse_ok("large_segment_size_mb:1024", &c));
+    assert_true(c.large_segment_size == 1024 * MiB);
 
     /* It lowers the minimum of the two rounding keys, wherever it appears... */
     assert_true(parse_ok("max_split_size_mb:12,max_non_split_rounding_mb:11,large_segment_size_mb:11", &c));

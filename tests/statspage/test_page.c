@@ -791,10 +791,12 @@ static void test_gc(void **state)
     h->magic = 0; /* creation never finished, long ago, owner gone */
     page_path(path, sizeof path, dead2);
     write_bytes(path, buf, TOTAL);
+    chmod(path, 0); /* a page has mode 0000 until published */
     struct utimbuf old = {time(NULL) - 60, time(NULL) - 60};
     utime(path, &old);
     page_path(path, sizeof path, dead3); /* ... the same, but just now: maybe being created */
     write_bytes(path, buf, TOTAL);
+    chmod(path, 0);
     h->magic = TESSERA_PAGE_MAGIC;
 
     page_path(path, sizeof path, dead4); /* not a tessera page: never touched */

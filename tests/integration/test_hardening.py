@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""Hardening: tessera never harms the program it is preloaded into, that program's files, or
+another user, and one forged file cannot stall or fool tessera-stat.
+
+Run one class:  test_hardening.py ClassName   (meson registers each class separately)
+Environment:    as test_integration.py (TS_BUILD, TS_SOURCE).
+"""
+import json
+import os
+import pwd
+import re
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_integration import STAT, SHIM, Base, prog, probe  # noqa: E402
+
+OTHER_USER = "tessera-probe"
+HEADER, SLOT = 4096, 94208
+BROKEN = "expandable_segmnets:True"  # a typo: strict TESSERA_ALLOC_CONF refuses it
+
+
+def tessera_lines(stderr):
+    return [l for l in stderr.splitlines() if l.startswith("tessera:")]
+
+
+def start_ticks(pid):
+    text = open(f"/proc/{pid}/stat").read()
+    return int(text[text.rindex(")") + 2:].split()[19])
+
+
+def dead_pid():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def stat_json(stats_dir, *args):
+    out = subprocess.run([STAT, "--dir", stats_dir, "--json", *args], capture_output=True, text=True)
+    return out, json.loads(out.stdout) if out.stdout.strip() else {}
+
+
+def kept_page(test):
+    """The bytes of a real page (a finished run, kept), for forging."""
+    run = test.env.run(prog("meminfo", "--unit", "4M"))
+    test.ok(run)
+    name = [f for f in os.listdir(test.env.stats_dir) if f.startswith("tessera.")][0]
+    data = bytearray(open(os.path.join(test.env.stats_dir, name), "rb").read())
+    os.unlink(os.path.join(test.env.stats_dir, name))
+    return data
+
+
+def forge(page, pid, slots=None, busy=False):
+    """page, renamed to pid (with pid's start time); optionally slots slots, all ACTIVE and
+    mid-write (odd sequence word) for good."""
+    data = bytearray(page)
+    struct.pack_into("<iIQ", data, 32, pid, 0, start_ticks(pid) if pid_alive(pid) else 1)
+    if slots:
+        struct.pack_into("<IQ", data, 20, slots, HEADER + slots * SLOT)
+        data.extend(bytes(HEADER + slots * SLOT - len(data)))
+    if busy:
+        for i in range(struct.unpack_from("<I", data, 20)[0]):
+            base = HEADER + i * SLOT
+            struct.pack_into("<Ii", data, base, 2, i % 8)  # ACTIVE, device
+            struct.pack_into("<Q", data, base + 16, 1)  # sequence word odd: mid-write
+    return bytes(data)
+
+
+def pid_alive(pid):
+    return os.path.exists(f"/proc/{pid}")
+
+
+class ClosedDescriptors(Base):
+    def test_program_files_untouched(self):
+        """The program closes fds 3..N after CUDA started and opens its own files: no page
+        growth, trace line or fork-child close lands on them."""
+        own = os.path.join(self.env.tmp, "own")
+        os.mkdir(own)
+        trace = os.path.join(self.env.tmp, "trace.csv")
+        run = self.env.run(probe("fd_closer") + [own],
+                           extra={"TESSERA_SIM_DEVICES": "2", "TESSERA_TRACE": trace})
+        self.ok(run)
+        self.assertEqual(run.result.get("files"), "ok", run)
+        self.assertEqual(run.result.get("child"), "ok", run)
+        slots = self.env.page_slots()
+        self.assertEqual(sorted(int(s["device"]) for s in slots.values()), [0, 1], run)
+        rows = open(trace).read().splitlines()
+        self.assertEqual(rows[0], "Thread,Time,Action,Pointer,Size,Stream")
+        self.assertEqual(sum(1 for r in rows[1:] if r.split(",")[2] == "allocate"), 15002, run)
+        self.assertEqual(tessera_lines(run.stderr), [], run)
+
+
+class ForeignPages(Base):
+    """Another local user plants and forges pages in a shared (sticky, world-writable) directory."""
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("needs root to create a second user (useradd)")
+        try:
+            pwd.getpwnam(OTHER_USER)
+        except KeyError:
+            if not shutil.which("useradd"):
+                self.skipTest("useradd is not installed")
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                            OTHER_USER], capture_output=True)
+        try:
+            self.other = pwd.getpwnam(OTHER_USER)
+        except KeyError:
+            self.skipTest(f"cannot create the user {OTHER_USER}")
+        os.chmod(self.env.tmp, 0o755)
+        os.chmod(self.env.stats_dir, 0o1777)  # as /dev/shm
+
+    def plant(self, name, data):
+        """Write a file as the other user."""
+        path = os.path.join(self.env.stats_dir, name)
+        subprocess.run(["sh", "-c", 'umask 022; cat > "$0"', path], input=data, check=True,
+                       user=self.other.pw_uid, group=self.other.pw_gid)
+        self.assertEqual(os.stat(path).st_uid, self.other.pw_uid)
+        return path
+
+    def test_forged_page_of_live_process_not_shown(self):
+        page = kept_page(self)
+        victim = subprocess.Popen(["sleep", "60"])
+        try:
+            self.plant(f"tessera.{victim.pid}", forge(page, victim.pid))
+            out, doc = stat_json(self.env.stats_dir)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            entry = doc[str(victim.pid)]
+            self.assertEqual(entry.get("error_kind"), "untrusted", entry)
+            self.assertFalse(any(isinstance(v, dict) for v in entry.values()), entry)  # no counters
+            prom = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                                  capture_output=True, text=True)
+            self.assertNotIn(f'pid="{victim.pid}"', "\n".join(
+                l for l in prom.stdout.splitlines() if not l.startswith("tessera_pages")))
+            table = subprocess.run([STAT, "--dir", self.env.stats_dir], capture_output=True, text=True)
+            self.assertIn("untrusted", table.stdout + table.stderr)
+        finally:
+            victim.kill()
+            victim.wait()
+
+    def test_group_writable_page_not_trusted(self):
+        page = kept_page(self)
+        victim = subprocess.Popen(["sleep", "60"])
+        try:
+            path = os.path.join(self.env.stats_dir, f"tessera.{victim.pid}")
+            with open(path, "wb") as f:
+                f.write(forge(page, victim.pid))
+            os.chmod(path, 0o664)  # same owner, but anyone in the group could have written it
+            _, doc = stat_json(self.env.stats_dir)
+            self.assertEqual(doc[str(victim.pid)].get("error_kind"), "untrusted")
+        finally:
+            victim.kill()
+            victim.wait()
+
+    def test_planted_before_start(self):
+        """A file planted under a process's name before it starts: the process runs (without a
+        page, said in one line), the file is left alone, and it does not stand in for the
+        process."""
+        page = kept_page(self)
+        env = self.env.base(extra={})
+        env.pop("TESSERA_STATS_KEEP", None)
+        p = subprocess.Popen(["sh", "-c", 'echo $$; read go; exec "$0" --unit 4M', prog("meminfo")[0]],
+                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        pid = int(p.stdout.readline())
+        forged = forge(page, pid)
+        path = self.plant(f"tessera.{pid}", forged)
+        _, doc = stat_json(self.env.stats_dir)
+        self.assertEqual(doc[str(pid)].get("error_kind"), "untrusted", doc)
+        out, err = p.communicate("go\n", timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("RESULT status=ok", out)
+        lines = tessera_lines(err)
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("belongs to uid", lines[0])
+        self.assertEqual(open(path, "rb").read(), forged)  # untouched
+        self.assertEqual(os.stat(path).st_uid, self.other.pw_uid)
+
+
+class ForgedBusyPage(Base):
+    def test_tessera_stat_bounded(self):
+        """Pages whose 64 slots always look mid-write, of live and of dead owners: every output
+        of tessera-stat still finishes quickly and reports them busy."""
+        page = kept_page(self)
+        sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
+        try:
+            for s in sleepers:
+                with open(os.path.join(self.env.stats_dir, f"tessera.{s.pid}"), "wb") as f:
+                    f.write(forge(page, s.pid, slots=64, busy=True))
+            gone = dead_pid()
+            with open(os.path.join(self.env.stats_dir, f"tessera.{gone}"), "wb") as f:
+                f.write(forge(page, gone, slots=64, busy=True))
+            for args in ([], ["--json"], ["--prometheus"], [str(sleepers[0].pid)]):
+                t0 = time.monotonic()
+                out = subprocess.run([STAT, "--dir", self.env.stats_dir, *args], capture_output=True,
+                                     text=True, timeout=120)
+                took = time.monotonic() - t0
+                self.assertLess(took, 2.0, f"tessera-stat {args} took {took:.1f} s")  # correctness bound
+                self.assertEqual(out.returncode, 0 if not args or args[0].startswith("--") else 1,
+                                 (args, out.stderr))
+                if args != ["--prometheus"]:  # there, a page without readable slots has no samples
+                    self.assertIn("busy", out.stdout + out.stderr, args)
+        finally:
+            for s in sleepers:
+                s.kill()
+                s.wait()
+
+
+class TraceTargets(Base):
+    def churn(self, trace, limit=None, timeout=60):
+        extra = {"TESSERA_TRACE": trace}
+        if limit is not None:
+            extra["TESSERA_TRACE_LIMIT"] = limit
+        return self.env.run(prog("churn", "--iters", "300", "--max-size", "1M"), extra=extra,
+                            timeout=timeout)
+
+    def test_fifo_without_reader(self):
+        fifo = os.path.join(self.env.tmp, "fifo")
+        os.mkfifo(fifo)
+        run = self.churn(fifo, timeout=30)  # it hung for ever
+        self.ok(run)
+        self.assertEqual(len(tessera_lines(run.stderr)), 1, run)
+        self.assertIn("FIFO", run.stderr)
+
+    def test_fifo_reader_leaves(self):
+        fifo = os.path.join(self.env.tmp, "fifo")
+        os.mkfifo(fifo)
+        reader = subprocess.Popen(["head", "-c", "1", fifo], stdout=subprocess.DEVNULL)
+        try:
+            time.sleep(0.2)
+            run = self.churn(fifo, timeout=30)
+            self.ok(run)  # SIGPIPE killed it when the reader left
+            self.assertEqual(len(tessera_lines(run.stderr)), 1, run)
+        finally:
+            reader.kill()
+            reader.wait()
+
+    def test_symlink_not_followed(self):
+        victim = os.path.join(self.env.tmp, "victim")
+        with open(victim, "w") as f:
+            f.write("someone else's data\n")
+        link = os.path.join(self.env.tmp, "trace.csv")
+        os.symlink(victim, link)
+        run = self.churn(link)
+        self.ok(run)
+        self.assertEqual(open(victim).read(), "someone else's data\n")
+        self.assertTrue(os.path.islink(link))
+        lines = tessera_lines(run.stderr)
+        self.assertEqual(len(lines), 1, run)
+        self.assertIn("symbolic link", lines[0])
+
+    def test_full_disk_reported_once(self):
+        run = self.churn("/dev/full")
+        self.ok(run)
+        lines = tessera_lines(run.stderr)
+        self.assertEqual(len(lines), 1, run)
+        self.assertIn("No space left on device", lines[0])
+
+    def test_bad_limits_refused(self):
+        trace = os.path.join(self.env.tmp, "trace.csv")
+        for bad in ("abc", "1e9", "10X", "-1", "0", "5KB", "99999999999999999999"):
+            run = self.churn(trace, limit=bad)
+            self.ok(run)
+            lines = tessera_lines(run.stderr)
+            self.assertEqual(len(lines), 1, (bad, run))
+            self.assertIn("TESSERA_TRACE_LIMIT", lines[0])
+            self.assertFalse(os.path.exists(trace), bad)
+
+    def test_limit_suffix(self):
+        trace = os.path.join(self.env.tmp, "trace.csv")
+        run = self.churn(trace, limit="5k")
+        self.ok(run)
+        self.assertLessEqual(os.path.getsize(trace), 5 * 1024)
+        self.assertIn("limit of 5120 bytes reached", run.stderr)
+
+
+class BrokenConfiguration(Base):
+    def test_programs_without_cuda_run(self):
+        """A typo exported with the preload in a job script: ls, sh and python are not CUDA
+        programs and must run, silently."""
+        for argv in (["/bin/true"], ["sh", "-c", "echo hi; ls / > /dev/null"],
+                     [sys.executable, "-c", "print(42)"]):
+            run = self.env.run(argv, conf=BROKEN)
+            self.assertEqual(run.rc, 0, (argv, run))
+            self.assertEqual(run.stderr, "", (argv, run))
+        self.assertEqual(self.env.run(["sh", "-c", "echo hi"], conf=BROKEN).stdout, "hi\n")
+
+    def test_cuda_program_stops_with_one_line(self):
+        run = self.env.run(prog("meminfo"), conf=BROKEN)
+        self.assertEqual(run.rc, 1, run)
+        lines = tessera_lines(run.stderr)
+        self.assertEqual(len(lines), 1, run)
+        self.assertIn("did you mean 'expandable_segments'", lines[0])
+
+    def test_driver_loaded_later_stops_at_first_call(self):
+        run = self.env.run(prog("driver_api"), conf=BROKEN)
+        self.assertEqual(run.rc, 1, run)
+        lines = tessera_lines(run.stderr)
+        self.assertEqual(len(lines), 1, run)
+        self.assertIn("at the first CUDA call", lines[0])
+
+    def test_stats_dir_problem_is_one_line(self):
+        run = self.env.run(prog("meminfo", "--unit", "4M"),
+                           extra={"TESSERA_STATS_DIR": os.path.join(self.env.tmp, "missing")})
+        self.ok(run)
+        self.assertEqual(len(tessera_lines(run.stderr)), 1, run)
+
+
+class Bounds(Base):
+    def test_gc_leaves_files_that_are_not_pages(self):
+        old = time.time() - 60
+        kept = {}
+        for n, data in enumerate((b"short", bytes(8), bytes(16), bytes(4096), b"\0" * 8 + b"text")):
+            path = os.path.join(self.env.stats_dir, f"tessera.{dead_pid()}")
+            with open(path, "wb") as f:
+                f.write(data)
+            os.utime(path, (old, old))
+            kept[path] = data
+        interrupted = os.path.join(self.env.stats_dir, f"tessera.{dead_pid()}")
+        with open(interrupted, "wb") as f:
+            f.truncate(HEADER + 16 * SLOT)
+        os.chmod(interrupted, 0)  # what a creator that died before publishing leaves
+        os.utime(interrupted, (old, old))
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--gc"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        for path, data in kept.items():
+            self.assertEqual(open(path, "rb").read(), data, path)
+        self.assertFalse(os.path.exists(interrupted))
+
+    def test_long_stats_dir_readable(self):
+        d = os.path.join(self.env.tmp, "long")
+        while len(d) < 700:
+            d = os.path.join(d, "d" * 60)
+        os.makedirs(d)
+        run = self.env.run(prog("meminfo", "--unit", "4M"), extra={"TESSERA_STATS_DIR": d})
+        self.ok(run)
+        names = [f for f in os.listdir(d) if f.startswith("tessera.")]
+        self.assertEqual(len(names), 1)
+        out, doc = stat_json(d, names[0].split(".")[1])
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+    def test_relative_stats_dir_after_chdir(self):
+        env = self.env.base(extra={"TESSERA_STATS_DIR": "stats"})
+        env.pop("TESSERA_STATS_KEEP", None)
+        proc = subprocess.run(probe("chdir_probe"), env=env, cwd=self.env.tmp, capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(os.listdir(self.env.stats_dir), [])  # removed at exit
+
+    def test_large_segment_size_bounded(self):
+        run = self.env.run(prog("meminfo"), conf="large_segment_size_mb:999999")
+        self.assertEqual(run.rc, 1, run)
+        self.assertIn("is too large (must be an integer from 11 to 1024 MiB)", run.stderr)
+
+    def test_huge_sizes_in_units(self):
+        run = self.env.run(prog("bad_input"))
+        self.assertIn("EiB", run.stderr, run)
+        self.assertIsNone(re.search(r"\d{5,}\.\d\d GiB", run.stderr), run.stderr)
+
+
+if __name__ == "__main__":
+    names = sys.argv[1:]
+    loader = unittest.TestLoader()
+    module = sys.modules[__name__]
+    suite = unittest.TestSuite([loader.loadTestsFromName(n, module) for n in names]) if names \
+        else loader.loadTestsFromModule(module)
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    if result.wasSuccessful() and result.testsRun and len(result.skipped) == result.testsRun:
+        sys.exit(77)  # meson: skipped
+    sys.exit(0 if result.wasSuccessful() else 1)
