@@ -314,10 +314,11 @@ static const key_desc keys[KEY_COUNT] = {
     [KEY_SNAPSHOT_ON_OOM] = {
         .name = "snapshot_on_oom", .kind = KIND_PATH, .flags = F_TESSERA,
         .offset = FIELD(snapshot_on_oom),
-        .range = "a file path without ':' or ',' in which %p stands for the pid, %n for the "
-                 "number of the out of memory and %% for %",
-        .help = "Write a PyTorch memory snapshot (pickle) to this path when an allocation fails "
-                "with out of memory; an existing file is never replaced. Unset: none.",
+        .range = "a file path without ':', ',' or spaces; %p: the pid, %n: a count, %%: %",
+        .help = "Write a PyTorch memory snapshot (pickle; open it with PyTorch's memory_viz) to "
+                "this path when an allocation fails with out of memory, at most 8 per process. "
+                "An existing file is never replaced. With history_events, the snapshot holds the "
+                "events that led there.",
     },
     [KEY_RELEASE_LOCK_ON_CUDAMALLOC] = {
         .name = "release_lock_on_cudamalloc", .kind = KIND_NA_BOOL, .pytorch_default = "False",
@@ -1655,6 +1656,8 @@ size_t ts_config_describe(char *buf, size_t len)
             sb_str(&b, "      default: ");
             if (is_not_applicable(k)) {
                 sb_printf(&b, "%s (PyTorch)", k->pytorch_default);
+            } else if (k->kind == KIND_PATH && !*(const char *)field_cptr(&def, k)) {
+                sb_str(&b, "unset");
             } else {
                 format_value(&b, &def, k);
                 if ((k->flags & F_MIN_LARGE_SEG) && !(k->flags & F_UNLIMITED))
