@@ -61,6 +61,9 @@ enum key_id {
     KEY_HANDLE_POLICY,
     KEY_DEFRAGMENT,
     KEY_VERBOSE,
+    KEY_HISTORY_EVENTS,
+    KEY_HISTORY_FRAMES,
+    KEY_SNAPSHOT_ON_OOM,
     /* PyTorch keys accepted but not applicable; bit (id - KEY_FIRST_NA) of not_applicable_mask */
     KEY_RELEASE_LOCK_ON_CUDAMALLOC,
     KEY_PINNED_USE_CUDA_HOST_REGISTER,
@@ -92,6 +95,7 @@ enum value_kind {
     KIND_FRACTION, /* double in [0, 1], or (0, 1) with F_OPEN */
     KIND_DIVISIONS,
     KIND_CHOICE, /* enum field, one of choices[] */
+    KIND_PATH,   /* char[TS_CONFIG_PATH_MAX] path template, checked by path_template_ok */
     KIND_NA_BOOL,
     KIND_NA_POW2, /* pinned_num_register_threads */
     KIND_NA_MIB,  /* pinned_reserve_segment_size_mb */
@@ -298,6 +302,27 @@ static const key_desc keys[KEY_COUNT] = {
         .help = "Print the effective configuration on stderr at start-up, and each driver entry "
                 "point tessera takes over with the object that first asked for it (a check that "
                 "a binary, static-cudart ones included, is really served).",
+    },
+    [KEY_HISTORY_EVENTS] = {
+        .name = "history_events", .kind = KIND_U32, .flags = F_TESSERA,
+        .offset = FIELD(history_events), .min = 0, .max = 1u << 24, .def.u = 0,
+        .help = "Keep the last N allocator events per device (alloc, free, segment changes, out "
+                "of memory) in a ring next to the stats page, for the device_traces of a memory "
+                "snapshot. 0: no history (nothing recorded, nothing measurable spent).",
+    },
+    [KEY_HISTORY_FRAMES] = {
+        .name = "history_frames", .kind = KIND_BOOL, .flags = F_TESSERA,
+        .offset = FIELD(history_frames), .def.b = false,
+        .help = "Record the native call stack (backtrace, 16 frames) with each history event.",
+    },
+    [KEY_SNAPSHOT_ON_OOM] = {
+        .name = "snapshot_on_oom", .kind = KIND_PATH, .flags = F_TESSERA,
+        .offset = FIELD(snapshot_on_oom),
+        .range = "a file path without ':', ',' or spaces; %p: the pid, %n: a count, %%: %",
+        .help = "Write a PyTorch memory snapshot (pickle; open it with PyTorch's memory_viz) to "
+                "this path when an allocation fails with out of memory, at most 8 per process. "
+                "An existing file is never replaced. With history_events, the snapshot holds the "
+                "events that led there.",
     },
     [KEY_RELEASE_LOCK_ON_CUDAMALLOC] = {
         .name = "release_lock_on_cudamalloc", .kind = KIND_NA_BOOL, .pytorch_default = "False",
@@ -977,6 +1002,25 @@ static bool parse_divisions(parser *p, const entry *e)
 
 /* Apply one entry to p->cfg. Returns true if there was a problem, in which case nothing was
  * written: every handler checks the whole value before storing it. */
+/* A path template: printable ASCII without spaces, and % only as %p, %n or %%. The file itself
+ * is created later with O_EXCL|O_NOFOLLOW, so the template never needs to be trusted further. */
+static bool path_template_ok(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c <= ' ' || c >= 0x7f)
+            return false;
+        if (c == '%') {
+            s++;
+            if (*s != 'p' && *s != 'n' && *s != '%')
+                return false;
+        }
+    }
+    return true;
+}
+
 static bool parse_value(parser *p, const entry *e)
 {
     const key_desc *k = e->key;
@@ -1052,6 +1096,18 @@ static bool parse_value(parser *p, const entry *e)
         if (!c->name)
             return bad_value(p, e, "is not a valid option");
         set_enum(cfg, k, c->value);
+        break;
+    }
+    case KIND_PATH: {
+        char *dst = field_ptr(cfg, k);
+        if (value_text(p, e, dst, TS_CONFIG_PATH_MAX) >= TS_CONFIG_PATH_MAX) {
+            dst[0] = '\0';
+            return bad_value(p, e, "is too long");
+        }
+        if (!path_template_ok(dst)) {
+            dst[0] = '\0';
+            return bad_value(p, e, "is not a path template");
+        }
         break;
     }
     case KIND_NA_BOOL: {
@@ -1371,6 +1427,7 @@ static void set_default(ts_config *cfg, const key_desc *k)
             ((uint32_t *)field_ptr(cfg, k))[i] = (uint32_t)k->def.u;
         break;
     case KIND_CHOICE: set_enum(cfg, k, (unsigned)k->def.u); break;
+    case KIND_PATH: ((char *)field_ptr(cfg, k))[0] = '\0'; break;
     default: break; /* not applicable keys: absent unless given */
     }
 }
@@ -1530,6 +1587,7 @@ static void format_value(sbuf *b, const ts_config *cfg, const key_desc *k)
     }
     case KIND_DIVISIONS: format_divisions(b, field_cptr(cfg, k)); break;
     case KIND_CHOICE: sb_str(b, choice_name(k->choices, get_enum(cfg, k))); break;
+    case KIND_PATH: sb_str(b, field_cptr(cfg, k)); break;
     case KIND_NA_BOOL: sb_str(b, (na->bools >> na_bit(k)) & 1 ? "True" : "False"); break;
     case KIND_NA_POW2: sb_printf(b, "%u", (unsigned)na->pinned_num_register_threads); break;
     case KIND_NA_MIB: sb_printf(b, "%zu", na->pinned_reserve_segment_size_mb); break;
@@ -1549,6 +1607,8 @@ size_t ts_config_format(const ts_config *cfg, char *buf, size_t len)
         const key_desc *k = &keys[i];
         if (is_not_applicable(k) && !(cfg->not_applicable_mask & (UINT32_C(1) << na_bit(k))))
             continue;
+        if (k->kind == KIND_PATH && !*(const char *)field_cptr(cfg, k))
+            continue; /* unset: no value would read back */
         sb_str(&b, b.len ? "," : "");
         sb_str(&b, k->name);
         sb_put(&b, ":", 1);
@@ -1604,6 +1664,8 @@ size_t ts_config_describe(char *buf, size_t len)
             sb_str(&b, "      default: ");
             if (is_not_applicable(k)) {
                 sb_printf(&b, "%s (PyTorch)", k->pytorch_default);
+            } else if (k->kind == KIND_PATH && !*(const char *)field_cptr(&def, k)) {
+                sb_str(&b, "unset");
             } else {
                 format_value(&b, &def, k);
                 if ((k->flags & F_MIN_LARGE_SEG) && !(k->flags & F_UNLIMITED))
@@ -1660,7 +1722,10 @@ bool ts_config_equal(const ts_config *a, const ts_config *b)
            a->stitch_min_block == b->stitch_min_block &&
            a->stitch_max_ranges == b->stitch_max_ranges && a->defragment == b->defragment &&
            a->expandable_page == b->expandable_page && a->handle_policy == b->handle_policy &&
-           a->verbose == b->verbose && a->not_applicable_mask == b->not_applicable_mask &&
+           a->verbose == b->verbose && a->history_events == b->history_events &&
+           a->history_frames == b->history_frames &&
+           strncmp(a->snapshot_on_oom, b->snapshot_on_oom, TS_CONFIG_PATH_MAX) == 0 &&
+           a->not_applicable_mask == b->not_applicable_mask &&
            x->bools == y->bools &&
            x->pinned_num_register_threads == y->pinned_num_register_threads &&
            x->pinned_reserve_segment_size_mb == y->pinned_reserve_segment_size_mb &&

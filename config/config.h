@@ -17,6 +17,7 @@
 #define TS_ROUNDUP_INTERVALS 16
 
 #define TS_CONFIG_TOKEN_MAX 256           /* longest key or value, whitespace removed */
+#define TS_CONFIG_PATH_MAX (TS_CONFIG_TOKEN_MAX + 1) /* a path value and its NUL */
 #define TS_CONFIG_RAW_MAX 64              /* kept text of an uninterpreted key, NUL included */
 #define TS_CONFIG_NOT_APPLICABLE_COUNT 12 /* bits used in ts_config.not_applicable_mask */
 #define TS_CONFIG_FORMAT_MAX 2048         /* always holds ts_config_format's output and its NUL */
@@ -76,6 +77,10 @@ typedef struct ts_config {
     ts_handle_policy handle_policy;
     bool defragment;            /* tessera's best combination: expandable + stitching */
     bool verbose;               /* print the effective configuration at start-up */
+    uint32_t history_events;    /* events kept in the history ring per device; 0: no history */
+    bool history_frames;        /* record native stack frames with each history event */
+    char snapshot_on_oom[TS_CONFIG_PATH_MAX]; /* path template of the snapshot written at an
+                                               * out of memory (%p pid, %n count); "": none */
 
     /* Keys PyTorch accepts that do not apply to tessera: remembered only to be reported. */
     uint32_t not_applicable_mask; /* bit i: not_applicable key i was given (see config.c) */

@@ -52,8 +52,12 @@ static void allocator_observe(ts_allocator *a)
 {
     if (!a->observer)
         return;
-    if (!a->observe_now && ++a->ops_since_observe < a->observer_every)
+    if (!a->observe_now && ++a->ops_since_observe < a->observer_every &&
+        !(a->observe_request &&
+          __atomic_load_n(a->observe_request, __ATOMIC_RELAXED) != a->observe_served))
         return;
+    if (a->observe_request) /* a snapshot request is served by this refresh */
+        a->observe_served = __atomic_load_n(a->observe_request, __ATOMIC_RELAXED);
     a->observe_now = false;
     a->ops_since_observe = 0;
     allocator_update_largest_free(a);
@@ -525,6 +529,7 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     if (!b) {
         a->spare = spare;
         counter_add(a, &st->num_ooms, 1);
+        TS_HISTORY_NOTE(a, TESSERA_EV_OOM, 0, size, stream, size);
         oom_fill(a, oom, size, rounded, alloc_size);
         a->observe_now = true;
         allocator_unlock(a);
@@ -536,6 +541,7 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     if (spare)
         a->spare = spare; /* unused: still zeroed (alloc_found_block touches it only to split) */
     *out = b->addr;
+    TS_HISTORY_NOTE(a, TESSERA_EV_ALLOC, b->addr, b->size, stream, size);
     allocator_unlock(a);
     return TS_OK;
 }
@@ -555,6 +561,7 @@ void block_free_complete(ts_allocator *a, ts_block *b)
     const size_t requested = b->requested;
     int64_t net_blocks = 0, net_bytes = 0;
 
+    TS_HISTORY_NOTE(a, TESSERA_EV_FREE_COMPLETED, b->addr, original_size, b->stream, requested);
     b->state = TS_BLOCK_FREE; /* merging joins blocks of the same state */
     ts_block *candidates[2] = {b->prev, b->next};
     for (int i = 0; i < 2; i++) {
@@ -617,6 +624,7 @@ int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested)
     stat_array_decrease(a, st->allocated_bytes, p, (int64_t)b->size);
     if (b->size >= a->cfg.max_split_size)
         stat_decrease(a, &st->oversize_allocations, 1);
+    TS_HISTORY_NOTE(a, TESSERA_EV_FREE_REQUESTED, b->addr, b->size, b->stream, b->requested);
 
     if (a->use_fences) {
         fences_defer_free(a, b);
@@ -726,6 +734,14 @@ void ts_allocator_set_observer(ts_allocator *a, ts_observer_fn fn, void *user, u
     a->observer_every = every ? every : 1;
     a->observe_now = fn != NULL;
     allocator_unlock(a);
+}
+
+void ts_allocator_set_observer_request(ts_allocator *a, const uint64_t *word)
+{
+    allocator_lock(a);
+    a->observe_request = word;
+    a->observe_served = word ? __atomic_load_n(word, __ATOMIC_RELAXED) : 0;
+    pthread_mutex_unlock(&a->lock);
 }
 
 const ts_config *ts_allocator_config(const ts_allocator *a)

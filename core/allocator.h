@@ -164,6 +164,10 @@ void ts_allocator_walk_locked(ts_allocator *a, const ts_walker *w);
 typedef void (*ts_observer_fn)(void *user, ts_allocator *a);
 void ts_allocator_set_observer(ts_allocator *a, ts_observer_fn fn, void *user, uint32_t every);
 
+/* A word (normally in the stats page) that readers change to ask for a fresh segment map: the
+ * observer then runs at the next operation instead of waiting for `every` ops. NULL: none. */
+void ts_allocator_set_observer_request(ts_allocator *a, const uint64_t *word);
+
 /* Largest free cached block in bytes (mapped, any stream). */
 size_t ts_largest_free_block(ts_allocator *a);
 

@@ -12,6 +12,7 @@
 #include "core/slab.h"
 #include "core/freeidx.h"
 #include "core/tree.h"
+#include "tessera/history.h"
 
 /* PyTorch's constants (reference: pytorch-caching-allocator.md section 2.1). */
 #define TS_MIN_BLOCK ((size_t)512)            /* kMinBlockSize */
@@ -160,7 +161,25 @@ struct ts_allocator {
     uint32_t observer_every;
     uint32_t ops_since_observe;
     bool observe_now;
+
+    /* Snapshot requests (the stats page's request word): an observer call is due at the next
+     * operation when *observe_request differs from the value last served. */
+    const uint64_t *observe_request;
+    uint64_t observe_served;
+
+    /* History ring (core/history.c); NULL unless history_events is set. */
+    struct ts_history *history;
 };
+
+/* Record an allocator event in the history ring, when there is one: the only cost otherwise is
+ * this predictable branch. */
+void ts_history_note(struct ts_history *h, uint32_t action, uint64_t addr, uint64_t size,
+                     uint64_t stream, uint64_t requested);
+#define TS_HISTORY_NOTE(a, action, addr, size, stream, requested)                              \
+    do {                                                                                         \
+        if (__builtin_expect((a)->history != NULL, 0))                                           \
+            ts_history_note((a)->history, (action), (addr), (size), (stream), (requested));      \
+    } while (0)
 
 /* --- counters -------------------------------------------------------------------------------
  * Single writer (the allocator, under its mutex); readers of the stats page may run in other

@@ -728,7 +728,11 @@ static int map_block_cb(void *user, const ts_segment_info *seg, const ts_block_i
     tessera_page_block *e = &b->blocks[b->map.nblocks++];
     e->size = size;
     e->state = state;
-    e->reserved = 0;
+    e->slack = 0;
+    if ((state == TESSERA_BLOCK_ALLOCATED || state == TESSERA_BLOCK_PENDING) &&
+        blk->requested <= blk->size) /* what a snapshot's requested_size is made of */
+        e->slack = blk->size - blk->requested > UINT32_MAX ? UINT32_MAX
+                                                           : (uint32_t)(blk->size - blk->requested);
     b->cur->nblocks++;
     if (b->cur->nblocks > b->cur->nblocks_total)
         b->cur->nblocks_total = b->cur->nblocks;
@@ -746,6 +750,8 @@ void ts_statspage_publish_walk(ts_statspage *p, int slot, ts_statspage_walk_fn w
 
     struct map_build b;
     memset(&b, 0, sizeof b);
+    /* Read before the walk: a request made later is not served by this map. */
+    b.map.request_served = __atomic_load_n(&s->head.map_request, __ATOMIC_RELAXED);
     b.segs = r->seg_scratch;
     b.blocks = r->blk_scratch;
     ts_walker w = {.user = &b, .segment = map_segment_cb, .block = map_block_cb};

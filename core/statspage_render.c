@@ -175,6 +175,9 @@ static size_t put_text(FILE *f, const char *text, size_t cap, size_t max_bytes, 
                     fputs("\\n", f);
                 else if (c == '"' && mode == ESC_PROM_LABEL)
                     fputs("\\\"", f);
+                else if (c < 0x20 || c == 0x7f)
+                    fputc('?', f); /* the format escapes nothing else: a control byte never
+                                    * reaches a scraper (or a terminal showing its labels) */
                 else
                     fputc(c, f);
                 break;
@@ -774,22 +777,30 @@ static void prom_family(FILE *f, const char *name, const char *type, const char 
                 for (uint32_t k = 0; k < v->nslots; k++)                                           \
                     if (v->slots[k].status == TS_PAGE_OK)
 
-/* Metric names: tessera_ + memory_stats name; peak: _peak; allocated/freed: _allocated_total /
- * _freed_total (counters); num_X counters: tessera_X_total; byte gauges end in _bytes. */
+/* Metric names, in Prometheus' conventions (unit suffix last, then _total for counters):
+ * a memory_stats stat X (X_bytes for byte stats, base B = X without _bytes) gives
+ *   tessera_B[_bytes]                 gauge    X.<pool>.current
+ *   tessera_B_peak[_bytes]            gauge    X.<pool>.peak
+ *   tessera_B_allocated[_bytes]_total counter  X.<pool>.allocated (sum of every increase)
+ *   tessera_B_freed[_bytes]_total     counter  X.<pool>.freed (sum of every decrease)
+ * num_X counters: tessera_X_total; other byte gauges end in _bytes. */
 void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n)
 {
-    static const char *const sub_suffix[4] = {"", "_peak", "_allocated_total", "_freed_total"};
+    static const char *const sub_word[4] = {"", "_peak", "_allocated", "_freed"};
     static const char *const sub_type[4] = {"gauge", "gauge", "counter", "counter"};
     static const char *const sub_help[4] = {
-        " (current value)", " (peak since start or the last peak reset)",
-        " (sum of all increases)", " (sum of all decreases)"};
+        "", ": highest value since start or the last peak reset",
+        ": sum of every increase since start", ": sum of every decrease since start"};
     char name[128], help2[160];
     for (size_t x = 0; x < NFIELDS; x++) {
         const struct field *fd = &FIELDS[x];
         if (fd->kind == F_ARRAY || fd->kind == F_SINGLE) {
             for (int sub = 0; sub < 4; sub++) {
-                snprintf(name, sizeof name, "tessera_%s%s", fd->name, sub_suffix[sub]);
-                snprintf(help2, sizeof help2, "%s; memory_stats %s%s.%s", sub_help[sub], fd->name,
+                size_t bl = strlen(fd->name);
+                bool bytes = bl > 6 && strcmp(fd->name + bl - 6, "_bytes") == 0;
+                snprintf(name, sizeof name, "tessera_%.*s%s%s%s", (int)(bytes ? bl - 6 : bl),
+                         fd->name, sub_word[sub], bytes ? "_bytes" : "", sub >= 2 ? "_total" : "");
+                snprintf(help2, sizeof help2, "%s (memory_stats %s%s.%s)", sub_help[sub], fd->name,
                          fd->kind == F_ARRAY ? ".<pool>" : "", SUB_NAMES[sub]);
                 prom_family(f, name, sub_type[sub], fd->help, help2);
                 FOR_LIVE_SLOTS(views, n, v, k)
@@ -823,7 +834,7 @@ void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n)
             bool has = bl >= 6 && strcmp(base + bl - 6, "_bytes") == 0;
             snprintf(name, sizeof name, "tessera_%s%s", base, bytes && !has ? "_bytes" : "");
         }
-        snprintf(help2, sizeof help2, "; memory_stats %s", fd->name);
+        snprintf(help2, sizeof help2, " (memory_stats %s)", fd->name);
         prom_family(f, name, fd->kind == F_COUNTER ? "counter" : "gauge", fd->help, help2);
         FOR_LIVE_SLOTS(views, n, v, k)
         {
@@ -1152,6 +1163,15 @@ void ts_render_map(FILE *f, const ts_proc_view *v, const tessera_page_slot_head 
     uint64_t scale = next_pow2(cells_for(basis, width));
     fprintf(f, "taken at op %" PRIu64 "; %" PRIu32 " segments, %" PRIu32 " blocks; scale: 1 character = %s\n",
             m->ops, m->total_segments, m->total_blocks, ts_format_bytes(b1, sizeof b1, scale));
+    /* The map is refreshed at segment changes and every few dozen operations: say how far
+     * behind the counters it is (tessera-stat snapshot asks the process for a fresh one). */
+    uint64_t now_ops = (uint64_t)head->stats.num_ops;
+    if (now_ops <= m->ops)
+        fprintf(f, "age: current (no allocator operation since it was taken)\n");
+    else
+        fprintf(f, "age: %" PRIu64 " operation%s since it was taken (the counters are current; "
+                   "blocks changed since then are not shown)\n",
+                now_ops - m->ops, now_ops - m->ops == 1 ? "" : "s");
     fprintf(f, "legend: X allocated  p pending free  - free  . unmapped (address space, no memory)"
                "  s stitched (allocated)  ? not recorded\n"
                "        %c unmapped range too long to draw at this scale: its size follows the bar\n",

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/history.h"
 #include "core/statspage.h"
 #include "shim/shim.h"
 
@@ -32,6 +33,7 @@ typedef struct ctx_entry {
     ts_allocator *a;
     ts_cuda_backend *be;
     int slot;      /* stats page slot, < 0 when none */
+    ts_history *history; /* its history ring (history_events), or NULL */
 } ctx_entry;
 
 static ctx_entry table[MAX_CONTEXTS];
@@ -147,7 +149,28 @@ static void shim_exit(void)
 {
     ts_statspage *p = __atomic_exchange_n(&g_page, NULL, __ATOMIC_ACQ_REL);
     const char *keep = getenv("TESSERA_STATS_KEEP");
-    ts_statspage_close(p, !(keep && strcmp(keep, "1") == 0));
+    bool unlink_files = !(keep && strcmp(keep, "1") == 0);
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        ts_history_close(table[i].history, unlink_files);
+    ts_statspage_close(p, unlink_files);
+}
+
+/* The history ring of a new allocator (history_events:N), next to the page. Without a page
+ * there is nowhere a reader could find it: no ring then. */
+static ts_history *history_start(ts_allocator *a, int slot, int dev)
+{
+    if (!g_cfg.history_events || slot < 0)
+        return NULL;
+    ts_history *h = NULL;
+    char err[600];
+    if (ts_history_create(ts_statspage_dir(), slot, dev, g_cfg.history_events,
+                          g_cfg.history_frames, &h, err, sizeof err) != 0) {
+        ts_log("no allocator history (%s)", err);
+        return NULL;
+    }
+    ts_history_attach(h, a);
+    return h;
 }
 
 static ts_statspage *page_get(void)
@@ -239,10 +262,15 @@ static ctx_entry *table_create(CUcontext ctx)
             ts_log_once(&table_create, "cannot create an allocator (out of host memory)");
             return NULL;
         }
-        if (page && e->slot >= 0)
+        if (page && e->slot >= 0) {
             ts_allocator_set_observer(e->a, ts_statspage_observer,
                                       ts_statspage_observer_user(page, e->slot),
                                       STATS_PUBLISH_EVERY);
+            /* tessera-stat snapshot asks for a fresh map through this word */
+            ts_allocator_set_observer_request(e->a,
+                                              &ts_statspage_slot(page, e->slot)->head.map_request);
+            e->history = history_start(e->a, e->slot, (int)dev);
+        }
         e->used = true;
         __atomic_store_n(&table_used, table_used + 1, __ATOMIC_RELEASE);
     }
@@ -389,6 +417,9 @@ static unsigned oom_suppressed;
 
 void ts_report_oom(const ts_oom_info *oom)
 {
+    ctx_entry *e = tls_last; /* the entry whose allocator just failed */
+    if (g_cfg.snapshot_on_oom[0] && e && e->a)
+        ts_oom_snapshot(g_cfg.snapshot_on_oom, e->a, e->history);
     if (!g_cfg.oom_report)
         return;
     /* At most one line a second: a program retrying in a loop must not flood its log. */
@@ -434,6 +465,8 @@ static void fork_child(void)
     pthread_mutex_init(&table_lock, NULL);
     pthread_mutex_init(&page_lock, NULL);
     pthread_mutex_init(&oom_lock, NULL);
+    for (int i = 0; i < table_used; i++)
+        ts_history_forget(table[i].history); /* the parent's rings: never written by the child */
     memset(table, 0, sizeof table);
     table_used = 0;
     tls_last = NULL;

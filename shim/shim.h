@@ -226,6 +226,9 @@ TS_HIDDEN void ts_cuda_backend_stream_created(ts_cuda_backend *b, CUstream s, un
 
 /* One line on stderr, prefixed "tessera: ", formatted on the stack (no allocation), written with
  * a single write(2). */
+/* oom_snapshot.c: write the snapshot_on_oom snapshot of a (its history ring h may be NULL). */
+struct ts_history;
+TS_HIDDEN void ts_oom_snapshot(const char *path_template, ts_allocator *a, struct ts_history *h);
 TS_HIDDEN void ts_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The same at most once per key per process (key: any stable pointer). */
 TS_HIDDEN void ts_log_once(const void *key, const char *fmt, ...)

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/statspage.h"
+#include "tools/stat/stat.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "unknown"
@@ -37,6 +38,8 @@ static void usage(FILE *f)
             "       %s --prometheus                     Prometheus text format\n"
             "       %s --watch SECONDS [--count N]      redraw the table (Ctrl-C stops)\n"
             "       %s map PID [--device D] [--width W] ASCII segment map\n"
+            "       %s snapshot PID -o FILE [--wait S]  PyTorch memory snapshot (pickle)\n"
+            "       %s --serve ADDR:PORT                serve /metrics (default 127.0.0.1:9464)\n"
             "       %s --gc                             remove pages of dead processes\n"
             "       %s --help | --version\n"
             "\n"
@@ -46,7 +49,7 @@ static void usage(FILE *f)
             "per-process view give exact bytes.\n"
             "FRAG in the table: the share of free cached memory that no single request can use\n"
             "(holes inside segments in use; a wholly free segment is not fragmentation).\n",
-            prog, prog, prog, prog, prog, prog, prog, prog);
+            prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -62,12 +65,7 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 
 /* ------------------------------------------------------------------------------------------ */
 
-typedef struct views {
-    ts_proc_view *v;
-    size_t n;
-} views;
-
-static int load_all(const char *dir, views *out)
+int ts_stat_load_all(const char *dir, views *out)
 {
     int *pids = NULL;
     size_t n = 0;
@@ -93,7 +91,7 @@ static int load_all(const char *dir, views *out)
     return 0;
 }
 
-static void free_all(views *vs)
+void ts_stat_free_all(views *vs)
 {
     for (size_t i = 0; i < vs->n; i++)
         ts_proc_view_free(&vs->v[i]);
@@ -145,10 +143,10 @@ static int check_slots(const char *dir, const ts_proc_view *v)
 static int cmd_table(const char *dir)
 {
     views vs;
-    if (load_all(dir, &vs) != 0)
+    if (ts_stat_load_all(dir, &vs) != 0)
         return 1;
     ts_render_table(stdout, vs.v, vs.n, dir);
-    free_all(&vs);
+    ts_stat_free_all(&vs);
     return 0;
 }
 
@@ -179,21 +177,21 @@ static int cmd_json(const char *dir, int pid)
         return rc;
     }
     views vs;
-    if (load_all(dir, &vs) != 0)
+    if (ts_stat_load_all(dir, &vs) != 0)
         return 1;
     ts_render_json(stdout, vs.v, vs.n);
-    free_all(&vs);
+    ts_stat_free_all(&vs);
     return 0;
 }
 
 static int cmd_prometheus(const char *dir)
 {
     views vs;
-    if (load_all(dir, &vs) != 0)
+    if (ts_stat_load_all(dir, &vs) != 0)
         return 1;
     warn_unreadable(&vs, dir);
     ts_render_prometheus(stdout, vs.v, vs.n);
-    free_all(&vs);
+    ts_stat_free_all(&vs);
     return 0;
 }
 
@@ -216,7 +214,7 @@ static int cmd_watch(const char *dir, double seconds, long count)
     bool tty = isatty(STDOUT_FILENO);
     for (long i = 0; !interrupted && (count <= 0 || i < count); i++) {
         views vs;
-        if (load_all(dir, &vs) != 0)
+        if (ts_stat_load_all(dir, &vs) != 0)
             return 1;
         char when[32];
         time_t now = time(NULL);
@@ -229,7 +227,7 @@ static int cmd_watch(const char *dir, double seconds, long count)
             fputc('\n', stdout);
         printf("tessera-stat  every %gs  %s  (Ctrl-C to stop)\n\n", seconds, when);
         ts_render_table(stdout, vs.v, vs.n, dir);
-        free_all(&vs);
+        ts_stat_free_all(&vs);
         if (fflush(stdout) != 0)
             return 1;
         if (count > 0 && i + 1 >= count)
@@ -336,21 +334,25 @@ static int cmd_gc(const char *dir)
 int main(int argc, char **argv)
 {
     enum { OPT_JSON = 256, OPT_PROM, OPT_WATCH, OPT_COUNT, OPT_GC, OPT_DIR, OPT_DEVICE, OPT_WIDTH,
-           OPT_HELP, OPT_VERSION };
+           OPT_HELP, OPT_VERSION, OPT_SERVE, OPT_WAIT };
     static const struct option opts[] = {
         {"json", no_argument, NULL, OPT_JSON},       {"prometheus", no_argument, NULL, OPT_PROM},
         {"watch", required_argument, NULL, OPT_WATCH}, {"count", required_argument, NULL, OPT_COUNT},
         {"gc", no_argument, NULL, OPT_GC},           {"dir", required_argument, NULL, OPT_DIR},
         {"device", required_argument, NULL, OPT_DEVICE},
         {"width", required_argument, NULL, OPT_WIDTH}, {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0}};
+        {"version", no_argument, NULL, OPT_VERSION}, {"serve", required_argument, NULL, OPT_SERVE},
+        {"wait", required_argument, NULL, OPT_WAIT}, {"output", required_argument, NULL, 'o'},
+        {NULL, 0, NULL, 0}};
     int json = 0, prom = 0, gc = 0, watch = 0;
     double seconds = 0;
     long count = 0, device = -1, width = 64;
-    const char *dir = NULL;
+    const char *dir = NULL, *serve = NULL, *out_path = NULL;
+    double wait_s = 2.0;
+    int wait_given = 0;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         switch (c) {
         case OPT_JSON: json = 1; break;
         case OPT_PROM: prom = 1; break;
@@ -385,6 +387,19 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             break;
+        case OPT_SERVE: serve = optarg; break;
+        case 'o': out_path = optarg; break;
+        case OPT_WAIT: {
+            char *end;
+            errno = 0;
+            wait_s = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(wait_s >= 0) || wait_s > 60) {
+                fprintf(stderr, "%s: --wait wants seconds in [0, 60], not '%s'\n", prog, optarg);
+                return EXIT_USAGE;
+            }
+            wait_given = 1;
+            break;
+        }
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
         case OPT_VERSION:
@@ -404,7 +419,8 @@ int main(int argc, char **argv)
         dir = ts_statspage_dir();
 
     int is_map = optind < argc && strcmp(argv[optind], "map") == 0;
-    if (is_map)
+    int is_snapshot = optind < argc && strcmp(argv[optind], "snapshot") == 0;
+    if (is_map || is_snapshot)
         optind++;
     long pid = 0;
     if (optind < argc) {
@@ -418,9 +434,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: unexpected argument '%s'\ntry '%s --help'\n", prog, argv[optind], prog);
         return EXIT_USAGE;
     }
-    int modes = json + prom + gc + watch + is_map;
+    int modes = json + prom + gc + watch + is_map + is_snapshot + (serve != NULL);
     if (modes > 1) {
-        fprintf(stderr, "%s: choose one of --json, --prometheus, --watch, --gc, map\n", prog);
+        fprintf(stderr, "%s: choose one of --json, --prometheus, --watch, --gc, --serve, map, "
+                        "snapshot\n", prog);
+        return EXIT_USAGE;
+    }
+    if (is_snapshot && (!pid || !out_path)) {
+        fprintf(stderr, "%s: snapshot needs a pid and -o FILE\n", prog);
+        return EXIT_USAGE;
+    }
+    if ((out_path || wait_given) && !is_snapshot) {
+        fprintf(stderr, "%s: -o and --wait go with snapshot\n", prog);
+        return EXIT_USAGE;
+    }
+    if (serve && pid) {
+        fprintf(stderr, "%s: --serve takes no pid\n", prog);
         return EXIT_USAGE;
     }
     if ((prom || gc || watch) && pid) {
@@ -441,7 +470,11 @@ int main(int argc, char **argv)
     }
 
     int rc;
-    if (is_map)
+    if (is_snapshot)
+        rc = ts_stat_snapshot(dir, (int)pid, out_path, wait_s);
+    else if (serve)
+        rc = ts_stat_serve(dir, serve);
+    else if (is_map)
         rc = cmd_map(dir, (int)pid, device, (unsigned)width);
     else if (gc)
         rc = cmd_gc(dir);

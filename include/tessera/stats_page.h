@@ -131,7 +131,9 @@ typedef struct tessera_page_segment {
 typedef struct tessera_page_block {
     uint64_t size;     /* 0: bytes; blocks of a segment are contiguous, in address order */
     uint32_t state;    /* 8: TESSERA_BLOCK_* */
-    uint32_t reserved; /* 12 */
+    uint32_t slack;    /* 12: allocated and pending blocks: size minus the size the program
+                        * asked for (saturated at UINT32_MAX); else 0. 0 in pages written
+                        * before tessera 0.2 (the field was reserved) */
 } tessera_page_block;
 
 /* Summary of the segment map; totals cover every segment, recorded or not. */
@@ -152,7 +154,8 @@ typedef struct tessera_page_map {
     uint32_t total_blocks;    /*  92 */
     uint32_t free_blocks;     /*  96: number of free blocks */
     uint32_t flags;           /* 100: TESSERA_MAP_* */
-    uint64_t reserved[3];     /* 104 */
+    uint64_t request_served;  /* 104: the slot's map_request value this map was taken for */
+    uint64_t reserved[2];     /* 112 */
 } tessera_page_map;
 
 /* The part of a slot a reader copies for the counters alone (2240 bytes). */
@@ -162,7 +165,11 @@ typedef struct tessera_page_slot_head {
     uint64_t context_id;  /*    8: label of the CUDA context, chosen by the owner */
     uint64_t seq;         /*   16: sequence lock: odd while the owner writes */
     uint64_t claimed_ns;  /*   24: CLOCK_REALTIME nanoseconds when the slot was claimed */
-    uint64_t reserved[4]; /*   32 */
+    uint64_t map_request; /*   32: written by readers (the only such word): a value different
+                           * from map.request_served asks the owner to publish a fresh map at
+                           * its next allocator operation; readers write increasing values
+                           * (CLOCK_REALTIME ns) and wait for request_served >= theirs */
+    uint64_t reserved[3]; /*   40 */
     tessera_device_stats stats; /* 64: maintained by the allocator of this device */
     uint8_t stats_pad[TESSERA_PAGE_STATS_AREA - sizeof(tessera_device_stats)];
     tessera_page_map map; /* 2112: summary of the segment map below */

@@ -52,7 +52,7 @@ static void test_format_defaults(void **state)
                         "large_segment_size_mb:20,backend:native,caching:True,memory_limit:0,"
                         "stats:True,oom_report:True,reuse_fence:order,stitching:False,"
                         "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:256,expandable_page_mb:0,handle_policy:page,"
-                        "defragment:False,verbose:False");
+                        "defragment:False,verbose:False,history_events:0,history_frames:False");
 
     /* snprintf contract */
     size_t full = ts_config_format(&c, NULL, 0);
@@ -358,7 +358,8 @@ static void test_describe(void **state)
                          "pinned_reserve_segment_size_mb:64,pinned_free_catch_all:True,"
                          "graph_capture_record_stream_reuse:True,throw_on_cudamalloc_oom:False,"
                          "expandable_segments_reserve:40G,expandable_segments_reserve_by_class:x,"
-                         "release_lock_on_hipmalloc:False,pinned_use_hip_host_register:True", &c));
+                         "release_lock_on_hipmalloc:False,pinned_use_hip_host_register:True,"
+                         "snapshot_on_oom:/tmp/oom-%p-%n.pickle", &c));
     char all[4096];
     snprintf(all, sizeof all, "%s", format(&c));
     unsigned keys = 0;
@@ -374,7 +375,7 @@ static void test_describe(void **state)
         assert_non_null(strstr(buf, line));
         keys++;
     }
-    assert_int_equal(keys, 21 + TS_CONFIG_NOT_APPLICABLE_COUNT);
+    assert_int_equal(keys, 24 + TS_CONFIG_NOT_APPLICABLE_COUNT);
     assert_non_null(strstr(buf, "  max_split_size_mb\n      value:   an integer >= 20 MiB, or "
                                 "unlimited\n      default: unlimited\n"));
     assert_non_null(strstr(buf, "  reuse_fence\n      value:   order, events, sync or none\n      "

@@ -449,6 +449,33 @@ static void test_reuse_fence(void **state)
     assert_string_equal(ts_config_fence_name(TS_FENCE_SYNC), "sync");
 }
 
+static void test_history_and_snapshot_keys(void **state)
+{
+    (void)state;
+    ts_config c;
+    assert_true(parse_ok("history_events:4096,history_frames:True", &c));
+    assert_int_equal(c.history_events, 4096);
+    assert_true(c.history_frames);
+    assert_string_equal(c.snapshot_on_oom, "");
+    assert_true(parse_error("history_events:16777217",
+                            "key 'history_events' at position 0: value '16777217' is too large "
+                            "(must be an integer from 0 to 16777216)", NULL));
+    assert_true(parse_ok("snapshot_on_oom:/tmp/oom-%p-%n-100%%.pickle", &c));
+    assert_string_equal(c.snapshot_on_oom, "/tmp/oom-%p-%n-100%%.pickle");
+    /* only %p, %n and %% expand: a printf-style directive is refused, not passed on */
+    assert_true(parse_error("snapshot_on_oom:/tmp/%s.pickle",
+                            "key 'snapshot_on_oom' at position 0: value '/tmp/%s.pickle' is not a "
+                            "path template (must be a file path without ':', ',' or spaces; %p: "
+                            "the pid, %n: a count, %%: %)", NULL));
+    assert_true(parse_error("snapshot_on_oom:/tmp/x%", NULL, NULL));
+    assert_true(parse_error("snapshot_on_oom:/tmp/a\x01b", NULL, NULL)); /* control byte */
+    char text[400];
+    memset(text, 0, sizeof text);
+    memcpy(text, "snapshot_on_oom:/", 17);
+    memset(text + 17, 'a', 300);
+    assert_true(parse_error(text, NULL, NULL));
+}
+
 static void test_stitch_keys(void **state)
 {
     (void)state;
@@ -616,6 +643,7 @@ int run_value_tests(void)
         cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_reuse_fence),
         cmocka_unit_test(test_stitch_keys),
+        cmocka_unit_test(test_history_and_snapshot_keys),
         cmocka_unit_test(test_expandable_page_and_handles),
         cmocka_unit_test(test_defragment),
         cmocka_unit_test(test_not_applicable),

@@ -232,13 +232,13 @@ def test_prometheus(d, a, sleeper):
           "tessera_allocated_bytes all")
     check(sample(fams, "tessera_allocated_bytes", pid=pa, device="0", pool="small_pool") == MiB,
           "tessera_allocated_bytes small")
-    check(sample(fams, "tessera_allocated_bytes_peak", pid=pa, device="0", pool="all") == 900 * MiB,
-          "tessera_allocated_bytes_peak")
-    check(sample(fams, "tessera_reserved_bytes_peak", pid=pa, device="0", pool="large_pool")
-          == 1198 * MiB, "tessera_reserved_bytes_peak large")
-    check(sample(fams, "tessera_allocated_bytes_allocated_total", pid=pa, device="0",
+    check(sample(fams, "tessera_allocated_peak_bytes", pid=pa, device="0", pool="all") == 900 * MiB,
+          "tessera_allocated_peak_bytes")
+    check(sample(fams, "tessera_reserved_peak_bytes", pid=pa, device="0", pool="large_pool")
+          == 1198 * MiB, "tessera_reserved_peak_bytes large")
+    check(sample(fams, "tessera_allocated_allocated_bytes_total", pid=pa, device="0",
                  pool="large_pool") == 768 * MiB + 1000, "allocated_total")
-    check(fams["tessera_allocated_bytes_allocated_total"]["type"] == "counter", "counter type")
+    check(fams["tessera_allocated_allocated_bytes_total"]["type"] == "counter", "counter type")
     check(fams["tessera_allocated_bytes"]["type"] == "gauge", "gauge type")
     check(sample(fams, "tessera_alloc_retries_total", pid=pa, device="0") == 3, "retries")
     check(sample(fams, "tessera_ooms_total", pid=pa, device="0") == 1, "ooms")

@@ -88,7 +88,8 @@ int main(void)
     OFF(tessera_page_slot_head, context_id, 8);
     OFF(tessera_page_slot_head, seq, 16);
     OFF(tessera_page_slot_head, claimed_ns, 24);
-    OFF(tessera_page_slot_head, reserved, 32);
+    OFF(tessera_page_slot_head, map_request, 32);
+    OFF(tessera_page_slot_head, reserved, 40);
     OFF(tessera_page_slot_head, stats, 64);
     OFF(tessera_page_slot_head, map, 2112);
     OFF(tessera_page_slot, head, 0);
@@ -115,7 +116,8 @@ int main(void)
     OFF(tessera_page_map, total_blocks, 92);
     OFF(tessera_page_map, free_blocks, 96);
     OFF(tessera_page_map, flags, 100);
-    OFF(tessera_page_map, reserved, 104);
+    OFF(tessera_page_map, request_served, 104);
+    OFF(tessera_page_map, reserved, 112);
 
     /* segment and block entries */
     PIN(sizeof(tessera_page_segment), 48);
@@ -132,7 +134,7 @@ int main(void)
     PIN(sizeof(tessera_page_block), 16);
     OFF(tessera_page_block, size, 0);
     OFF(tessera_page_block, state, 8);
-    OFF(tessera_page_block, reserved, 12);
+    OFF(tessera_page_block, slack, 12);
 
     /* the counters (tessera/stats_fields.h), as they sit at slot offset 64 */
     PIN(sizeof(tessera_stat), 32);

@@ -1,0 +1,65 @@
+/* A memory snapshot of this process, taken from its own allocators (snapshot_on_oom). */
+#include "core/snapshot_own.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+
+int ts_history_read_own(ts_history *h, ts_history_copy *out)
+{
+    memset(out, 0, sizeof *out);
+    const tessera_history_header *hdr = ts_history_ring(h);
+    out->hdr = *hdr;
+    return ts_history_copy_ring(hdr, (const tessera_history_event *)(hdr + 1), out);
+}
+
+struct own_walk {
+    ts_snap *s;
+    int device;
+    int err;
+};
+
+static int own_segment(void *user, const ts_segment_info *seg)
+{
+    struct own_walk *w = user;
+    if (seg->kind == TS_SEGMENT_STITCHED)
+        return 0; /* aliases of pages their expandable segments list (core/snapshot.c) */
+    w->err = ts_snap_add_segment(w->s, w->device, seg->addr, seg->mapped, seg->stream,
+                                 seg->small_pool, seg->kind == TS_SEGMENT_EXPANDABLE);
+    return w->err;
+}
+
+static int own_block(void *user, const ts_segment_info *seg, const ts_block_info *blk)
+{
+    struct own_walk *w = user;
+    if (seg->kind == TS_SEGMENT_STITCHED || blk->state > TS_BLOCK_FREE)
+        return 0; /* unmapped or lent pieces hold no memory of their own */
+    w->err = ts_snap_add_block(w->s, blk->addr, blk->size, blk->requested, (uint32_t)blk->state);
+    return w->err;
+}
+
+int ts_snapshot_own(ts_snap *s, ts_allocator *const *allocs, ts_history *const *hists, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!allocs[i])
+            continue;
+        int device = ts_allocator_device(allocs[i]);
+        struct own_walk w = {s, device, 0};
+        ts_walker walker = {.user = &w, .segment = own_segment, .block = own_block};
+        ts_allocator_walk(allocs[i], &walker); /* under the allocator's mutex: one instant */
+        if (w.err)
+            return w.err;
+        if (!s->have_settings) {
+            const ts_config *cfg = ts_allocator_config(allocs[i]);
+            s->have_settings = true;
+            s->max_split_size = cfg->max_split_size == SIZE_MAX ? -1 : (int64_t)cfg->max_split_size;
+            s->garbage_collection_threshold = cfg->garbage_collection_threshold;
+            s->expandable_segments = cfg->expandable_segments;
+        }
+        ts_history_copy c;
+        if (hists && hists[i] && ts_history_read_own(hists[i], &c) == 0 &&
+            ts_snap_add_trace(s, device, c.events, c.n) != 0)
+            ts_history_copy_free(&c);
+    }
+    return 0;
+}

@@ -1,0 +1,15 @@
+/* This process's memory snapshot, from its allocators and history rings (core/snapshot.h). */
+#ifndef TS_SNAPSHOT_OWN_H
+#define TS_SNAPSHOT_OWN_H
+
+#include <stddef.h>
+
+#include "core/allocator.h"
+#include "core/history.h"
+#include "core/snapshot.h"
+
+/* Add the segments of every allocator (each walked under its mutex) and the events of its ring
+ * (hists may be NULL, and so may any entry). 0, or an errno value. */
+int ts_snapshot_own(ts_snap *s, ts_allocator *const *allocs, ts_history *const *hists, size_t n);
+
+#endif /* TS_SNAPSHOT_OWN_H */

@@ -1,0 +1,167 @@
+/* tessera-stat snapshot PID -o FILE: a PyTorch memory snapshot of another process.
+ *
+ * Consistency: the segment map in a stats page is refreshed at segment changes and every 64
+ * operations, so it can be behind the counters. Before reading it, this asks the owner for a
+ * fresh one: it writes the current time into each slot's map_request word, and the owner
+ * publishes a map at its next allocator operation, recording the request it served. If that
+ * does not happen within the wait (the process is idle, or the page is not writable by this
+ * user), the map is still exact when no operation happened since it was taken (its `ops`
+ * equals the counters' num_ops); otherwise the snapshot says how many operations it is behind.
+ */
+#include "tools/stat/stat.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/history.h"
+#include "core/snapshot.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Ask every active slot for a fresh map. Returns the request value, 0 when the page cannot be
+ * written (why says so). */
+static uint64_t request_maps(ts_page *pg, const char *path, char *why, size_t whylen)
+{
+    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, whylen, "cannot ask for a fresh map (%s)", strerror(errno));
+        return 0;
+    }
+    uint64_t req = now_ns();
+    for (uint32_t i = 0; i < pg->hdr.slot_count; i++) {
+        off_t at = (off_t)pg->hdr.header_size + (off_t)i * pg->hdr.slot_size +
+                   (off_t)offsetof(tessera_page_slot_head, map_request);
+        /* One aligned 8-byte store into the owner's shared mapping: the owner reads it with an
+         * atomic load; it is the only word of the page a reader ever writes. */
+        if (pwrite(fd, &req, sizeof req, at) != (ssize_t)sizeof req) {
+            snprintf(why, whylen, "cannot ask for a fresh map (%s)", strerror(errno));
+            close(fd);
+            return 0;
+        }
+    }
+    close(fd);
+    return req;
+}
+
+int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait_s)
+{
+    const char *prog = "tessera-stat";
+    ts_page pg;
+    ts_page_init(&pg);
+    int st = ts_page_open_pid(&pg, dir, pid);
+    if (st != TS_PAGE_OK) {
+        fprintf(stderr, "%s: %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s\n", prog, dir, pid, pg.error);
+        ts_page_close(&pg);
+        return 1;
+    }
+    tessera_page_slot_head *head = malloc(sizeof *head);
+    tessera_page_segment *segs = calloc(TESSERA_PAGE_MAX_SEGMENTS, sizeof *segs);
+    tessera_page_block *blocks = calloc(TESSERA_PAGE_MAX_BLOCKS, sizeof *blocks);
+    ts_snap s;
+    ts_snap_init(&s);
+    int rc = 0;
+    if (!head || !segs || !blocks) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        rc = 1;
+        goto done;
+    }
+
+    char why[96] = "";
+    uint64_t req = request_maps(&pg, pg.path, why, sizeof why);
+    const uint64_t deadline = now_ns() + (uint64_t)(wait_s * 1e9);
+    snprintf(s.source, sizeof s.source, "tessera-stat");
+    s.pid = pid;
+    ts_snap_load_mappings(&s, pid);
+    size_t nslots = 0;
+    char consistency[320] = "";
+    for (uint32_t i = 0; i < pg.hdr.slot_count && rc == 0; i++) {
+        int r;
+        /* Bounded wait for the owner to serve the request at its next operation. */
+        for (;;) {
+            r = ts_page_snapshot(&pg, i, head, segs, blocks);
+            if (r != TS_PAGE_OK || !req || head->map.request_served >= req || now_ns() >= deadline)
+                break;
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+        if (r == TS_PAGE_EEMPTY)
+            continue;
+        if (r != TS_PAGE_OK) {
+            fprintf(stderr, "%s: %s: slot %" PRIu32 ": %s\n", prog, pg.path, i, pg.error);
+            rc = 1;
+            break;
+        }
+        uint64_t behind = (uint64_t)head->stats.num_ops - head->map.ops;
+        if (req && head->map.request_served >= req)
+            snprintf(consistency, sizeof consistency,
+                     "exact: the process published its block layout for this request");
+        else if (behind == 0)
+            snprintf(consistency, sizeof consistency,
+                     "exact: no allocator operation since the map was taken (%s)",
+                     req ? "the process stayed idle" : why);
+        else
+            snprintf(consistency, sizeof consistency,
+                     "stale: the block layout is %" PRIu64 " operations older than the counters (%s)",
+                     behind, req ? "the process did not answer in time" : why);
+        if (head->map.flags & TESSERA_MAP_TRUNCATED)
+            snprintf(consistency + strlen(consistency), sizeof consistency - strlen(consistency),
+                     "; truncated: more segments or blocks than the page holds");
+        if (ts_snap_add_page_slot(&s, head, segs, blocks) != 0) {
+            fprintf(stderr, "%s: out of memory\n", prog);
+            rc = 1;
+            break;
+        }
+        ts_history_copy c;
+        char err[600];
+        int e = ts_history_read(dir, pid, i, &c, err, sizeof err);
+        if (e == 0) {
+            if (ts_snap_add_trace(&s, head->device, c.events, c.n) != 0)
+                ts_history_copy_free(&c);
+            if (c.dropped)
+                printf("device %d: %" PRIu64 " older events no longer in the history ring\n",
+                       head->device, c.dropped);
+        } else if (e != ENOENT) {
+            fprintf(stderr, "%s: %s (no device_traces for device %d)\n", prog, err, head->device);
+        }
+        printf("device %d: %s\n", head->device, consistency);
+        nslots++;
+    }
+    if (rc == 0 && nslots == 0) {
+        fprintf(stderr, "%s: pid %d has no device slot in use yet\n", prog, pid);
+        rc = 1;
+    }
+    if (rc == 0) {
+        snprintf(s.consistency, sizeof s.consistency, "%s", consistency);
+        char err[600];
+        if (ts_snap_write_file(&s, out_path, true, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            rc = 1;
+        } else {
+            size_t nev = 0;
+            for (size_t i = 0; i < s.ntraces; i++)
+                nev += s.traces[i].nevents;
+            printf("snapshot of pid %d written to %s: %zu segments, %zu blocks, %zu events%s\n",
+                   pid, out_path, s.nsegs, s.nblocks, nev,
+                   s.ntraces ? "" : " (no history: run it with history_events:N)");
+        }
+    }
+done:
+    ts_snap_free(&s);
+    free(head);
+    free(segs);
+    free(blocks);
+    ts_page_close(&pg);
+    return rc;
+}

@@ -1,0 +1,21 @@
+/* tessera-stat's commands beyond the stats page renderers (core/statspage_render.c). */
+#ifndef TS_TOOLS_STAT_H
+#define TS_TOOLS_STAT_H
+
+#include "core/statspage.h"
+
+/* Every page of dir, loaded for output (tessera-stat.c). 0, or -1 after a message. */
+typedef struct views {
+    ts_proc_view *v;
+    size_t n;
+} views;
+int ts_stat_load_all(const char *dir, views *out);
+void ts_stat_free_all(views *vs);
+
+/* tessera-stat snapshot PID -o FILE (tools/stat/snapshot.c). Exit status. */
+int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait_s);
+
+/* tessera-stat --serve ADDR:PORT (tools/stat/serve.c). Exit status. */
+int ts_stat_serve(const char *dir, const char *listen);
+
+#endif /* TS_TOOLS_STAT_H */
