@@ -336,7 +336,11 @@ def main(argv):
         elif args.dry_run:
             # the orchestration (run, time, poll nvidia-smi, read stats pages, compare) end to
             # end, with a stand-in for the workload that needs no GPU
-            stand_in = [dict(r, argv=[args.python, "-c", "print('CHECKSUM', 1.5)"]) for r in runs]
+            # (without LD_PRELOAD: nothing to serve, and a sanitizer build's library would
+            # refuse to load into an uninstrumented python)
+            stand_in = [dict(r, argv=[args.python, "-c", "print('CHECKSUM', 1.5)"],
+                             env={k: v for k, v in r["env"].items() if k != "LD_PRELOAD"})
+                        for r in runs]
             step["dry_runs"] = [execute(r, args, deadline) for r in stand_in]
             compare(step["dry_runs"])
             bad = [r for r in step["dry_runs"] if r["status"] != "PASS"]
