@@ -37,6 +37,17 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 MODES = [("native", None), ("tessera", ""), ("tessera-defrag", "defragment:True")]
 REL_TOLERANCE = 1e-4  # checksums are float sums: the same kernels, possibly another order
 
+# CuPy's workload: the same loop with its memory pool off (every array a cudaMalloc) and on.
+CUPY_LOOP = """
+cp.random.seed(0)
+acc = 0.0
+for i in range(100):
+    a = cp.random.random((512 + i, 512), dtype=cp.float32)
+    b = cp.random.random((512, 256 + i), dtype=cp.float32)
+    c = cp.tanh(a @ b) * 2 + 1
+    acc += float(c.sum(dtype=cp.float64))
+print("CHECKSUM", acc)
+"""
 # Each workload prints "CHECKSUM <float>" last. Small: seconds on a GPU, a few hundred MiB.
 WORKLOADS = {
     "jax": ("jax", """
@@ -55,29 +66,8 @@ for i in range(200):
     params = step(params, x, y)
 print("CHECKSUM", float(loss(params, x, y)) + float(sum(jnp.sum(w) for w in params)))
 """),
-    "cupy-nopool": ("cupy", """
-import cupy as cp
-cp.cuda.set_allocator(None)
-cp.random.seed(0)
-acc = 0.0
-for i in range(100):
-    a = cp.random.random((512 + i, 512), dtype=cp.float32)
-    b = cp.random.random((512, 256 + i), dtype=cp.float32)
-    c = cp.tanh(a @ b) * 2 + 1
-    acc += float(c.sum(dtype=cp.float64))
-print("CHECKSUM", acc)
-"""),
-    "cupy-pool": ("cupy", """
-import cupy as cp
-cp.random.seed(0)
-acc = 0.0
-for i in range(100):
-    a = cp.random.random((512 + i, 512), dtype=cp.float32)
-    b = cp.random.random((512, 256 + i), dtype=cp.float32)
-    c = cp.tanh(a @ b) * 2 + 1
-    acc += float(c.sum(dtype=cp.float64))
-print("CHECKSUM", acc)
-"""),
+    "cupy-nopool": ("cupy", "import cupy as cp\ncp.cuda.set_allocator(None)\n" + CUPY_LOOP),
+    "cupy-pool": ("cupy", "import cupy as cp\n" + CUPY_LOOP),
     "numba": ("numba", """
 import numpy as np
 from numba import cuda
