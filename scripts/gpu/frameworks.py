@@ -37,8 +37,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 MODES = [("native", None), ("tessera", ""), ("tessera-defrag", "defragment:True")]
 REL_TOLERANCE = 1e-4  # checksums are float sums: the same kernels, possibly another order
 
-# The CuPy workload, run with its memory pool off and on.
-CUPY_WORK = """cp.random.seed(0)
+# CuPy's workload: the same loop with its memory pool off (every array a cudaMalloc) and on.
+CUPY_LOOP = """
+cp.random.seed(0)
 acc = 0.0
 for i in range(100):
     a = cp.random.random((512 + i, 512), dtype=cp.float32)
@@ -47,7 +48,6 @@ for i in range(100):
     acc += float(c.sum(dtype=cp.float64))
 print("CHECKSUM", acc)
 """
-
 # Each workload prints "CHECKSUM <float>" last. Small: seconds on a GPU, a few hundred MiB.
 WORKLOADS = {
     "jax": ("jax", """
@@ -66,8 +66,8 @@ for i in range(200):
     params = step(params, x, y)
 print("CHECKSUM", float(loss(params, x, y)) + float(sum(jnp.sum(w) for w in params)))
 """),
-    "cupy-nopool": ("cupy", "import cupy as cp\ncp.cuda.set_allocator(None)\n" + CUPY_WORK),
-    "cupy-pool": ("cupy", "import cupy as cp\n" + CUPY_WORK),
+    "cupy-nopool": ("cupy", "import cupy as cp\ncp.cuda.set_allocator(None)\n" + CUPY_LOOP),
+    "cupy-pool": ("cupy", "import cupy as cp\n" + CUPY_LOOP),
     "numba": ("numba", """
 import numpy as np
 from numba import cuda
@@ -326,7 +326,11 @@ def main(argv):
         elif args.dry_run:
             # the orchestration (run, time, poll nvidia-smi, read stats pages, compare) end to
             # end, with a stand-in for the workload that needs no GPU
-            stand_in = [dict(r, argv=[args.python, "-c", "print('CHECKSUM', 1.5)"]) for r in runs]
+            # (without LD_PRELOAD: nothing to serve, and a sanitizer build's library would
+            # refuse to load into an uninstrumented python)
+            stand_in = [dict(r, argv=[args.python, "-c", "print('CHECKSUM', 1.5)"],
+                             env={k: v for k, v in r["env"].items() if k != "LD_PRELOAD"})
+                        for r in runs]
             step["dry_runs"] = [execute(r, args, deadline) for r in stand_in]
             compare(step["dry_runs"])
             bad = [r for r in step["dry_runs"] if r["status"] != "PASS"]
