@@ -25,6 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_integration as it  # noqa: E402
+import unittest_main  # noqa: E402
 
 MiB = 1 << 20
 WAIT_S = 90  # Prometheus start-up plus a few scrapes, on a loaded machine
@@ -156,15 +157,5 @@ class PrometheusScrape(unittest.TestCase):
         p.wait(timeout=60)
 
 
-def main():
-    result = unittest.TextTestRunner(verbosity=2).run(
-        unittest.TestLoader().loadTestsFromModule(sys.modules[__name__]))
-    if result.wasSuccessful() and result.testsRun and len(result.skipped) == result.testsRun:
-        for _, why in result.skipped:
-            print(f"skipped: {why}")
-        sys.exit(77)
-    sys.exit(0 if result.wasSuccessful() else 1)
-
-
 if __name__ == "__main__":
-    main()
+    unittest_main.run(sys.modules[__name__], sys.argv[1:])

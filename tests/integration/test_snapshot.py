@@ -25,6 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_integration as it  # noqa: E402  (its Env runs programs on the simulator)
+import unittest_main  # noqa: E402
 
 MiB = 1 << 20
 
@@ -223,12 +224,4 @@ class SnapshotOnOom(Base):
 
 
 if __name__ == "__main__":
-    names = sys.argv[1:]
-    loader = unittest.TestLoader()
-    module = sys.modules[__name__]
-    suite = unittest.TestSuite(loader.loadTestsFromName(n, module) for n in names) if names \
-        else loader.loadTestsFromModule(module)
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    if result.wasSuccessful() and result.testsRun and len(result.skipped) == result.testsRun:
-        sys.exit(77)
-    sys.exit(0 if result.wasSuccessful() else 1)
+    unittest_main.run(sys.modules[__name__], sys.argv[1:])
