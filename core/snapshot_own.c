@@ -1,6 +1,7 @@
 /* A memory snapshot of this process, taken from its own allocators (snapshot_on_oom). */
 #include "core/snapshot_own.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -17,11 +18,23 @@ struct own_walk {
     ts_snap *s;
     int device;
     int err;
+    ts_history *hist;     /* the ring to copy, under the mutex with the walk */
+    ts_history_copy copy;
+    bool copied;
 };
+
+/* Copy the ring from inside the walk, so that the copy and the block layout are one instant
+ * and no other thread of this process writes the ring meanwhile. */
+static void own_copy_ring(struct own_walk *w)
+{
+    if (w->hist && !w->copied)
+        w->copied = ts_history_read_own(w->hist, &w->copy) == 0;
+}
 
 static int own_segment(void *user, const ts_segment_info *seg)
 {
     struct own_walk *w = user;
+    own_copy_ring(w);
     if (seg->kind == TS_SEGMENT_STITCHED)
         return 0; /* aliases of pages their expandable segments list (core/snapshot.c) */
     w->err = ts_snap_add_segment(w->s, w->device, seg->addr, seg->mapped, seg->stream,
@@ -44,9 +57,16 @@ int ts_snapshot_own(ts_snap *s, ts_allocator *const *allocs, ts_history *const *
         if (!allocs[i])
             continue;
         int device = ts_allocator_device(allocs[i]);
-        struct own_walk w = {s, device, 0};
+        struct own_walk w;
+        memset(&w, 0, sizeof w);
+        w.s = s;
+        w.device = device;
+        w.hist = hists ? hists[i] : NULL;
         ts_walker walker = {.user = &w, .segment = own_segment, .block = own_block};
         ts_allocator_walk(allocs[i], &walker); /* under the allocator's mutex: one instant */
+        own_copy_ring(&w); /* no segment at all: nothing to be consistent with */
+        if (w.copied && (w.err || ts_snap_add_trace(s, device, w.copy.events, w.copy.n) != 0))
+            ts_history_copy_free(&w.copy);
         if (w.err)
             return w.err;
         if (!s->have_settings) {
@@ -56,10 +76,6 @@ int ts_snapshot_own(ts_snap *s, ts_allocator *const *allocs, ts_history *const *
             s->garbage_collection_threshold = cfg->garbage_collection_threshold;
             s->expandable_segments = cfg->expandable_segments;
         }
-        ts_history_copy c;
-        if (hists && hists[i] && ts_history_read_own(hists[i], &c) == 0 &&
-            ts_snap_add_trace(s, device, c.events, c.n) != 0)
-            ts_history_copy_free(&c);
     }
     return 0;
 }

@@ -21,8 +21,11 @@ if have_cmd dpkg-query; then
     have_pkg "libclang-rt-${v}-dev" || apt-cache show "libclang-rt-${v}-dev" >/dev/null 2>&1 \
       && { have_pkg "libclang-rt-${v}-dev" || need_pkgs+=("libclang-rt-${v}-dev"); } || true
   fi
-  # promtool checks the Prometheus output with the real parser; optional.
-  if [ "${TESSERA_SETUP_PROMTOOL:-1}" = 1 ] && ! have_cmd promtool; then
+  # libmicrohttpd: the HTTP server of tessera-stat --serve (without it --serve says so)
+  have_pkg libmicrohttpd-dev || need_pkgs+=(libmicrohttpd-dev)
+  # prometheus: promtool checks the Prometheus output with the real parser, and the server
+  # scrapes tessera-stat --serve in tests/integration/test_prometheus.py; optional.
+  if [ "${TESSERA_SETUP_PROMTOOL:-1}" = 1 ] && { ! have_cmd promtool || ! have_cmd prometheus; }; then
     apt-cache show prometheus >/dev/null 2>&1 && need_pkgs+=(prometheus) || true
   fi
 fi

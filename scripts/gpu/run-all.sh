@@ -8,6 +8,7 @@
 #   d. correctness: every program, both builds, without and with LD_PRELOAD=libtessera.so
 #   e. allocation churn throughput, without and with tessera
 #   f. PyTorch: five allocator modes, loss checksums, peak memory, largest batch
+#   h. a tessera snapshot_on_oom pickle rendered by torch.cuda._memory_viz (snapshot_viz.sh)
 #   g. the report: $OUT/gpu-results.md, gpu-results.json, gpu-log.txt, gpu-runs.tar.gz
 #
 # Every step reports PASS/FAIL/SKIP with its reason and never stops the others. Every command
@@ -344,7 +345,7 @@ gcc_fallback() { # build libtessera.so and tessera-stat without Meson
         -Wl,--version-script="$REPO/shim/libtessera.map" -Wl,-z,defs -Wl,-z,nodelete \
         -Wl,--no-undefined -ldl -lrt -lm &&
         timeout -k 5 "$(time_for 120)" "$cc" "${flags[@]}" -o "$STAT" "$REPO/tools/tessera-stat.c" \
-            "$REPO"/core/*.c "$REPO"/config/*.c -lrt -lm -ldl
+            "$REPO/tools/stat/snapshot.c" "$REPO/tools/stat/serve_none.c" "$REPO"/core/*.c "$REPO"/config/*.c -lrt -lm -ldl
 }
 
 BUILD_HOW=""
@@ -938,6 +939,9 @@ if ! skipped frameworks; then
     [ "$rc" = 0 ] && [ "$n_run" -eq 0 ] && step_end SKIP "every framework skipped (frameworks.md says why)"
     [ "$rc" != 0 ] && step_end FAIL "exit $rc (frameworks.md)"
 fi
+
+# i. a tessera memory snapshot in PyTorch's viewer (scripts/gpu/snapshot_viz.sh) --------------
+step_begin "i snapshot viewer" 120 0; timeout -k 5 "$(time_for 110)" bash "$SCRIPT_DIR/snapshot_viz.sh" "$LIB" "$PYTHON" "$WORK/runs/snapshot" >"$WORK/runs/snapshot.log" 2>&1; cat "$WORK/runs/snapshot.log"; SV=$(tail -n1 "$WORK/runs/snapshot.log"); case "$SV" in PASS:* | FAIL:* | SKIP:*) ;; *) SV="FAIL: snapshot_viz.sh did not finish" ;; esac; step_end "${SV%%:*}" "${SV#*: }"
 
 # g. report ----------------------------------------------------------------------------------
 step_begin "g report" 60 0

@@ -34,6 +34,7 @@
 
 #include "config/config.h"
 #include "core/allocator.h"
+#include "core/history.h"
 #include "tests/bench/trace_sizes.h"
 #include "tools/devmodel.h"
 #include "tools/json_out.h"
@@ -253,6 +254,7 @@ static int run_scenario(const opts *o, const char *scenario, kind k, const char 
 {
     ts_devmodel *m = NULL;
     ts_allocator *a = NULL;
+    ts_history *hist = NULL;
     if (o->only && !strstr(scenario, o->only))
         return 0;
     if (conf) {
@@ -274,6 +276,19 @@ static int run_scenario(const opts *o, const char *scenario, kind k, const char 
         if (!a) {
             ts_devmodel_destroy(m);
             return -1;
+        }
+        if (cfg.history_events) {
+            /* history_events:N: the ring the shim would attach, in $TMPDIR (or /tmp) */
+            const char *dir = getenv("TMPDIR");
+            char err[600];
+            if (ts_history_create(dir && *dir ? dir : "/tmp", 0, 0, cfg.history_events,
+                                  cfg.history_frames, &hist, err, sizeof err) != 0) {
+                fprintf(stderr, "bench-core: %s\n", err);
+                ts_allocator_destroy(a, true);
+                ts_devmodel_destroy(m);
+                return -1;
+            }
+            ts_history_attach(hist, a);
         }
     }
     if (batch == 0)
@@ -366,6 +381,7 @@ static int run_scenario(const opts *o, const char *scenario, kind k, const char 
     pthread_barrier_destroy(&b2);
     if (a)
         ts_allocator_destroy(a, true);
+    ts_history_close(hist, true);
     if (m)
         ts_devmodel_destroy(m);
     return rc;

@@ -265,7 +265,8 @@ static int cmd_forge(int argc, char **argv)
     } else if (strcmp(kind, "notready") == 0) {
         h->magic = 0;
     } else if (strcmp(kind, "newline-command") == 0) {
-        snprintf(h->cmdline, sizeof h->cmdline, "evil \"quoted\" back\\slash\nnext line");
+        /* and control bytes a terminal would obey (ESC [2J clears the screen) */
+        snprintf(h->cmdline, sizeof h->cmdline, "evil \"quoted\" back\\slash\nnext line\x01\x1b[2J");
     } else {
         die("unknown kind");
     }

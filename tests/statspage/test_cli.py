@@ -272,9 +272,10 @@ def test_prometheus(d, a, sleeper):
           "page_info labels %s" % il)
     # a forged command with a newline, a quote and a backslash
     nl = [l for (l, v) in fams["tessera_page_info"]["samples"] if l["pid"] == str(sleeper)]
-    check(nl and nl[0]["command"] == 'evil "quoted" back\\slash\nnext line',
+    check(nl and nl[0]["command"] == 'evil "quoted" back\\slash\nnext line??[2J',
           "newline command %r" % (nl[0]["command"] if nl else None))
-    check('evil \\"quoted\\" back\\\\slash\\nnext line' in out, "newline escaped in text")
+    check('evil \\"quoted\\" back\\\\slash\\nnext line??[2J' in out, "newline escaped in text")
+    check("\x01" not in out and "\x1b" not in out, "no control byte in the Prometheus text")
     check(sample(fams, "tessera_pages", state="live") == 3, "pages live")
 
     if shutil.which("promtool"):
@@ -379,7 +380,7 @@ def main():
             for k, v in known.items():
                 check(ja[dev].get(k) == v, "json %s %s = %s want %s" % (dev, k, ja[dev].get(k), v))
         check(ja["0"]["segment_map"]["largest_free_block"] == 16 * MiB, "json map summary")
-        check(data[str(sleeper.pid)]["command"] == 'evil "quoted" back\\slash\nnext line',
+        check(data[str(sleeper.pid)]["command"] == 'evil "quoted" back\\slash\nnext line\x01\x1b[2J',
               "json escapes a newline command")
         rc, out, err = run("--json", str(b.pid), env_dir=d)
         one = json.loads(out)

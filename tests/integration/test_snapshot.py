@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Memory snapshots in PyTorch's format from programs running under tessera (simulated device).
+
+- tessera-stat snapshot PID: the pickle has the layout scripts/snapshot2trace reads (its own
+  restricted loader and shape checks are used here), the block layout is the one at the
+  request (the process publishes a fresh map at its next operation), and the history ring
+  gives the device trace;
+- snapshot_on_oom: the process writes the snapshot itself at an out of memory; it round-trips
+  through tessera-replay (the same peak as the process's own counters, every allocation at the
+  address the process got).
+
+Run one test:  test_snapshot.py TestName
+Environment:   TS_BUILD, TS_SOURCE (as test_integration.py).
+"""
+import glob
+import importlib.machinery
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_integration as it  # noqa: E402  (its Env runs programs on the simulator)
+import unittest_main  # noqa: E402
+
+MiB = 1 << 20
+
+
+def load_snapshot2trace():
+    path = os.path.join(it.SOURCE, "scripts", "snapshot2trace")
+    loader = importlib.machinery.SourceFileLoader("snapshot2trace", path)
+    spec = importlib.util.spec_from_loader("snapshot2trace", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+s2t = load_snapshot2trace()
+
+SEGMENT_KEYS = {"device", "address", "total_size", "allocated_size", "active_size",
+                "requested_size", "stream", "segment_type", "segment_pool_id", "is_expandable",
+                "frames", "blocks"}
+BLOCK_KEYS = {"address", "size", "requested_size", "state", "frames"}
+EVENT_KEYS = {"action", "addr", "size", "stream", "time_us", "frames"}
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.env = it.Env()
+
+    def tearDown(self):
+        shutil.rmtree(self.env.tmp, ignore_errors=True)
+
+    def page_stats(self):
+        """Device 0 counters of the one page kept in the stats directory (history rings, kept
+        beside it, are not pages)."""
+        pids = [f.split(".")[1] for f in os.listdir(self.env.stats_dir)
+                if f.startswith("tessera.") and f.count(".") == 1]
+        self.assertEqual(len(pids), 1, pids)
+        out = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "--json", pids[0]],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return [v for v in json.loads(out.stdout)[pids[0]].values() if isinstance(v, dict)][0]
+
+    def check_layout(self, path):
+        """The pickle loads with snapshot2trace's restricted unpickler and has PyTorch's keys."""
+        data = s2t.load_snapshot(path)
+        for seg in data["segments"]:
+            self.assertEqual(set(seg), SEGMENT_KEYS, seg)
+            self.assertIn(seg["segment_type"], ("small", "large"))
+            self.assertEqual(seg["segment_pool_id"], (0, 0))
+            at = seg["address"]
+            for b in seg["blocks"]:
+                self.assertEqual(set(b), BLOCK_KEYS, b)
+                self.assertIn(b["state"], s2t.BLOCK_STATES)
+                self.assertEqual(b["address"], at)  # blocks tile the segment
+                at += b["size"]
+            self.assertEqual(at, seg["address"] + seg["total_size"])
+            self.assertEqual(seg["allocated_size"], sum(b["size"] for b in seg["blocks"]
+                                                        if b["state"] == "active_allocated"))
+        for trace in data["device_traces"]:
+            for e in trace:
+                self.assertTrue(EVENT_KEYS <= set(e), e)
+                self.assertIn(e["action"], s2t.KNOWN_ACTIONS)
+        # and its converter accepts it in both formats
+        for fmt in ("csv", "dump"):
+            out = subprocess.run([sys.executable, os.path.join(it.SOURCE, "scripts", "snapshot2trace"),
+                                  "--format", fmt, path], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+        return data
+
+
+class SnapshotFromStat(Base):
+    def test_snapshot_of_a_running_process(self):
+        env = self.env.base(conf="history_events:1000")
+        p = subprocess.Popen(it.probe("stats_probe"), env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            self.assertTrue(line.startswith("READY"), line)
+            pid = int(line.split()[1])
+            out = os.path.join(self.env.tmp, "snap.pickle")
+            # The probe is idle (waiting on stdin): the request is served by its next operation,
+            # the first free after "go". The snapshot then shows exactly that moment.
+            snap = subprocess.Popen([it.STAT, "--dir", self.env.stats_dir, "snapshot", str(pid),
+                                     "-o", out, "--wait", "20"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            sout, serr = snap.communicate(timeout=60)
+            self.assertEqual(snap.returncode, 0, serr)
+            self.assertIn("device 0: exact: the process published its block layout", sout)
+            line = p.stdout.readline()
+            self.assertTrue(line.startswith("FREED"), line)
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            p.wait(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        data = self.check_layout(out)
+        segs = data["segments"]
+        self.assertEqual(sorted(s["segment_type"] for s in segs), ["large", "small"])
+        large = [s for s in segs if s["segment_type"] == "large"][0]
+        small = [s for s in segs if s["segment_type"] == "small"][0]
+        self.assertEqual(large["total_size"], 20 * MiB)
+        self.assertEqual(small["total_size"], 2 * MiB)
+        # at the first free: two 4 MiB blocks and both 100 KiB blocks still allocated
+        self.assertEqual(large["allocated_size"], 8 * MiB)
+        self.assertEqual(small["allocated_size"], 2 * 102400)
+        self.assertEqual(data["tessera"]["source"], "tessera-stat")
+        events = data["device_traces"][0]
+        acts = [e["action"] for e in events]
+        self.assertEqual(acts.count("alloc"), 5, acts)
+        self.assertEqual(acts.count("segment_alloc"), 2, acts)
+        self.assertGreaterEqual(acts.count("free_requested"), 1, acts)
+        allocs = [e for e in events if e["action"] == "alloc"]
+        self.assertEqual(sorted(e["size"] for e in allocs), [102400] * 2 + [4 * MiB] * 3)
+
+    def test_snapshot_of_an_idle_process_says_how_current_it_is(self):
+        env = self.env.base()
+        p = subprocess.Popen(it.probe("stats_probe"), env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            pid = int(line.split()[1])
+            out = os.path.join(self.env.tmp, "idle.pickle")
+            snap = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "snapshot", str(pid),
+                                   "-o", out, "--wait", "0.2"], capture_output=True, text=True)
+            self.assertEqual(snap.returncode, 0, snap.stderr)
+            # five allocations, the map taken at the small segment's creation (op 4): one behind
+            self.assertIn("device 0: stale: the block layout is 1 operations older", snap.stdout)
+            self.assertIn("no history", snap.stdout)
+            mp = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "map", str(pid)],
+                                capture_output=True, text=True)
+            self.assertIn("age: 1 operation since it was taken", mp.stdout)
+            self.check_layout(out)
+        finally:
+            p.kill()
+            p.wait()
+
+    def test_bad_requests(self):
+        out = os.path.join(self.env.tmp, "x.pickle")
+        r = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "snapshot", "999999", "-o", out],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertTrue(r.stderr.startswith("tessera-stat: "), r.stderr)
+        self.assertFalse(os.path.exists(out))
+        r = subprocess.run([it.STAT, "snapshot", "12"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+
+
+class SnapshotOnOom(Base):
+    def test_oom_snapshot_round_trips_through_replay(self):
+        tpl = os.path.join(self.env.tmp, "oom-%p-%n.pickle")
+        run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
+                                   "64M", "--request", "512M"), memory="256M",
+                           conf=f"history_events:256,snapshot_on_oom:{tpl}")
+        self.assertEqual(run.rc, 2, run)
+        files = glob.glob(os.path.join(self.env.tmp, "oom-*-1.pickle"))
+        self.assertEqual(len(files), 1, run)
+        self.assertIn("memory snapshot written to " + files[0], run.stderr)
+        data = self.check_layout(files[0])
+        self.assertEqual(data["tessera"]["source"], "snapshot_on_oom")
+        # the layout at the failure: the middle segment went back in the final retry
+        segs = data["segments"]
+        self.assertEqual([s["allocated_size"] for s in segs], [64 * MiB, 64 * MiB])
+        stats = self.page_stats()
+        self.assertEqual(stats["num_ooms"], 1)
+        acts = [e["action"] for e in data["device_traces"][0]]
+        self.assertEqual(acts[-1], "oom", acts)
+        self.assertEqual(data["device_traces"][0][-1]["size"], 512 * MiB)
+        self.assertIn("segment_free", acts)
+        # replay: the same peak as the process's counters, every block at its address
+        rep = subprocess.run([it.REPLAY, "--json", files[0]], capture_output=True, text=True)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        doc = json.loads(rep.stdout)
+        self.assertEqual(doc["peak_allocated_bytes"], stats["allocated_bytes.all.peak"])
+        self.assertEqual(doc["allocations"], 3)
+        self.assertEqual(doc["frees"], 1)
+        chk = subprocess.run([it.REPLAY, "--check-pytorch", files[0]], capture_output=True,
+                             text=True)
+        self.assertEqual(chk.returncode, 0, chk.stderr)
+        self.assertIn("allocations at PyTorch's address: 3/3", chk.stdout)
+
+    def test_existing_file_is_never_replaced(self):
+        path = os.path.join(self.env.tmp, "taken.pickle")
+        with open(path, "w") as f:
+            f.write("keep me")
+        run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
+                                   "64M", "--request", "512M"), memory="256M",
+                           conf=f"snapshot_on_oom:{path}")
+        self.assertEqual(run.rc, 2, run)
+        with open(path) as f:
+            self.assertEqual(f.read(), "keep me")
+        self.assertIn("tessera: snapshot_on_oom: cannot write " + path, run.stderr)
+        self.assertEqual(glob.glob(path + ".tmp*"), [])
+
+
+if __name__ == "__main__":
+    unittest_main.run(sys.modules[__name__], sys.argv[1:])
