@@ -41,10 +41,11 @@ typedef struct ts_statspage ts_statspage;
 /* The directory pages live in: $TESSERA_STATS_DIR when set and non-empty, else /dev/shm. */
 const char *ts_statspage_dir(void);
 
-/* Create <dir>/tessera.<pid> (dir NULL: ts_statspage_dir()). config_text (may be NULL) is the
- * effective configuration, normally ts_config_format() output; it is truncated with "..." past
- * TESSERA_PAGE_CONFIG_LEN - 1 bytes. A stale file of that name (an earlier process that had this
- * pid) is replaced; a page of this very process makes it fail with EEXIST.
+/* Create <dir>/tessera.<pid> (dir NULL: ts_statspage_dir(); a relative dir is made absolute).
+ * config_text (may be NULL) is the effective configuration, normally ts_config_format() output;
+ * it is truncated with "..." past TESSERA_PAGE_CONFIG_LEN - 1 bytes. A stale file of that name
+ * (an earlier process of this user that had this pid) is replaced; a page of this very process,
+ * or another user's file, makes it fail with EEXIST. No descriptor is kept once it returns.
  * Returns 0 and *out, or an errno value with a one-line reason in err (when err is non-NULL). */
 int ts_statspage_create(const char *dir, const char *config_text, ts_statspage **out, char *err,
                         size_t errlen);

@@ -29,6 +29,13 @@ def tessera_lines(stderr):
     return [l for l in stderr.splitlines() if l.startswith("tessera:")]
 
 
+def one_line(test, run):
+    """The one tessera: line of a run (asserted to be exactly one)."""
+    lines = tessera_lines(run.stderr)
+    test.assertEqual(len(lines), 1, run)
+    return lines[0]
+
+
 def start_ticks(pid):
     text = open(f"/proc/{pid}/stat").read()
     return int(text[text.rindex(")") + 2:].split()[19])
@@ -225,8 +232,7 @@ class TraceTargets(Base):
         os.mkfifo(fifo)
         run = self.churn(fifo, timeout=30)  # it hung for ever
         self.ok(run)
-        self.assertEqual(len(tessera_lines(run.stderr)), 1, run)
-        self.assertIn("FIFO", run.stderr)
+        self.assertIn("FIFO", one_line(self, run))
 
     def test_fifo_reader_leaves(self):
         fifo = os.path.join(self.env.tmp, "fifo")
@@ -236,7 +242,7 @@ class TraceTargets(Base):
             time.sleep(0.2)
             run = self.churn(fifo, timeout=30)
             self.ok(run)  # SIGPIPE killed it when the reader left
-            self.assertEqual(len(tessera_lines(run.stderr)), 1, run)
+            one_line(self, run)
         finally:
             reader.kill()
             reader.wait()
@@ -251,25 +257,19 @@ class TraceTargets(Base):
         self.ok(run)
         self.assertEqual(open(victim).read(), "someone else's data\n")
         self.assertTrue(os.path.islink(link))
-        lines = tessera_lines(run.stderr)
-        self.assertEqual(len(lines), 1, run)
-        self.assertIn("symbolic link", lines[0])
+        self.assertIn("symbolic link", one_line(self, run))
 
     def test_full_disk_reported_once(self):
         run = self.churn("/dev/full")
         self.ok(run)
-        lines = tessera_lines(run.stderr)
-        self.assertEqual(len(lines), 1, run)
-        self.assertIn("No space left on device", lines[0])
+        self.assertIn("No space left on device", one_line(self, run))
 
     def test_bad_limits_refused(self):
         trace = os.path.join(self.env.tmp, "trace.csv")
         for bad in ("abc", "1e9", "10X", "-1", "0", "5KB", "99999999999999999999"):
             run = self.churn(trace, limit=bad)
             self.ok(run)
-            lines = tessera_lines(run.stderr)
-            self.assertEqual(len(lines), 1, (bad, run))
-            self.assertIn("TESSERA_TRACE_LIMIT", lines[0])
+            self.assertIn("TESSERA_TRACE_LIMIT", one_line(self, run))
             self.assertFalse(os.path.exists(trace), bad)
 
     def test_limit_suffix(self):
@@ -291,25 +291,24 @@ class BrokenConfiguration(Base):
             self.assertEqual(run.stderr, "", (argv, run))
         self.assertEqual(self.env.run(["sh", "-c", "echo hi"], conf=BROKEN).stdout, "hi\n")
 
-    def test_cuda_program_stops_with_one_line(self):
-        run = self.env.run(prog("meminfo"), conf=BROKEN)
+    def stops_with(self, program, *texts):
+        run = self.env.run(prog(program), conf=BROKEN)
         self.assertEqual(run.rc, 1, run)
-        lines = tessera_lines(run.stderr)
-        self.assertEqual(len(lines), 1, run)
-        self.assertIn("did you mean 'expandable_segments'", lines[0])
+        line = one_line(self, run)
+        for text in texts:
+            self.assertIn(text, line)
+
+    def test_cuda_program_stops_with_one_line(self):
+        self.stops_with("meminfo", "did you mean 'expandable_segments'", "before the program starts")
 
     def test_driver_loaded_later_stops_at_first_call(self):
-        run = self.env.run(prog("driver_api"), conf=BROKEN)
-        self.assertEqual(run.rc, 1, run)
-        lines = tessera_lines(run.stderr)
-        self.assertEqual(len(lines), 1, run)
-        self.assertIn("at the first CUDA call", lines[0])
+        self.stops_with("driver_api", "did you mean 'expandable_segments'", "at the first CUDA call")
 
     def test_stats_dir_problem_is_one_line(self):
         run = self.env.run(prog("meminfo", "--unit", "4M"),
                            extra={"TESSERA_STATS_DIR": os.path.join(self.env.tmp, "missing")})
         self.ok(run)
-        self.assertEqual(len(tessera_lines(run.stderr)), 1, run)
+        self.assertIn("no stats page", one_line(self, run))
 
 
 class Bounds(Base):
