@@ -4,7 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/check.h"
+#include "core/expandable.h"
+#include "core/fence.h"
+#include "core/inspect.h"
 #include "core/pool.h"
+#include "core/release.h"
+#include "core/stitch.h"
 
 /* --- sizes ---------------------------------------------------------------------------------- */
 
@@ -77,18 +83,6 @@ static void allocator_unlock(ts_allocator *a)
     allocator_observe(a);
     st_close(a);
     pthread_mutex_unlock(&a->lock);
-}
-
-/* --- metadata ------------------------------------------------------------------------------- */
-
-ts_block *block_new(ts_allocator *a)
-{
-    return ts_slab_alloc(&a->block_slab);
-}
-
-void block_delete(ts_allocator *a, ts_block *b)
-{
-    ts_slab_free(&a->block_slab, b);
 }
 
 /* --- create / destroy -------------------------------------------------------------------------- */
@@ -380,39 +374,6 @@ static ts_block *alloc_found_block(ts_allocator *a, ts_block *b, size_t size, si
     return b;
 }
 
-void segment_install(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size,
-                     uint64_t stream, ts_pool *p, ts_segment_kind kind, ts_block *whole)
-{
-    seg->addr = addr;
-    seg->size = size;
-    seg->mapped = kind == TS_SEGMENT_EXPANDABLE ? 0 : size;
-    seg->stream = stream;
-    seg->pool = p;
-    seg->kind = (uint8_t)kind;
-    seg->node.k0 = addr;
-    ts_tree_insert(&a->segments, &seg->node);
-    if (whole) {
-        whole->addr = addr;
-        whole->size = size;
-        whole->stream = stream;
-        whole->seg = seg;
-        seg->first = whole;
-        seg->nblocks = 1;
-    }
-}
-
-void segment_install_plain(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size,
-                           uint64_t stream, ts_pool *p, ts_block *whole)
-{
-    tessera_device_stats *st = a->st;
-    segment_install(a, seg, addr, size, stream, p, TS_SEGMENT_PLAIN, whole);
-    a->total_allocated_memory += size;
-    stat_array_increase(a, st->segment, p, 1);
-    stat_array_increase(a, st->reserved_bytes, p, (int64_t)size);
-    if (size >= a->cfg.max_split_size)
-        stat_increase(a, &st->oversize_segments, 1);
-}
-
 /* Make sure the live map can take one more entry without allocating later (so that a failure to
  * grow it is reported before any state changes). */
 static int live_reserve(ts_allocator *a)
@@ -549,47 +510,6 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
 int ts_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out)
 {
     return ts_malloc_ex(a, size, stream, out, NULL);
-}
-
-/* --- the free path ------------------------------------------------------------------------- */
-
-void block_free_complete(ts_allocator *a, ts_block *b)
-{
-    tessera_device_stats *st = a->st;
-    ts_pool *p = b->seg->pool;
-    const size_t original_size = b->size;
-    const size_t requested = b->requested;
-    int64_t net_blocks = 0, net_bytes = 0;
-
-    TS_HISTORY_NOTE(a, TESSERA_EV_FREE_COMPLETED, b->addr, original_size, b->stream, requested);
-    b->state = TS_BLOCK_FREE; /* merging joins blocks of the same state */
-    ts_block *candidates[2] = {b->prev, b->next};
-    for (int i = 0; i < 2; i++) {
-        size_t absorbed = block_merge(a, b, candidates[i]);
-        if (absorbed > 0) {
-            net_blocks -= 1;
-            net_bytes -= (int64_t)absorbed;
-        }
-    }
-    pool_insert_free(p, b);
-    if (block_is_split(b)) {
-        net_blocks += 1;
-        net_bytes += (int64_t)b->size;
-    }
-    /* Virtual-memory blocks are left out of inactive_split: their pages can always go back. */
-    if (!block_is_vm(b)) {
-        if (net_blocks > 0)
-            stat_array_increase(a, st->inactive_split, p, net_blocks);
-        else if (net_blocks < 0)
-            stat_array_decrease(a, st->inactive_split, p, -net_blocks);
-        if (net_bytes > 0)
-            stat_array_increase(a, st->inactive_split_bytes, p, net_bytes);
-        else if (net_bytes < 0)
-            stat_array_decrease(a, st->inactive_split_bytes, p, -net_bytes);
-    }
-    stat_array_decrease(a, st->active, p, 1);
-    stat_array_decrease(a, st->active_bytes, p, (int64_t)original_size);
-    stat_array_decrease(a, st->requested_bytes, p, (int64_t)requested);
 }
 
 int ts_free(ts_allocator *a, uintptr_t ptr)

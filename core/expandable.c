@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/expandable.h"
+#include "core/handles.h"
 #include "core/pool.h"
 
 static size_t es_page_size(const ts_allocator *a, const ts_pool *p)
@@ -143,41 +145,6 @@ static bool es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_
     free(recs);
     free(sizes);
     return ok;
-}
-
-/* The run of whole handles inside [lo, hi): [*run_lo, *run_hi), or false when there is none. */
-bool segment_whole_handles(ts_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
-                           uintptr_t *run_hi)
-{
-    ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&seg->handles, lo, 0, 0));
-    if (!h || h->addr + h->size > hi)
-        return false;
-    *run_lo = h->addr;
-    uintptr_t end = h->addr;
-    while (h && h->addr == end && h->addr + h->size <= hi) {
-        end = h->addr + h->size;
-        h = handle_of_node(ts_tree_next(&h->node));
-    }
-    *run_hi = end;
-    return true;
-}
-
-/* Give back the handles in [lo, hi), which are whole. unmap_only: they are aliases (a stitched
- * segment's), owned elsewhere. The caller synchronised the device. */
-void segment_unmap_handles(ts_allocator *a, ts_segment *seg, uintptr_t lo, uintptr_t hi,
-                           bool unmap_only)
-{
-    backend_enter(a);
-    ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&seg->handles, lo, 0, 0));
-    while (h && h->addr < hi) {
-        ts_handle_rec *next = handle_of_node(ts_tree_next(&h->node));
-        a->be.vm_unmap(a->be.ctx, h->addr, h->size);
-        if (!unmap_only)
-            a->be.vm_destroy(a->be.ctx, h->handle);
-        ts_tree_remove(&seg->handles, &h->node);
-        ts_slab_free(&a->handle_slab, h);
-        h = next;
-    }
 }
 
 /* PyTorch's map_block: back the first size bytes (rounded up to pages) of an UNMAPPED block,

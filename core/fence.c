@@ -20,6 +20,7 @@
  * PyTorch, PYTORCH_NO_CUDA_MEMORY_CACHING=1: 70 GiB reserved for 16 GiB allocated).
  * Pending blocks count as active (PyTorch's active_pending_free), never as free.
  */
+#include "core/fence.h"
 #include "core/pool.h"
 
 static ts_fence_rec *fence_front(ts_allocator *a)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/pool.h"
+#include "core/release.h"
 
 int ts_allocator_import_segment(ts_allocator *a, uintptr_t addr, size_t size, uintptr_t stream,
                                 bool small_pool, const ts_import_block *blocks, size_t n)

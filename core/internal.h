@@ -289,16 +289,15 @@ static inline ts_handle_rec *handle_of_node(ts_node *n)
     return n ? (ts_handle_rec *)((char *)n - offsetof(ts_handle_rec, node)) : NULL;
 }
 
-/* Free-tree membership (pool.c). */
-void pool_insert_free(ts_pool *p, ts_block *b);
-void pool_remove_free(ts_pool *p, ts_block *b);
-void pool_insert_unmapped(ts_pool *p, ts_block *b);
-void pool_remove_unmapped(ts_pool *p, ts_block *b);
-
 /* Backend calls with the sequence lock closed around them. */
 static inline void backend_enter(ts_allocator *a)
 {
     st_close(a);
+}
+
+static inline bool backend_capturing(const ts_allocator *a)
+{
+    return a->be.capture_active && a->be.capture_active(a->be.ctx);
 }
 
 #endif /* TS_INTERNAL_H */

@@ -136,3 +136,43 @@ size_t block_merge(ts_allocator *a, ts_block *dst, ts_block *src)
     return absorbed;
 }
 
+/* --- the free path: PyTorch's free_block --------------------------------------------------- */
+
+void block_free_complete(ts_allocator *a, ts_block *b)
+{
+    tessera_device_stats *st = a->st;
+    ts_pool *p = b->seg->pool;
+    const size_t original_size = b->size;
+    const size_t requested = b->requested;
+    int64_t net_blocks = 0, net_bytes = 0;
+
+    TS_HISTORY_NOTE(a, TESSERA_EV_FREE_COMPLETED, b->addr, original_size, b->stream, requested);
+    b->state = TS_BLOCK_FREE; /* merging joins blocks of the same state */
+    ts_block *candidates[2] = {b->prev, b->next};
+    for (int i = 0; i < 2; i++) {
+        size_t absorbed = block_merge(a, b, candidates[i]);
+        if (absorbed > 0) {
+            net_blocks -= 1;
+            net_bytes -= (int64_t)absorbed;
+        }
+    }
+    pool_insert_free(p, b);
+    if (block_is_split(b)) {
+        net_blocks += 1;
+        net_bytes += (int64_t)b->size;
+    }
+    /* Virtual-memory blocks are left out of inactive_split: their pages can always go back. */
+    if (!block_is_vm(b)) {
+        if (net_blocks > 0)
+            stat_array_increase(a, st->inactive_split, p, net_blocks);
+        else if (net_blocks < 0)
+            stat_array_decrease(a, st->inactive_split, p, -net_blocks);
+        if (net_bytes > 0)
+            stat_array_increase(a, st->inactive_split_bytes, p, net_bytes);
+        else if (net_bytes < 0)
+            stat_array_decrease(a, st->inactive_split_bytes, p, -net_bytes);
+    }
+    stat_array_decrease(a, st->active, p, 1);
+    stat_array_decrease(a, st->active_bytes, p, (int64_t)original_size);
+    stat_array_decrease(a, st->requested_bytes, p, (int64_t)requested);
+}

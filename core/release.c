@@ -1,5 +1,9 @@
 /* Giving memory back: whole free segments, oversize blocks, garbage collection. */
+#include "core/release.h"
+#include "core/expandable.h"
+#include "core/fence.h"
 #include "core/pool.h"
+#include "core/stitch.h"
 
 /* PyTorch's release_block: free a cached block that is a whole plain segment. */
 void release_block(ts_allocator *a, ts_block *b)

@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/stitch.h"
+#include "core/handles.h"
 #include "core/pool.h"
 
 /* A run of whole handles inside a free block of an expandable or stitched segment. */
