@@ -294,7 +294,8 @@ static const key_desc keys[KEY_COUNT] = {
         .name = "defragment", .kind = KIND_BOOL, .flags = F_TESSERA,
         .offset = FIELD(defragment), .def.b = false,
         .help = "True also turns on expandable_segments and stitching unless the same string "
-                "sets them.",
+                "sets them. Stitching needs expandable segments: a string that leaves stitching "
+                "on and sets expandable_segments:False is refused.",
     },
     [KEY_VERBOSE] = {
         .name = "verbose", .kind = KIND_BOOL, .flags = F_TESSERA,
@@ -1469,6 +1470,17 @@ int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_co
         if (!(p.given & (UINT64_C(1) << KEY_STITCHING)))
             p.cfg.stitching = true;
     }
+    /* Stitching maps pages of expandable segments: it cannot run without them. A string that
+     * asks for both is refused (strict) or has expandable segments win over the "False". */
+    if (p.cfg.stitching && !p.cfg.expandable_segments &&
+        (p.given & (UINT64_C(1) << KEY_EXPANDABLE_SEGMENTS))) {
+        bool by_defragment = !(p.given & (UINT64_C(1) << KEY_STITCHING));
+        if (problem(&p, "stitching:True%s needs expandable segments, and expandable_segments:False "
+                        "is given: drop one of them",
+                    by_defragment ? " (from defragment:True)" : ""))
+            return -1;
+    }
+    ts_config_resolve(&p.cfg, NULL);
     for (unsigned i = KEY_FIRST_NA; i < KEY_COUNT; i++)
         if (p.given & (UINT64_C(1) << i))
             p.cfg.not_applicable_mask |= UINT32_C(1) << (i - KEY_FIRST_NA);
@@ -1676,6 +1688,22 @@ size_t ts_config_describe(char *buf, size_t len)
         }
     }
     return b.len;
+}
+
+void ts_config_resolve(ts_config *cfg, const ts_config_device *dev)
+{
+    if (cfg->stitching)
+        cfg->expandable_segments = true; /* stitching lends pages of expandable segments */
+    if (!dev)
+        return;
+    if (dev->vm_granularity == 0) {
+        cfg->expandable_segments = cfg->stitching = false; /* no VM API: plain segments */
+        return;
+    }
+    /* defragment: the finest pages the device allows, so that any free hole of at least a page
+     * can be given back or stitched (20 MiB pages leave holes below 20 MiB stuck) */
+    if (cfg->expandable_segments && cfg->defragment && cfg->expandable_page == 0)
+        cfg->expandable_page = dev->vm_granularity;
 }
 
 uint32_t ts_config_divisions_for(const ts_config *cfg, size_t size)

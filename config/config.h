@@ -137,6 +137,21 @@ size_t ts_config_format(const ts_config *cfg, char *buf, size_t len);
 /* Human-readable table of every key: name, value syntax, default, meaning. For --help and docs. */
 size_t ts_config_describe(char *buf, size_t len);
 
+/* What the configuration in force depends on that only a device can tell. */
+typedef struct ts_config_device {
+    size_t vm_granularity; /* bytes; 0: the device has no virtual-memory API */
+} ts_config_device;
+
+/* The one resolve step: turn a parsed configuration into the one in force, in place. Every rule
+ * that makes one setting follow from others lives here, and what it produces is what the
+ * allocator uses and what verbose output and the stats page print:
+ *  - stitching needs expandable segments (it lends their pages), so it turns them on;
+ *  - on a device without the virtual-memory API (dev->vm_granularity 0) both are off;
+ *  - with defragment, expandable pages default to the device's granularity.
+ * dev NULL applies the rules that need no device (ts_config_parse does, before returning).
+ * Idempotent: resolving a resolved configuration changes nothing. */
+void ts_config_resolve(ts_config *cfg, const ts_config_device *dev);
+
 /* The roundup_power2_divisions entry for a size (PyTorch's table lookup). */
 uint32_t ts_config_divisions_for(const ts_config *cfg, size_t size);
 

@@ -147,20 +147,18 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
     a->use_fences = a->be.fence_record && a->be.fence_query && a->be.fence_wait &&
                     (a->cfg.reuse_fence == TS_FENCE_EVENTS || a->cfg.reuse_fence == TS_FENCE_SYNC);
 
-    if (a->cfg.stitching)
-        a->cfg.expandable_segments = true; /* stitching lends pages of expandable segments */
+    /* The configuration in force on this device (ts_config_resolve: the one place where
+     * settings follow from each other and from the device). */
+    ts_config_device dev = {0};
+    size_t g = 0;
+    ts_config_resolve(&a->cfg, NULL); /* a caller may pass an unresolved configuration */
+    if (a->cfg.expandable_segments && ts_backend_has_vm(&a->be) && /* asked only when needed */
+        a->be.vm_granularity(a->be.ctx, &g) == TS_OK)
+        dev.vm_granularity = g;
+    ts_config_resolve(&a->cfg, &dev);
     if (a->cfg.expandable_segments) {
-        size_t g = 0;
-        if (ts_backend_has_vm(&a->be) && a->be.vm_granularity(a->be.ctx, &g) == TS_OK && g > 0)
-            a->vm_granularity = g;
-        else
-            a->cfg.expandable_segments = a->cfg.stitching = false; /* no VM: plain segments */
-        /* defragment: the finest pages the device allows, so that any free hole of at least a
-         * page can be given back or stitched (20 MiB pages leave holes below 20 MiB stuck) */
-        if (a->cfg.defragment && a->cfg.expandable_page == 0)
-            a->cfg.expandable_page = a->vm_granularity;
+        a->vm_granularity = dev.vm_granularity;
         a->handle_per_page = a->cfg.handle_policy == TS_HANDLES_PAGE;
-
     }
 
     tessera_device_stats *st = a->st;

@@ -141,6 +141,23 @@ static void announce(void)
     }
 }
 
+/* What a device changed in the configuration (ts_config_resolve with the device): said when the
+ * device cannot give what was asked for, and in full under verbose:True. */
+static void announce_device(const ts_allocator *a, int dev)
+{
+    const ts_config *in_force = ts_allocator_config(a);
+    if (ts_config_equal(in_force, &g_cfg))
+        return;
+    if (g_cfg.expandable_segments && !in_force->expandable_segments)
+        ts_log("device %d has no virtual-memory API: expandable_segments%s off there", dev,
+               g_cfg.stitching ? " and stitching are" : " is");
+    if (g_cfg.verbose) {
+        char text[2048];
+        ts_config_format(in_force, text, sizeof text);
+        ts_log("device %d: configuration in force: %s", dev, text);
+    }
+}
+
 /* --- the stats page ---------------------------------------------------------------------------- */
 
 /* Normal exit removes the page; TESSERA_STATS_KEEP=1 leaves it for a post-mortem (it then reads
@@ -262,6 +279,7 @@ static ctx_entry *table_create(CUcontext ctx)
             ts_log_once(&table_create, "cannot create an allocator (out of host memory)");
             return NULL;
         }
+        announce_device(e->a, (int)dev);
         if (page && e->slot >= 0) {
             ts_allocator_set_observer(e->a, ts_statspage_observer,
                                       ts_statspage_observer_user(page, e->slot),

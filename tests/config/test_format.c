@@ -320,6 +320,9 @@ static void test_round_trip_random(void **state)
         ts_config c, back;
         ts_config_diag diag;
         if (ts_config_parse(&c, t.buf, "RANDOM", TS_CONFIG_STRICT, &diag, NULL, NULL) != 0) {
+            /* the one contradiction random keys can make: stitching without expandable segments */
+            if (strstr(diag.message, "needs expandable segments, and expandable_segments:False"))
+                continue;
             print_error("seed %" PRIu64 " iteration %u: '%s' did not parse: %s\n", seed, iter,
                         t.buf, diag.message);
             fail();

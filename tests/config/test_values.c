@@ -525,9 +525,24 @@ static void test_defragment(void **state)
     ts_config c;
     assert_true(parse_ok("defragment:True", &c));
     assert_true(c.defragment && c.expandable_segments && c.stitching);
-    /* explicit settings win, in either order */
-    assert_true(parse_ok("expandable_segments:False,defragment:True", &c));
-    assert_true(c.defragment && !c.expandable_segments && c.stitching);
+    /* explicit settings win, in either order, unless they contradict: stitching (on with
+     * defragment) cannot run without expandable segments. Strict refuses the string; lenient
+     * says so and keeps expandable segments on, which is what is in force and printed. */
+    assert_true(parse_error("expandable_segments:False,defragment:True",
+                            "stitching:True (from defragment:True) needs expandable segments, and "
+                            "expandable_segments:False is given: drop one of them", NULL));
+    assert_true(parse_error("stitching:True,expandable_segments:False",
+                            "stitching:True needs expandable segments, and "
+                            "expandable_segments:False is given: drop one of them", NULL));
+    assert_true(parse_ok("expandable_segments:False,defragment:True,stitching:False", &c));
+    assert_true(c.defragment && !c.expandable_segments && !c.stitching);
+    warnings w;
+    parse_lenient("expandable_segments:False,defragment:True", &c, &w);
+    assert_int_equal(w.problems, 1);
+    assert_true(c.defragment && c.expandable_segments && c.stitching);
+    /* stitching alone brings expandable segments with it, in the parsed (printed) configuration */
+    assert_true(parse_ok("stitching:True", &c));
+    assert_true(c.stitching && c.expandable_segments);
     assert_true(parse_ok("defragment:True,stitching:False", &c));
     assert_true(c.defragment && c.expandable_segments && !c.stitching);
     assert_true(parse_ok("defragment:False", &c));
@@ -535,7 +550,6 @@ static void test_defragment(void **state)
     assert_true(parse_ok("defragment:True,defragment:False", &c));
     assert_true(!c.defragment && !c.expandable_segments && !c.stitching);
     /* lenient: an invalid expandable_segments counts as not set */
-    warnings w;
     parse_lenient("expandable_segments:maybe,defragment:True", &c, &w);
     assert_int_equal(w.problems, 1);
     assert_true(c.defragment && c.expandable_segments && c.stitching);

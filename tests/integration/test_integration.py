@@ -476,6 +476,31 @@ class Configuration(Base):
         self.assertIn("unknown key 'turbo'", run.stderr)
         self.assertIn("expandable_segments:True", self.env_page_config(run))
 
+    def test_contradiction_refused_in_strict_mode(self):
+        run = self.env.run(prog("meminfo"), conf="defragment:True,expandable_segments:False")
+        self.assertEqual(run.rc, 1)
+        self.assertEqual(run.stdout, "")
+        self.assertEqual(run.stderr.count("tessera:"), 1, run.stderr)
+        self.assertIn("stitching:True (from defragment:True) needs expandable segments", run.stderr)
+
+    def test_printed_configuration_is_the_one_in_force(self):
+        # lenient: the contradiction is reported, expandable segments stay on (stitching needs
+        # them), and that is what the verbose line, the device line and the stats page say
+        run = self.env.run(prog("meminfo", "--unit", "4M"),
+                           extra={"PYTORCH_CUDA_ALLOC_CONF":
+                                  "defragment:True,expandable_segments:False,verbose:True"})
+        self.ok(run)
+        self.assertIn("needs expandable segments", run.stderr)
+        said = [l for l in run.stderr.splitlines() if "configuration from PYTORCH_CUDA_ALLOC_CONF" in l]
+        self.assertEqual(len(said), 1, run.stderr)
+        self.assertIn("expandable_segments:True", said[0])
+        self.assertIn("stitching:True", said[0])
+        self.assertIn("expandable_segments:True", self.env_page_config(run))
+        # on the device, defragment's page is the device's granularity (2 MiB on the simulator)
+        dev = [l for l in run.stderr.splitlines() if "device 0: configuration in force:" in l]
+        self.assertEqual(len(dev), 1, run.stderr)
+        self.assertIn("expandable_page_mb:2", dev[0])
+
     def env_page_config(self, run):
         out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--json"], capture_output=True, text=True)
         doc = json.loads(out.stdout)

@@ -531,6 +531,45 @@ static void test_order_point_per_epoch(void **state)
 
 /* No order point can be made (a capture is underway): a block freed since the last one stays
  * cached and the request takes new memory; once order points work again it is reused. */
+/* The configuration in force is the resolved one (ts_config_resolve), and it is what the
+ * allocator reports: stitching brings expandable segments; a device without the virtual-memory
+ * API turns both off; defragment takes the device's granularity as its page. */
+static void test_config_in_force_is_resolved(void **state)
+{
+    (void)state;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.stitching = true; /* expandable_segments left false, as a caller may pass it */
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    const ts_config *in_force = ts_allocator_config(f.a);
+    assert_true(in_force->stitching && in_force->expandable_segments);
+    uintptr_t p = 0;
+    assert_int_equal(ts_malloc(f.a, 30 * MiB, 0, &p), TS_OK);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.vm_reserves, 1); /* served from an expandable segment */
+    assert_int_equal(dc.seg_allocs, 0);
+    assert_int_equal(ts_free(f.a, p), TS_OK);
+    fx_close(&f);
+
+    fx_open(&f, 1 * GiB, &cfg, false, false); /* no virtual-memory API */
+    in_force = ts_allocator_config(f.a);
+    assert_false(in_force->stitching || in_force->expandable_segments);
+    assert_int_equal(ts_malloc(f.a, 30 * MiB, 0, &p), TS_OK);
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.vm_reserves, 0);
+    assert_int_equal(dc.seg_allocs, 1);
+    assert_int_equal(ts_free(f.a, p), TS_OK);
+    fx_close(&f);
+
+    ts_config_defaults(&cfg);
+    cfg.defragment = cfg.expandable_segments = cfg.stitching = true;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    assert_int_equal(ts_allocator_config(f.a)->expandable_page, 2 * MiB);
+    fx_close(&f);
+}
+
 static void test_order_refused_takes_new_memory(void **state)
 {
     (void)state;
@@ -862,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_order_one_queue_reuses_at_once),
         cmocka_unit_test(test_order_point_per_epoch),
         cmocka_unit_test(test_order_refused_takes_new_memory),
+        cmocka_unit_test(test_config_in_force_is_resolved),
         cmocka_unit_test(test_fences_defer_reuse),
         cmocka_unit_test(test_fences_bound_growth),
         cmocka_unit_test(test_fences_oom_waits),
