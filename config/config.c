@@ -1706,15 +1706,6 @@ void ts_config_resolve(ts_config *cfg, const ts_config_device *dev)
         cfg->expandable_page = dev->vm_granularity;
 }
 
-uint32_t ts_config_divisions_for(const ts_config *cfg, size_t size)
-{
-    unsigned lg = size ? log2_floor(size) : 0;
-    unsigned idx = lg > 20 ? lg - 20 : 0;
-    if (idx > TS_ROUNDUP_INTERVALS - 1)
-        idx = TS_ROUNDUP_INTERVALS - 1;
-    return cfg->roundup_power2_divisions[idx];
-}
-
 const char *ts_config_not_applicable_name(unsigned bit)
 {
     if (bit >= TS_CONFIG_NOT_APPLICABLE_COUNT)

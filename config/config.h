@@ -152,9 +152,6 @@ typedef struct ts_config_device {
  * Idempotent: resolving a resolved configuration changes nothing. */
 void ts_config_resolve(ts_config *cfg, const ts_config_device *dev);
 
-/* The roundup_power2_divisions entry for a size (PyTorch's table lookup). */
-uint32_t ts_config_divisions_for(const ts_config *cfg, size_t size);
-
 /* Name of the key behind bit `bit` of not_applicable_mask; NULL when bit is out of range. */
 const char *ts_config_not_applicable_name(unsigned bit);
 

@@ -192,7 +192,9 @@ int ts_allocator_import_segment(ts_allocator *a, uintptr_t addr, size_t size, ui
  * holds live or pending blocks), TS_ENOTFOUND. */
 int ts_allocator_release_segment(ts_allocator *a, uintptr_t addr);
 
-/* The sizes the core would use, exposed for tests and tools. */
+/* The sizes the core would use (size.c), exposed for tests and tools: the roundup_power2_divisions
+ * entry for a size, the rounded request, the segment size that serves it. */
+uint32_t ts_round_divisions(const ts_config *cfg, size_t size);
 size_t ts_round_size(const ts_config *cfg, size_t size);
 size_t ts_allocation_size(const ts_config *cfg, size_t rounded);
 

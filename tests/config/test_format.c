@@ -442,43 +442,6 @@ static void test_locale(void **state)
     assert_string_equal(gcs, "0.25");
 }
 
-/* --- divisions lookup ---------------------------------------------------------------------- */
-
-static void test_divisions_for(void **state)
-{
-    (void)state;
-    ts_config c;
-    ts_config_defaults(&c);
-    for (unsigned i = 0; i < TS_ROUNDUP_INTERVALS; i++)
-        c.roundup_power2_divisions[i] = 100 + i;
-    /* index 0 covers everything below 2 MiB */
-    assert_int_equal(ts_config_divisions_for(&c, 0), 100);
-    assert_int_equal(ts_config_divisions_for(&c, 1), 100);
-    assert_int_equal(ts_config_divisions_for(&c, 512), 100);
-    assert_int_equal(ts_config_divisions_for(&c, MiB), 100);
-    /* index k covers [2^k MiB, 2^(k+1) MiB) */
-    for (unsigned k = 1; k < TS_ROUNDUP_INTERVALS; k++) {
-        size_t lo = ((size_t)1 << k) * MiB;
-        assert_int_equal(ts_config_divisions_for(&c, lo - 1), 100 + k - 1);
-        assert_int_equal(ts_config_divisions_for(&c, lo), 100 + k);
-        assert_int_equal(ts_config_divisions_for(&c, lo + 1), 100 + k);
-        assert_int_equal(ts_config_divisions_for(&c, 2 * lo - 1), 100 + k);
-    }
-    /* index 15 covers 32 GiB and above */
-    assert_int_equal(ts_config_divisions_for(&c, (size_t)64 << 30), 115);
-    assert_int_equal(ts_config_divisions_for(&c, (size_t)1 << 60), 115);
-    assert_int_equal(ts_config_divisions_for(&c, SIZE_MAX), 115);
-
-    /* with the worked example */
-    assert_true(parse_ok("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]", &c));
-    assert_int_equal(ts_config_divisions_for(&c, 100), 1);
-    assert_int_equal(ts_config_divisions_for(&c, 512 * MiB - 1), 1);
-    assert_int_equal(ts_config_divisions_for(&c, 512 * MiB), 2);
-    assert_int_equal(ts_config_divisions_for(&c, 1024 * MiB), 4);
-    assert_int_equal(ts_config_divisions_for(&c, 2048 * MiB - 1), 4);
-    assert_int_equal(ts_config_divisions_for(&c, 2048 * MiB), 8);
-}
-
 int run_format_tests(void)
 {
     const struct CMUnitTest tests[] = {
@@ -488,7 +451,6 @@ int run_format_tests(void)
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_docs_match_describe),
         cmocka_unit_test(test_locale),
-        cmocka_unit_test(test_divisions_for),
     };
     return cmocka_run_group_tests_name("config format", tests, NULL, NULL);
 }

@@ -531,6 +531,45 @@ static void test_order_point_per_epoch(void **state)
 
 /* No order point can be made (a capture is underway): a block freed since the last one stays
  * cached and the request takes new memory; once order points work again it is reused. */
+/* --- rounding: the roundup_power2_divisions lookup ---------------------------------------------------------------------- */
+
+static void test_round_divisions(void **state)
+{
+    (void)state;
+    ts_config c;
+    ts_config_defaults(&c);
+    for (unsigned i = 0; i < TS_ROUNDUP_INTERVALS; i++)
+        c.roundup_power2_divisions[i] = 100 + i;
+    /* index 0 covers everything below 2 MiB */
+    assert_int_equal(ts_round_divisions(&c, 0), 100);
+    assert_int_equal(ts_round_divisions(&c, 1), 100);
+    assert_int_equal(ts_round_divisions(&c, 512), 100);
+    assert_int_equal(ts_round_divisions(&c, MiB), 100);
+    /* index k covers [2^k MiB, 2^(k+1) MiB) */
+    for (unsigned k = 1; k < TS_ROUNDUP_INTERVALS; k++) {
+        size_t lo = ((size_t)1 << k) * MiB;
+        assert_int_equal(ts_round_divisions(&c, lo - 1), 100 + k - 1);
+        assert_int_equal(ts_round_divisions(&c, lo), 100 + k);
+        assert_int_equal(ts_round_divisions(&c, lo + 1), 100 + k);
+        assert_int_equal(ts_round_divisions(&c, 2 * lo - 1), 100 + k);
+    }
+    /* index 15 covers 32 GiB and above */
+    assert_int_equal(ts_round_divisions(&c, (size_t)64 << 30), 115);
+    assert_int_equal(ts_round_divisions(&c, (size_t)1 << 60), 115);
+    assert_int_equal(ts_round_divisions(&c, SIZE_MAX), 115);
+
+    /* with the worked example */
+    ts_config_diag diag;
+    assert_int_equal(ts_config_parse(&c, "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+                                     "T", TS_CONFIG_STRICT, &diag, NULL, NULL), 0);
+    assert_int_equal(ts_round_divisions(&c, 100), 1);
+    assert_int_equal(ts_round_divisions(&c, 512 * MiB - 1), 1);
+    assert_int_equal(ts_round_divisions(&c, 512 * MiB), 2);
+    assert_int_equal(ts_round_divisions(&c, 1024 * MiB), 4);
+    assert_int_equal(ts_round_divisions(&c, 2048 * MiB - 1), 4);
+    assert_int_equal(ts_round_divisions(&c, 2048 * MiB), 8);
+}
+
 /* The configuration in force is the resolved one (ts_config_resolve), and it is what the
  * allocator reports: stitching brings expandable segments; a device without the virtual-memory
  * API turns both off; defragment takes the device's granularity as its page. */
@@ -902,6 +941,7 @@ int main(void)
         cmocka_unit_test(test_order_point_per_epoch),
         cmocka_unit_test(test_order_refused_takes_new_memory),
         cmocka_unit_test(test_config_in_force_is_resolved),
+        cmocka_unit_test(test_round_divisions),
         cmocka_unit_test(test_fences_defer_reuse),
         cmocka_unit_test(test_fences_bound_growth),
         cmocka_unit_test(test_fences_oom_waits),
