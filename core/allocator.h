@@ -96,7 +96,18 @@ size_t ts_allocator_cap(const ts_allocator *a);
  * the number of bytes given back to the backend. */
 size_t ts_empty_cache(ts_allocator *a);
 
-/* Bytes reserved from the device but not allocated: what cudaMemGetInfo adds back to free. */
+/* What cudaMemGetInfo/cuMemGetInfo report to a program under tessera (meminfo.c), from what the
+ * device reports (dev_free, dev_total):
+ *  - bytes tessera holds cached but not allocated count as free: it gives them back on demand;
+ *  - with a cap (memory_limit, per_process_memory_fraction) the device looks as large as the cap,
+ *    and free is at most the cap less what is allocated;
+ *  - free never exceeds total, and nothing underflows.
+ * One consistent reading of the allocator (taken under its mutex). free_out/total_out may be
+ * NULL. */
+void ts_allocator_mem_info(ts_allocator *a, size_t dev_free, size_t dev_total, size_t *free_out,
+                           size_t *total_out);
+
+/* Bytes reserved from the device but not allocated. */
 size_t ts_cached_bytes(ts_allocator *a);
 
 /* Bytes currently reserved from the device (reserved_bytes.all.current). */

@@ -404,20 +404,6 @@ void ts_ctx_forget_primary(CUdevice dev)
     pthread_mutex_unlock(&table_lock);
 }
 
-bool ts_ctx_meminfo(size_t *cached, size_t *reserved, size_t *cap)
-{
-    /* The allocator is created here if need be: a program may size itself from
-     * cudaMemGetInfo before its first allocation, and must see the cap already. */
-    CUcontext ctx = NULL;
-    ts_allocator *a = ts_ctx_allocator(&ctx);
-    if (!a)
-        return false;
-    *cached = ts_cached_bytes(a);
-    *reserved = ts_reserved_bytes(a);
-    *cap = ts_allocator_cap(a);
-    return true;
-}
-
 void ts_ctx_count_passthrough(void)
 {
     /* Counted on the thread's last allocator, when it has one: a page reader then sees how

@@ -134,27 +134,13 @@ static CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 
 void ts_meminfo_adjust(size_t *free_bytes, size_t *total)
 {
-    size_t cached = 0, reserved = 0, cap = 0, f = 0, tot = 0;
-    if ((!free_bytes && !total) || !ts_ctx_meminfo(&cached, &reserved, &cap))
-        return;
-    if (ts_real.cuMemGetInfo_v2(&f, &tot) != CUDA_SUCCESS)
-        return;
-    /* Cached-but-unused bytes are free for the program: tessera gives them back on demand. With
-     * a cap, the device looks as large as the cap. Never underflows. */
-    size_t in_use = reserved > cached ? reserved - cached : 0;
-    size_t t_adj = (cap && cap < tot) ? cap : tot;
-    size_t f_adj = f + cached;
-    if (f_adj > t_adj)
-        f_adj = t_adj;
-    if (cap) {
-        size_t room = cap > in_use ? cap - in_use : 0;
-        if (f_adj > room)
-            f_adj = room;
-    }
-    if (free_bytes)
-        *free_bytes = f_adj;
-    if (total)
-        *total = t_adj;
+    /* The allocator is created here if need be: a program may size itself from
+     * cudaMemGetInfo before its first allocation, and must see the cap already. */
+    CUcontext ctx = NULL;
+    ts_allocator *a = (free_bytes || total) ? ts_ctx_allocator(&ctx) : NULL;
+    size_t f = 0, tot = 0;
+    if (a && ts_real.cuMemGetInfo_v2(&f, &tot) == CUDA_SUCCESS)
+        ts_allocator_mem_info(a, f, tot, free_bytes, total);
 }
 
 static CUresult hook_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)

@@ -168,8 +168,6 @@ TS_HIDDEN int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *
 /* A context or a device's primary context is going away: forget its allocator's memory. */
 TS_HIDDEN void ts_ctx_forget(CUcontext ctx);
 TS_HIDDEN void ts_ctx_forget_primary(CUdevice dev);
-/* Bytes cached (reserved, not allocated) and the cap, for the current context. */
-TS_HIDDEN bool ts_ctx_meminfo(size_t *cached, size_t *reserved, size_t *cap);
 /* Count a call forwarded untouched. */
 TS_HIDDEN void ts_ctx_count_passthrough(void);
 /* Report an out-of-memory (rate-limited). */

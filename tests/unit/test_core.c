@@ -570,6 +570,48 @@ static void test_round_divisions(void **state)
     assert_int_equal(ts_round_divisions(&c, 2048 * MiB), 8);
 }
 
+/* What cudaMemGetInfo reports (ts_allocator_mem_info): cached bytes are free for the program;
+ * a cap shrinks the device to the cap and free to the cap less what is allocated; a device that
+ * misreports cannot make free exceed total. */
+static void test_meminfo_policy(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false);
+    uintptr_t keep = 0, drop = 0;
+    assert_int_equal(ts_malloc(f.a, 40 * MiB, 0, &keep), TS_OK);
+    assert_int_equal(ts_malloc(f.a, 60 * MiB, 0, &drop), TS_OK);
+    assert_int_equal(ts_free(f.a, drop), TS_OK); /* 60 MiB cached */
+    size_t fr = 0, tot = 0;
+    ts_allocator_mem_info(f.a, 900 * MiB, 1 * GiB, &fr, &tot);
+    assert_int_equal(tot, 1 * GiB);
+    assert_int_equal(fr, 960 * MiB);
+    ts_allocator_mem_info(f.a, 1000 * MiB, 1 * GiB, &fr, &tot); /* would be 1060 MiB */
+    assert_int_equal(fr, 1 * GiB);
+    ts_allocator_mem_info(f.a, 900 * MiB, 1 * GiB, NULL, &tot); /* either pointer may be NULL */
+    assert_int_equal(tot, 1 * GiB);
+    assert_int_equal(ts_free(f.a, keep), TS_OK);
+    fx_close(&f);
+
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.memory_limit = 256 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, false, false);
+    assert_int_equal(ts_malloc(f.a, 40 * MiB, 0, &keep), TS_OK);
+    assert_int_equal(ts_malloc(f.a, 60 * MiB, 0, &drop), TS_OK);
+    assert_int_equal(ts_free(f.a, drop), TS_OK);
+    ts_allocator_mem_info(f.a, 900 * MiB, 1 * GiB, &fr, &tot);
+    assert_int_equal(tot, 256 * MiB);
+    assert_int_equal(fr, 216 * MiB); /* the cap less the 40 MiB allocated */
+    ts_allocator_mem_info(f.a, 100 * MiB, 1 * GiB, &fr, &tot); /* the device is the limit */
+    assert_int_equal(fr, 160 * MiB);
+    ts_allocator_mem_info(f.a, 100 * MiB, 128 * MiB, &fr, &tot); /* a device below the cap */
+    assert_int_equal(tot, 128 * MiB);
+    assert_int_equal(fr, 128 * MiB);
+    assert_int_equal(ts_free(f.a, keep), TS_OK);
+    fx_close(&f);
+}
+
 /* The configuration in force is the resolved one (ts_config_resolve), and it is what the
  * allocator reports: stitching brings expandable segments; a device without the virtual-memory
  * API turns both off; defragment takes the device's granularity as its page. */
@@ -942,6 +984,7 @@ int main(void)
         cmocka_unit_test(test_order_refused_takes_new_memory),
         cmocka_unit_test(test_config_in_force_is_resolved),
         cmocka_unit_test(test_round_divisions),
+        cmocka_unit_test(test_meminfo_policy),
         cmocka_unit_test(test_fences_defer_reuse),
         cmocka_unit_test(test_fences_bound_growth),
         cmocka_unit_test(test_fences_oom_waits),
