@@ -16,7 +16,7 @@
 
 /* --- sizes -------------------------------------------------------------------------------- */
 
-static void test_round_size_examples(void **state)
+static void test_size_request_rounds_to_512_bytes_or_divisions(void **state)
 {
     (void)state;
     ts_config cfg;
@@ -42,7 +42,7 @@ static void test_round_size_examples(void **state)
     assert_int_equal(ts_round_size(&cfg, 5000000), 5000192);
 }
 
-static void test_allocation_size_examples(void **state)
+static void test_size_segment_by_request_class(void **state)
 {
     (void)state;
     ts_config cfg;
@@ -61,7 +61,7 @@ static void test_allocation_size_examples(void **state)
 
 /* --- pools, split, merge -------------------------------------------------------------------- */
 
-static void test_small_pool_boundary(void **state)
+static void test_pool_small_holds_requests_up_to_1mib(void **state)
 {
     (void)state;
     fixture f;
@@ -79,7 +79,7 @@ static void test_small_pool_boundary(void **state)
     fx_close(&f);
 }
 
-static void test_split_carves_low_end_and_merges(void **state)
+static void test_split_carves_low_end_and_free_merges_neighbours(void **state)
 {
     (void)state;
     fixture f;
@@ -120,7 +120,7 @@ static void test_split_carves_low_end_and_merges(void **state)
     fx_close(&f);
 }
 
-static void test_large_pool_split_threshold(void **state)
+static void test_split_large_block_only_when_over_1mib_remains(void **state)
 {
     (void)state;
     fixture f;
@@ -138,7 +138,7 @@ static void test_large_pool_split_threshold(void **state)
     fx_close(&f);
 }
 
-static void test_segments_tie_break_lowest_address(void **state)
+static void test_best_fit_ties_take_lowest_address(void **state)
 {
     (void)state;
     fixture f;
@@ -156,7 +156,8 @@ static void test_segments_tie_break_lowest_address(void **state)
 
 /* --- oversize rules and release_available_cached_blocks -------------------------------------- */
 
-static void test_oversize_rules(void **state)
+/* Oversize rule A: a request below max_split_size never takes an oversize cached block. */
+static void test_oversize_rule_a_small_request_skips_oversize_block(void **state)
 {
     (void)state;
     fixture f;
@@ -170,26 +171,55 @@ static void test_oversize_rules(void **state)
     assert_int_equal(st->oversize_allocations.current, 1);
     assert_int_equal(st->max_split_size, (int64_t)(40 * MiB));
     fx_free(&f, big);
-    /* rule A: a 30 MiB request (< max_split) does not take the 50 MiB oversize block */
     uintptr_t p = fx_alloc(&f, 30 * MiB);
     assert_true(p != big);
     st = fx_stats(&f);
     assert_int_equal(st->segment[TESSERA_POOL_ALL].current, 2);
-    /* rule B: 45 MiB may take it (50 < 45 + 20) whole, without splitting */
-    uintptr_t q = fx_alloc(&f, 45 * MiB);
-    assert_int_equal(q, big);
-    st = fx_stats(&f);
-    assert_int_equal(st->allocated_bytes[TESSERA_POOL_ALL].current, 30 * MiB + 50 * MiB);
-    fx_free(&f, q);
-    /* rule B refuses when the excess reaches max_non_split_rounding (20 MiB) */
-    uintptr_t r = fx_alloc(&f, 40 * MiB - 512 + 512); /* 40 MiB: 50 < 60, may take it */
-    assert_int_equal(r, big);
-    fx_free(&f, r);
     fx_free(&f, p);
     fx_close(&f);
 }
 
-static void test_release_available_cached_blocks(void **state)
+/* Oversize rule B: an oversize request takes a cached oversize block only when the block is less
+ * than max_non_split_rounding (default: large_segment_size, 20 MiB) larger, and then whole. */
+static void test_oversize_rule_b_takes_block_within_rounding_whole(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.max_split_size = 40 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, false, false);
+    uintptr_t big = fx_alloc(&f, 50 * MiB);
+    fx_free(&f, big);
+    uintptr_t q = fx_alloc(&f, 45 * MiB); /* 50 < 45 + 20 */
+    assert_int_equal(q, big);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->allocated_bytes[TESSERA_POOL_ALL].current, 50 * MiB); /* not split */
+    assert_int_equal(st->segment[TESSERA_POOL_ALL].current, 1);
+    fx_free(&f, q);
+    fx_close(&f);
+}
+
+static void test_oversize_rule_b_refuses_block_beyond_rounding(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.max_split_size = 40 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, false, false);
+    uintptr_t big = fx_alloc(&f, 70 * MiB);
+    fx_free(&f, big);
+    uintptr_t q = fx_alloc(&f, 50 * MiB); /* 70 >= 50 + 20: refused, a new segment */
+    assert_true(q != big);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->segment[TESSERA_POOL_ALL].current, 2);
+    assert_int_equal(st->allocated_bytes[TESSERA_POOL_ALL].current, 50 * MiB);
+    fx_free(&f, q);
+    fx_close(&f);
+}
+
+static void test_oom_path_releases_oversize_blocks_largest_first(void **state)
 {
     (void)state;
     fixture f;
@@ -216,7 +246,7 @@ static void test_release_available_cached_blocks(void **state)
 
 /* --- retry, OOM ---------------------------------------------------------------------------- */
 
-static void test_retry_then_oom(void **state)
+static void test_oom_path_empties_cache_retries_then_fails(void **state)
 {
     (void)state;
     fixture f;
@@ -254,7 +284,7 @@ static void test_retry_then_oom(void **state)
     fx_close(&f);
 }
 
-static void test_huge_sizes(void **state)
+static void test_huge_request_is_oom_not_overflow(void **state)
 {
     (void)state;
     fixture f;
@@ -273,7 +303,7 @@ static void test_huge_sizes(void **state)
     fx_close(&f);
 }
 
-static void test_memory_limit_cap(void **state)
+static void test_cap_bounds_reserved_memory(void **state)
 {
     (void)state;
     fixture f;
@@ -397,7 +427,7 @@ static void test_oom_advice_fragmented_cap(void **state)
 
 /* --- garbage collection ------------------------------------------------------------------------ */
 
-static void test_garbage_collection(void **state)
+static void test_gc_frees_oldest_blocks_above_threshold(void **state)
 {
     (void)state;
     fixture f;
@@ -431,7 +461,7 @@ static void test_garbage_collection(void **state)
 
 /* --- bad input ---------------------------------------------------------------------------------- */
 
-static void test_bad_frees(void **state)
+static void test_bad_free_changes_nothing(void **state)
 {
     (void)state;
     fixture f;
@@ -458,7 +488,7 @@ static void test_bad_frees(void **state)
     fx_close(&f);
 }
 
-static void test_seg_alloc_failure_is_clean(void **state)
+static void test_device_failure_leaves_heap_intact(void **state)
 {
     (void)state;
     fixture f;
@@ -475,7 +505,7 @@ static void test_seg_alloc_failure_is_clean(void **state)
 
 /* One queue: a freed block is reused at once, by the next request of its size, and the device is
  * asked for nothing. */
-static void test_order_one_queue_reuses_at_once(void **state)
+static void test_reuse_order_one_queue_reuses_at_once(void **state)
 {
     (void)state;
     fixture f;
@@ -499,7 +529,7 @@ static void test_order_one_queue_reuses_at_once(void **state)
 /* Several streams: handing out a block freed since the last order point makes one order point,
  * which covers every block freed before it; fresh memory and blocks freed before the last order
  * point need none. */
-static void test_order_point_per_epoch(void **state)
+static void test_reuse_order_one_point_per_burst_of_frees(void **state)
 {
     (void)state;
     fixture f;
@@ -568,6 +598,49 @@ static void test_round_divisions(void **state)
     assert_int_equal(ts_round_divisions(&c, 1024 * MiB), 4);
     assert_int_equal(ts_round_divisions(&c, 2048 * MiB - 1), 4);
     assert_int_equal(ts_round_divisions(&c, 2048 * MiB), 8);
+}
+
+/* handle_policy: page (PyTorch's) backs a growth with one handle per page; geometric with
+ * handles halving towards its end (G/2, G/4, ..., page, page). A smaller request reusing the range
+ * from its low end leaves the rest in whole handles, which empty_cache gives back. */
+static void handles_for_growth(ts_handle_policy policy, uint64_t *creates, uint64_t *destroys,
+                               size_t *in_use_after)
+{
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.expandable_segments = true;
+    cfg.expandable_page = 2 * MiB;
+    cfg.handle_policy = policy;
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p = fx_alloc(&f, 64 * MiB);
+    fx_free(&f, p);
+    uintptr_t q = fx_alloc(&f, 20 * MiB);
+    assert_int_equal(q, p); /* the low end */
+    ts_empty_cache(f.a);
+    fx_check(&f);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    *creates = dc.vm_creates;
+    *destroys = dc.vm_destroys;
+    *in_use_after = dc.bytes_in_use;
+    fx_free(&f, q);
+    fx_close(&f);
+}
+
+static void test_handles_geometric_halves_each_growth(void **state)
+{
+    (void)state;
+    uint64_t creates, destroys;
+    size_t in_use;
+    handles_for_growth(TS_HANDLES_PAGE, &creates, &destroys, &in_use);
+    assert_int_equal(creates, 32);   /* 64 MiB in 2 MiB pages */
+    assert_int_equal(destroys, 22);  /* every page above the 20 MiB kept */
+    assert_int_equal(in_use, 20 * MiB);
+    handles_for_growth(TS_HANDLES_GEOMETRIC, &creates, &destroys, &in_use);
+    assert_int_equal(creates, 6);    /* 32 + 16 + 8 + 4 + 2 + 2 MiB */
+    assert_int_equal(destroys, 5);   /* all but the 32 MiB handle that holds the 20 MiB */
+    assert_int_equal(in_use, 32 * MiB);
 }
 
 /* What cudaMemGetInfo reports (ts_allocator_mem_info): cached bytes are free for the program;
@@ -651,7 +724,7 @@ static void test_config_in_force_is_resolved(void **state)
     fx_close(&f);
 }
 
-static void test_order_refused_takes_new_memory(void **state)
+static void test_reuse_order_refused_takes_new_memory(void **state)
 {
     (void)state;
     fixture f;
@@ -683,7 +756,7 @@ static const ts_config *events_cfg(void)
     return &cfg;
 }
 
-static void test_fences_defer_reuse(void **state)
+static void test_reuse_events_defer_until_fence(void **state)
 {
     (void)state;
     fixture f;
@@ -723,7 +796,7 @@ static void test_fences_defer_reuse(void **state)
 /* Freed blocks waiting for fences do not make the reservation grow by everything in flight: a
  * loop that allocates and frees while the device never catches up on its own reuses its memory,
  * waiting for the oldest fence each time, and reserves no more than one iteration needs. */
-static void test_fences_bound_growth(void **state)
+static void test_reuse_events_wait_for_oldest_fence_before_growing(void **state)
 {
     (void)state;
     fixture f;
@@ -743,7 +816,7 @@ static void test_fences_bound_growth(void **state)
     fx_close(&f);
 }
 
-static void test_fences_oom_waits(void **state)
+static void test_reuse_events_oom_waits_for_pending_frees(void **state)
 {
     (void)state;
     fixture f;
@@ -963,31 +1036,34 @@ static void test_threads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_size_examples),
-        cmocka_unit_test(test_allocation_size_examples),
-        cmocka_unit_test(test_small_pool_boundary),
-        cmocka_unit_test(test_split_carves_low_end_and_merges),
-        cmocka_unit_test(test_large_pool_split_threshold),
-        cmocka_unit_test(test_segments_tie_break_lowest_address),
-        cmocka_unit_test(test_oversize_rules),
-        cmocka_unit_test(test_release_available_cached_blocks),
-        cmocka_unit_test(test_retry_then_oom),
-        cmocka_unit_test(test_huge_sizes),
-        cmocka_unit_test(test_memory_limit_cap),
+        cmocka_unit_test(test_size_request_rounds_to_512_bytes_or_divisions),
+        cmocka_unit_test(test_size_segment_by_request_class),
+        cmocka_unit_test(test_pool_small_holds_requests_up_to_1mib),
+        cmocka_unit_test(test_split_carves_low_end_and_free_merges_neighbours),
+        cmocka_unit_test(test_split_large_block_only_when_over_1mib_remains),
+        cmocka_unit_test(test_best_fit_ties_take_lowest_address),
+        cmocka_unit_test(test_oversize_rule_a_small_request_skips_oversize_block),
+        cmocka_unit_test(test_oversize_rule_b_takes_block_within_rounding_whole),
+        cmocka_unit_test(test_oversize_rule_b_refuses_block_beyond_rounding),
+        cmocka_unit_test(test_oom_path_releases_oversize_blocks_largest_first),
+        cmocka_unit_test(test_oom_path_empties_cache_retries_then_fails),
+        cmocka_unit_test(test_huge_request_is_oom_not_overflow),
+        cmocka_unit_test(test_cap_bounds_reserved_memory),
         cmocka_unit_test(test_oom_advice),
         cmocka_unit_test(test_oom_advice_fragmented_cap),
-        cmocka_unit_test(test_garbage_collection),
-        cmocka_unit_test(test_bad_frees),
-        cmocka_unit_test(test_seg_alloc_failure_is_clean),
-        cmocka_unit_test(test_order_one_queue_reuses_at_once),
-        cmocka_unit_test(test_order_point_per_epoch),
-        cmocka_unit_test(test_order_refused_takes_new_memory),
+        cmocka_unit_test(test_gc_frees_oldest_blocks_above_threshold),
+        cmocka_unit_test(test_bad_free_changes_nothing),
+        cmocka_unit_test(test_device_failure_leaves_heap_intact),
+        cmocka_unit_test(test_reuse_order_one_queue_reuses_at_once),
+        cmocka_unit_test(test_reuse_order_one_point_per_burst_of_frees),
+        cmocka_unit_test(test_reuse_order_refused_takes_new_memory),
         cmocka_unit_test(test_config_in_force_is_resolved),
         cmocka_unit_test(test_round_divisions),
         cmocka_unit_test(test_meminfo_policy),
-        cmocka_unit_test(test_fences_defer_reuse),
-        cmocka_unit_test(test_fences_bound_growth),
-        cmocka_unit_test(test_fences_oom_waits),
+        cmocka_unit_test(test_handles_geometric_halves_each_growth),
+        cmocka_unit_test(test_reuse_events_defer_until_fence),
+        cmocka_unit_test(test_reuse_events_wait_for_oldest_fence_before_growing),
+        cmocka_unit_test(test_reuse_events_oom_waits_for_pending_frees),
         cmocka_unit_test(test_model_default),
         cmocka_unit_test(test_model_tuned),
         cmocka_unit_test(test_model_fences),
