@@ -199,15 +199,12 @@ static void trace_line(const char *action, uintptr_t ptr, size_t size)
     long sod = (long)(ts.tv_sec % 86400); /* UTC time of day, as RMM's %H:%M:%S.%f */
     char line[160];
     int n;
-    /* the stream as RMM writes it (%llx: hex, no prefix); tessera records stream 0 */
-    if (ptr)
-        n = snprintf(line, sizeof line, "%ld,%02ld:%02ld:%02ld.%06ld,%s,%#lx,%zu,0\n", trace_tid,
-                     sod / 3600, sod / 60 % 60, sod % 60, ts.tv_nsec / 1000, action,
-                     (unsigned long)ptr, size);
-    else
-        n = snprintf(line, sizeof line, "%ld,%02ld:%02ld:%02ld.%06ld,%s,(nil),%zu,0\n",
-                     trace_tid, sod / 3600, sod / 60 % 60, sod % 60, ts.tv_nsec / 1000, action,
-                     size);
+    /* RMM's columns: the pointer as hex with its 0x (also for a failed allocation: "0x0", which
+     * RMM's parser reads, where glibc's %p would write "(nil)"), the stream as hex without one
+     * (tessera records stream 0) */
+    n = snprintf(line, sizeof line, "%ld,%02ld:%02ld:%02ld.%06ld,%s,0x%lx,%zu,0\n", trace_tid,
+                 sod / 3600, sod / 60 % 60, sod % 60, ts.tv_nsec / 1000, action,
+                 (unsigned long)ptr, size);
     if (n <= 0)
         return;
     pthread_mutex_lock(&trace_lock);

@@ -557,6 +557,18 @@ class Recording(Base):
         self.assertEqual(doc["skipped_frees"], 0)
 
 
+    def test_trace_failed_allocation_in_rmm_form(self):
+        trace = os.path.join(self.env.tmp, "oom.csv")
+        run = self.env.run(prog("seed_middle", "--first", "64M", "--middle", "64M", "--last", "64M",
+                                "--request", "512M"), memory="256M", extra={"TESSERA_TRACE": trace})
+        self.ok(run, status="oom", rc=2)
+        rows = [r.split(",") for r in open(trace).read().splitlines()[1:]]
+        failed = [r for r in rows if r[2] == "allocate failure"]
+        self.assertEqual(len(failed), 1, rows)
+        self.assertEqual(failed[0][3:], ["0x0", str(512 << 20), "0"])
+        self.assertTrue(all(r[3].startswith("0x") for r in rows), rows)
+
+
 class Capture(Base):
     def test_capture_not_broken(self):
         run = self.env.run(probe("capture_alloc"))
