@@ -234,7 +234,7 @@ class StreamOrder(Base):
     """reuse_fence:order (the default) reuses a freed block at once, and orders the new owner's
     work after the old work on the device, whatever streams and threads each used."""
     UNSAFE = ["nb-to-legacy", "legacy-to-nb", "two-blocking", "new-stream", "ptds-threads",
-              "host-func"]
+              "host-func", "graph"]
     ARGS = ["--size", "8M", "--copies", "4", "--rounds", "4"]
     SLOW = {"TESSERA_SIM_OP_DELAY_US": "3000"}
 

@@ -18,6 +18,8 @@
  *                  started after the allocation
  *   host-func      a non-blocking stream whose copies wait behind a host function that sleeps
  *                  (--sleep-ms) -> the legacy stream
+ *   graph          a non-blocking stream whose copies are a CUDA graph (captured on that stream,
+ *                  instantiated, launched) -> the legacy stream
  * On the simulated device TESSERA_SIM_OP_DELAY_US makes each async operation slow.
  *
  * Exit: 0 every round saw all P2, 3 some round did not, 1 any error.
@@ -37,7 +39,7 @@ static const char usage_text[] =
 
 static const char *const variants[] = {"legacy",       "nb-to-legacy", "legacy-to-nb",
                                        "two-blocking", "new-stream",   "ptds-threads",
-                                       "host-func"};
+                                       "host-func",    "graph"};
 
 typedef struct memset_job {
   void *b;
@@ -96,7 +98,7 @@ int main(int argc, char **argv) {
 
   /* the streams each variant uses as old and new; 0 is the legacy default stream */
   cudaStream_t s1 = 0, s2 = 0;
-  if (v == 1 || v == 6) CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  if (v == 1 || v == 6 || v == 7) CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   if (v == 2) CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   if (v == 3) {
     CHECK(cudaStreamCreate(&s1));
@@ -109,8 +111,16 @@ int main(int argc, char **argv) {
     size_t bad = 0, first_bad = 0;
     CHECK(cudaMalloc(&a, size));
     if (v == 6) CHECK(cudaLaunchHostFunc(s1, sleep_ms, &sleep));
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (v == 7) CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal));
     for (k = 0; k < copies; k++)
       CHECK(cudaMemcpyAsync(a, src, size, cudaMemcpyDeviceToDevice, old_stream));
+    if (v == 7) {
+      CHECK(cudaStreamEndCapture(s1, &graph));
+      CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      CHECK(cudaGraphLaunch(exec, s1));
+    }
     CHECK(cudaFree(a));
     CHECK(cudaMalloc(&b, size));
     if (b == a) reused++;
@@ -141,6 +151,8 @@ int main(int argc, char **argv) {
       corrupt++;
     }
     CHECK(cudaFree(b));
+    if (exec) CHECK(cudaGraphExecDestroy(exec));
+    if (graph) CHECK(cudaGraphDestroy(graph));
     if (v == 4) {
       CHECK(cudaStreamDestroy(s2));
       s2 = 0;

@@ -29,6 +29,7 @@
 #define SIM_MAGIC_STREAM 0x4d545253u
 #define SIM_MAGIC_EVENT 0x54564553u
 #define SIM_MAGIC_GRAPH 0x48505247u
+#define SIM_MAGIC_GRAPH_EXEC 0x43455847u
 
 struct sim_ctx;
 struct sim_stream;
@@ -313,6 +314,10 @@ struct sim_capture {
     struct sim_stream *origin;
     struct sim_capture *next; /* active list */
     bool ended;
+    /* The work a graph launch replays, in capture order (copies, memsets, kernels, host
+     * functions; deps cleared). Events and waits inside a capture are not kept: a graph of this
+     * device is one chain, launched on one stream. */
+    struct sim_op *ops_head, *ops_tail;
 };
 
 struct sim_stream {
@@ -346,7 +351,14 @@ struct sim_event {
 
 struct sim_graph {
     uint32_t magic;
-    size_t nops;
+    size_t nops;            /* every op the capture recorded */
+    struct sim_op *ops;     /* those a launch replays (sim_capture.ops_head) */
+};
+
+/* An instantiated graph: its own copy of the graph's ops, so the graph may be destroyed. */
+struct sim_graph_exec {
+    uint32_t magic;
+    struct sim_op *ops;
 };
 
 void sim_stream_unref(struct sim_stream *s); /* lock held */
@@ -364,6 +376,10 @@ CUresult sim_stream_begin_capture(CUstream h, CUstreamCaptureMode mode, bool pts
 CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz);
 CUresult sim_thread_exchange_capture_mode(CUstreamCaptureMode *mode);
 CUresult sim_graph_destroy(CUgraph g);
+CUresult sim_graph_instantiate(CUgraphExec *exec, CUgraph g);
+/* Queue the exec's ops on stream h, in order, as asynchronous work of that stream. */
+CUresult sim_graph_launch(CUgraphExec exec, CUstream h, bool ptsz);
+CUresult sim_graph_exec_destroy(CUgraphExec exec);
 
 /* Queue an op (freshly calloc'ed, ownership taken) on stream h. sync: wait for it. */
 CUresult sim_submit(CUstream h, bool ptsz, struct sim_op *op, bool sync);

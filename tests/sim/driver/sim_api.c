@@ -419,6 +419,24 @@ SIM_API CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return sim_thread_exchange_capture_mode(mode);
 }
 SIM_API CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) { return sim_graph_destroy(hGraph); }
+SIM_API CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                      unsigned long long flags)
+{
+    (void)flags; /* no flag changes what this device replays */
+    return sim_graph_instantiate(phGraphExec, hGraph);
+}
+SIM_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return sim_graph_launch(hGraphExec, hStream, false);
+}
+SIM_API CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return sim_graph_launch(hGraphExec, hStream, true);
+}
+SIM_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    return sim_graph_exec_destroy(hGraphExec);
+}
 
 /* ---- events, host functions ---------------------------------------------------------- */
 
@@ -708,6 +726,10 @@ static const struct gpa_entry gpa_table[] = {
     ROWP("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
     ROW("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
     ROW("cuGraphDestroy", 10000, cuGraphDestroy),
+    ROW("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
+    ROW("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    ROWP("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz),
+    ROW("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
     ROW("cuEventCreate", 2000, cuEventCreate),
     ROWP("cuEventRecord", 2000, cuEventRecord, cuEventRecord_ptsz),
     ROW("cuEventQuery", 2000, cuEventQuery),

@@ -24,10 +24,38 @@ static bool is_blocking(const struct sim_stream *s)
            (s->kind == SIM_STREAM_USER && !(s->flags & CU_STREAM_NON_BLOCKING));
 }
 
+static void ops_free(struct sim_op *op)
+{
+    while (op) {
+        struct sim_op *next = op->next;
+        free(op);
+        op = next;
+    }
+}
+
 static void capture_unref(struct sim_capture *c)
 {
-    if (c && --c->refs == 0)
+    if (c && --c->refs == 0) {
+        ops_free(c->ops_head);
         free(c);
+    }
+}
+
+/* A copy of a recorded op, to queue or to keep: the work only, no deps, no place in a list. */
+static struct sim_op *op_clone(const struct sim_op *op)
+{
+    struct sim_op *n = sim_op_new(op->type);
+    if (n)
+        n->u = op->u;
+    return n;
+}
+
+/* Graphs replay work that computes on memory and host functions, nothing that holds a
+ * reference (events, frees). */
+static bool op_replayable(const struct sim_op *op)
+{
+    return op->type == SIM_OP_COPY || op->type == SIM_OP_SET8 || op->type == SIM_OP_SET32 ||
+           op->type == SIM_OP_KERNEL || op->type == SIM_OP_HOSTFN;
 }
 
 static void event_unref(struct sim_event *e)
@@ -456,13 +484,21 @@ static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync
             r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
             goto fail;
         }
-        /* recorded into the capture, never executed */
+        /* recorded into the capture, executed only when a graph made from it is launched */
         c->nops++;
         if (op->type == SIM_OP_EVENT) {
             struct sim_event *e = op->u.ev.ev;
             capture_unref(e->cap);
             e->cap = c;
             c->refs++;
+        }
+        struct sim_op *kept = op_replayable(op) ? op_clone(op) : NULL;
+        if (kept) {
+            if (c->ops_tail)
+                c->ops_tail->next = kept;
+            else
+                c->ops_head = kept;
+            c->ops_tail = kept;
         }
         op_discard(op);
         return CUDA_SUCCESS;
@@ -921,6 +957,8 @@ CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz)
     if (r == CUDA_SUCCESS) {
         bool ok = c->status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
         size_t nops = c->nops;
+        struct sim_op *ops = c->ops_head; /* the graph's from here on */
+        c->ops_head = c->ops_tail = NULL;
         c->refs++;
         capture_end(c);
         sim_log("capture %llu ends: %s, %zu ops", (unsigned long long)c->id,
@@ -928,14 +966,17 @@ CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz)
         capture_unref(c);
         *g = NULL;
         if (!ok) {
+            ops_free(ops);
             r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         } else {
             struct sim_graph *gr = calloc(1, sizeof *gr);
             if (!gr) {
+                ops_free(ops);
                 r = CUDA_ERROR_OUT_OF_MEMORY;
             } else {
                 gr->magic = SIM_MAGIC_GRAPH;
                 gr->nops = nops;
+                gr->ops = ops;
                 *g = (CUgraph)gr;
             }
         }
@@ -964,7 +1005,65 @@ CUresult sim_graph_destroy(CUgraph g)
     if (!gr || gr->magic != SIM_MAGIC_GRAPH)
         return CUDA_ERROR_INVALID_VALUE;
     gr->magic = 0;
+    ops_free(gr->ops);
     free(gr);
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_graph_instantiate(CUgraphExec *exec, CUgraph g)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const struct sim_graph *gr = (const struct sim_graph *)g;
+    if (!exec || !gr || gr->magic != SIM_MAGIC_GRAPH)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_graph_exec *x = calloc(1, sizeof *x);
+    if (!x)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    x->magic = SIM_MAGIC_GRAPH_EXEC;
+    struct sim_op **tail = &x->ops;
+    for (const struct sim_op *op = gr->ops; op; op = op->next) {
+        if (!(*tail = op_clone(op))) {
+            ops_free(x->ops);
+            free(x);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        tail = &(*tail)->next;
+    }
+    *exec = (CUgraphExec)x;
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_graph_launch(CUgraphExec exec, CUstream h, bool ptsz)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const struct sim_graph_exec *x = (const struct sim_graph_exec *)exec;
+    if (!x || x->magic != SIM_MAGIC_GRAPH_EXEC)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_stream *s;
+    r = resolve_locked(h, ptsz, &s);
+    /* each op is queued as the stream's own async work: stream order, the legacy stream's
+     * implicit synchronisation and TESSERA_SIM_OP_DELAY_US apply as to any other */
+    for (const struct sim_op *op = x->ops; op && r == CUDA_SUCCESS; op = op->next) {
+        struct sim_op *n = op_clone(op);
+        r = n ? submit_locked(s, n, false) : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_graph_exec_destroy(CUgraphExec exec)
+{
+    struct sim_graph_exec *x = (struct sim_graph_exec *)exec;
+    if (!x || x->magic != SIM_MAGIC_GRAPH_EXEC)
+        return CUDA_ERROR_INVALID_VALUE;
+    x->magic = 0;
+    ops_free(x->ops);
+    free(x);
     return CUDA_SUCCESS;
 }
 

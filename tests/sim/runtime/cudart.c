@@ -95,6 +95,10 @@
     X(cuStreamEndCapture, cuStreamEndCapture, "cuStreamEndCapture", 10000, 0)                 \
     X(cuStreamEndCapture_ptsz, cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, 2)       \
     X(cuGraphDestroy, cuGraphDestroy, "cuGraphDestroy", 10000, 0)                             \
+    X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, 0) \
+    X(cuGraphLaunch, cuGraphLaunch, "cuGraphLaunch", 10000, 0)                                \
+    X(cuGraphLaunch_ptsz, cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 2)                      \
+    X(cuGraphExecDestroy, cuGraphExecDestroy, "cuGraphExecDestroy", 10000, 0)                 \
     X(cuEventCreate, cuEventCreate, "cuEventCreate", 2000, 0)                                 \
     X(cuEventRecord, cuEventRecord, "cuEventRecord", 2000, 0)                                 \
     X(cuEventRecord_ptsz, cuEventRecord_ptsz, "cuEventRecord", 7000, 2)                       \
@@ -1079,6 +1083,41 @@ RT_API cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph)
 {
     RT_ENTER();
     return rt_cu(drv.cuGraphDestroy((CUgraph)graph));
+}
+
+RT_API cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                                  unsigned long long flags)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuGraphInstantiateWithFlags((CUgraphExec *)pGraphExec, (CUgraph)graph,
+                                                 flags));
+}
+
+RT_API cudaError_t CUDARTAPI cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec,
+                                                           cudaGraph_t graph,
+                                                           unsigned long long flags)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuGraphInstantiateWithFlags((CUgraphExec *)pGraphExec, (CUgraph)graph,
+                                                 flags));
+}
+
+RT_API cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuGraphLaunch((CUgraphExec)graphExec, (CUstream)stream));
+}
+
+RT_API cudaError_t CUDARTAPI cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuGraphLaunch_ptsz((CUgraphExec)graphExec, (CUstream)stream));
+}
+
+RT_API cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuGraphExecDestroy((CUgraphExec)graphExec));
 }
 
 RT_API cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)

@@ -285,6 +285,39 @@ static void test_events_and_fork_join(void)
     CU(cuStreamDestroy(s2));
 }
 
+/* A graph made from a capture replays the captured copies and memsets, in capture order, as
+ * work of the stream it is launched on; the exec outlives its graph. */
+static void test_graph_launch_replays_captured_work(void)
+{
+    CUstream s, other;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    CU(cuMemsetD8(dbuf, 0, 64));
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU(cuMemsetD8Async(dbuf, 0xee, 64, s));
+    CU(cuMemsetD8Async(dbuf + 8, 0x11, 8, s)); /* after the first: it must win */
+    CUgraph g = NULL;
+    CU(cuStreamEndCapture(s, &g));
+    CUgraphExec x = NULL;
+    EXPECT(cuGraphInstantiateWithFlags(&x, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+    CU(cuGraphInstantiateWithFlags(&x, g, 0));
+    CU(cuGraphDestroy(g));
+    CU(cuCtxSynchronize());
+    CHECK_EQ(buf[0], 0); /* instantiating runs nothing */
+    for (int round = 0; round < 2; round++) {
+        CU(cuGraphLaunch(x, other));
+        CU(cuStreamSynchronize(other));
+        CHECK_EQ(buf[0], 0xee);
+        CHECK_EQ(buf[8], 0x11);
+        CHECK_EQ(buf[15], 0x11);
+        CHECK_EQ(buf[16], 0xee);
+        CU(cuMemsetD8(dbuf, 0, 64));
+    }
+    CU(cuGraphExecDestroy(x));
+    CU(cuStreamDestroy(s));
+    CU(cuStreamDestroy(other));
+}
+
 int main(void)
 {
     alarm(60);
@@ -292,6 +325,7 @@ int main(void)
     CU(cuMemAlloc(&dbuf, 4096));
     buf = (unsigned char *)(uintptr_t)dbuf;
     RUN(test_captured_work_is_not_executed);
+    RUN(test_graph_launch_replays_captured_work);
     RUN(test_unsafe_calls_invalidate);
     RUN(test_legacy_stream);
     RUN(test_events_and_fork_join);
