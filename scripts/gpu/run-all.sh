@@ -411,8 +411,8 @@ HAVE_LIB=0
 [ -f "$LIB" ] && [ -x "$STAT" ] && HAVE_LIB=1
 
 # c. sample programs -------------------------------------------------------------------------
-PROGRAMS=(seed_every5th seed_middle seed_even seed_cyclic churn reuse_race bad_input device_reset
-    fork_child meminfo multi_device driver_api driver_linked)
+PROGRAMS=(seed_every5th seed_middle seed_even seed_cyclic churn reuse_race reuse_order bad_input
+    device_reset fork_child meminfo multi_device driver_api driver_linked)
 PDIR_shared="$BUILD_ABS/programs-shared"
 PDIR_static="$BUILD_ABS/programs-static"
 pdir() { [ "$1" = shared ] && echo "$PDIR_shared" || echo "$PDIR_static"; }
@@ -669,6 +669,11 @@ if [ "$CAP_D" -gt 0 ]; then
     pair "$BOTH" fork_child 60 "r:status=ok r:child_exit=0 r:child_cuda=1" -- --child-cuda
     pair "$BOTH" churn 90 "r:status=ok r:ooms=0 r:streams=1" -- --threads 8 --streams --iters "$DITERS"
     pair "$BOTH" reuse_race 60 "r:status=ok r:corrupt_rounds=0" -- --size "$REUSE"
+    # stream-ordered reuse (reuse_fence:order, the default): every way a freed block's old work
+    # can still run when the new owner's starts, graph launches included
+    for variant in nb-to-legacy legacy-to-nb two-blocking new-stream ptds-threads host-func graph; do
+        pair shared reuse_order 60 "r:status=ok r:corrupt_rounds=0" -- --variant "$variant" --size "$REUSE" --copies 16
+    done
     if [ "$(grep -c '^GPU ' <<<"$SMI_L")" -ge 2 ]; then
         pair "$BOTH" multi_device 60 "r:status=ok r:wrong_device=0" -- --threads
     else
