@@ -114,8 +114,11 @@ class ForeignPages(Base):
         except KeyError:
             if not shutil.which("useradd"):
                 self.skipTest("useradd is not installed")
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                            OTHER_USER], capture_output=True)
+            made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                                   "/usr/sbin/nologin", OTHER_USER], capture_output=True)
+            if made.returncode == 0 and shutil.which("userdel"):
+                # the machine keeps no user of ours once the test is done
+                self.addCleanup(subprocess.run, ["userdel", OTHER_USER], capture_output=True)
         try:
             self.other = pwd.getpwnam(OTHER_USER)
         except KeyError:
