@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "core/allocator.h"
-#include "tools/devmodel.h"
+#include "devmodel/devmodel.h"
 #include "tools/replay/replay.h"
 
 #define REPLAY_UNLIMITED ((size_t)1 << 50) /* 1 PiB: never the limit */

@@ -1,5 +1,5 @@
 /* A model of a device for driving the core without CUDA; see devmodel.h. */
-#include "tools/devmodel.h"
+#include "devmodel/devmodel.h"
 
 #include <stdlib.h>
 #include <string.h>
