@@ -15,6 +15,14 @@ static ts_driver_costs distinct_costs(void)
     return c;
 }
 
+/* An allocator over a device model of capacity bytes that charges distinct_costs(). */
+static void open_priced(fixture *f, size_t capacity, const ts_config *cfg)
+{
+    fx_open(f, capacity, cfg, true, false);
+    ts_driver_costs c = distinct_costs();
+    ts_devmodel_set_costs(f->dev, &c);
+}
+
 static void assert_total_is_sum(const ts_devmodel_counters *dc)
 {
     double sum = 0;
@@ -28,9 +36,7 @@ static void test_costs_plain_segments(void **state)
 {
     (void)state;
     fixture f;
-    fx_open(&f, 1 * GiB, NULL, true, false);
-    ts_driver_costs c = distinct_costs();
-    ts_devmodel_set_costs(f.dev, &c);
+    open_priced(&f, 1 * GiB, NULL);
     uintptr_t p = fx_alloc(&f, 30 * MiB);
     ts_devmodel_counters dc;
     ts_devmodel_counters_get(f.dev, &dc);
@@ -57,9 +63,7 @@ static void test_costs_vm_pages(void **state)
     cfg.expandable_segments = true;
     cfg.expandable_page = 2 * MiB;
     fixture f;
-    fx_open(&f, 1 * GiB, &cfg, true, false);
-    ts_driver_costs c = distinct_costs();
-    ts_devmodel_set_costs(f.dev, &c);
+    open_priced(&f, 1 * GiB, &cfg);
     uintptr_t p = fx_alloc(&f, 8 * MiB);
     ts_devmodel_counters dc;
     ts_devmodel_counters_get(f.dev, &dc);
@@ -93,9 +97,7 @@ static void test_costs_failures_charged(void **state)
 {
     (void)state;
     fixture f;
-    fx_open(&f, 64 * MiB, NULL, true, false);
-    ts_driver_costs c = distinct_costs();
-    ts_devmodel_set_costs(f.dev, &c);
+    open_priced(&f, 64 * MiB, NULL);
     uintptr_t p = 0;
     assert_int_equal(ts_malloc(f.a, 100 * MiB, 0, &p), TS_ENOMEM);
     ts_devmodel_counters dc;
