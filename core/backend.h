@@ -2,8 +2,8 @@
  *
  * The core never names a CUDA symbol: everything it needs from a device goes through this table.
  * Implementations: shim/backend_cuda.c (the real driver, through the pointers tessera resolved
- * itself, so no call re-enters tessera's hooks), tools/devmodel.c (a model of a device's address
- * space and driver calls, for tessera-replay and the unit tests).
+ * itself, so no call re-enters tessera's hooks), devmodel/devmodel.c (a model of a device's
+ * address space and driver calls, for tessera-replay and the unit tests).
  *
  * Contract for every function: returns TS_OK on success or a ts_status error; outputs are
  * written only on success. Calls are made with the allocator's lock held, so an implementation

@@ -12,7 +12,8 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
   2. tessera-replay --compare --json on every trace in tests/data/traces/*.pickle and every
      synthetic workload (tools/workloads/gen_workloads.py), for the configurations below,
      on an unlimited device and on an 80 GiB one
-  3. driver calls per step in steady state for the synthetic multi-step workloads
+  3. driver calls and estimated driver time per step in steady state for the synthetic
+     multi-step workloads
   4. the LD_PRELOAD path on the simulated device: tests/programs/churn with and without
      libtessera.so, and with TESSERA_TRACE recording
   5. stream-ordered reuse through LD_PRELOAD (tests/bench/stream_order.py): the tight
@@ -187,10 +188,10 @@ for w in json.load(open(sys.argv[1]))["workloads"]:
             for part in "1:$raw/$name.first-1.csv" "$k:$raw/$name.first-$k.csv" "$steps:$t"; do
                 n=${part%%:*}
                 f=${part#*:}
-                calls=$("$bd/tools/tessera-replay" --json --conf "$c" "$f" 2>/dev/null |
-                    python3 -c 'import json,sys; print(json.load(sys.stdin)["device_calls"])')
-                printf '{"workload": "%s", "conf": "%s", "steps_replayed": %d, "steps": %d, "device_calls": %d}\n' \
-                    "$name" "$c" "$n" "$steps" "$calls" >>"$raw/steady.jsonl"
+                read -r calls ms < <("$bd/tools/tessera-replay" --json --conf "$c" "$f" 2>/dev/null |
+                    python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["device_calls"], r["driver_ms"])')
+                printf '{"workload": "%s", "conf": "%s", "steps_replayed": %d, "steps": %d, "device_calls": %d, "driver_ms": %s}\n' \
+                    "$name" "$c" "$n" "$steps" "$calls" "$ms" >>"$raw/steady.jsonl"
             done
         done
     done

@@ -36,7 +36,7 @@
 #include "core/allocator.h"
 #include "core/history.h"
 #include "tests/bench/trace_sizes.h"
-#include "tools/devmodel.h"
+#include "devmodel/devmodel.h"
 #include "tools/json_out.h"
 
 #define NTRACE_SIZES (sizeof trace_sizes / sizeof trace_sizes[0])

@@ -187,17 +187,18 @@ def main():
               % (r0["events"], r0["allocations"], size(r0["peak_requested_bytes"])))
             w("")
             w("| configuration | peak allocated | peak reserved | utilization | min capacity | "
-              "margin | device allocs / frees | driver calls | ns/op | 80 GiB: peak reserved | "
-              "80 GiB: utilization | 80 GiB: retries / OOMs |")
-            w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "margin | device allocs / frees | driver calls | est. driver ms growing | ns/op | "
+              "80 GiB: peak reserved | 80 GiB: utilization | 80 GiB: retries / OOMs |")
+            w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for r in rows:
                 c = r.get("cap80")
                 margin = r["min_capacity_bytes"] / r["peak_allocated_bytes"] - 1
-                w("| %s | %s | %s | %.2f%% | %s | %.2f%% | %d / %d | %d | %.1f | %s | %s | %s |"
+                w("| %s | %s | %s | %.2f%% | %s | %.2f%% | %d / %d | %d | %.1f | %.1f | %s | %s "
+                  "| %s |"
                   % (r["conf"], size(r["peak_allocated_bytes"]), size(r["peak_reserved_bytes"]),
                      100 * r["utilization"], size(r["min_capacity_bytes"]), 100 * margin,
                      r["num_device_alloc"], r["num_device_free"], r["device_calls"],
-                     r["ns_per_op"],
+                     r["driver_ms_growth"], r["ns_per_op"],
                      size(c["peak_reserved_bytes"]) if c else "-",
                      "%.2f%%" % (100 * c["utilization"]) if c else "-",
                      "%d / %d" % (c["num_alloc_retries"], c["num_ooms"]) if c else "-"))
@@ -224,6 +225,16 @@ def main():
                                            100 * (exp["min_capacity_bytes"]
                                                   / exp["peak_allocated_bytes"] - 1)),
                                   met=margin <= 0.005 if scope else "n/a (below 1 GiB)"))
+                goals.append(dict(goal="est. driver time while growing <= 1.5x expandable "
+                                       "segments' (%s, %s)" % (name, conf),
+                                  value="%.1f ms vs %.1f ms" % (r["driver_ms_growth"],
+                                                                exp["driver_ms_growth"]),
+                                  met=r["driver_ms_growth"] <= 1.5 * exp["driver_ms_growth"]))
+                dflt = by["default"]
+                goals.append(dict(goal="host ns per replayed op <= 2x the default's (%s, %s)"
+                                       % (name, conf),
+                                  value="%.1f vs %.1f" % (r["ns_per_op"], dflt["ns_per_op"]),
+                                  met=r["ns_per_op"] <= 2 * dflt["ns_per_op"]))
 
         w("### Host time per replayed event (ns/op), all traces")
         w("")
@@ -286,8 +297,8 @@ def main():
           "'set-up + step 1' is the cost of the first step (parameters, first growth).")
         w("")
         w("| workload | configuration | set-up + step 1 | first k steps | all N steps | "
-          "steady calls per step (last N-k) |")
-        w("|---|---|---:|---:|---:|---:|")
+          "steady calls per step (last N-k) | est. driver ms per step |")
+        w("|---|---|---:|---:|---:|---:|---:|")
         for wl, confs in table.items():
             for conf in CONFS:
                 if conf not in confs:
@@ -296,13 +307,15 @@ def main():
                 ks = sorted(parts)
                 one, k, n = ks[0], ks[1], ks[-1]
                 per = (parts[n]["device_calls"] - parts[k]["device_calls"]) / float(n - k)
+                ms = (parts[n]["driver_ms"] - parts[k]["driver_ms"]) / float(n - k)
                 steady.append(dict(workload=wl, conf=conf, steps=n, k=k,
                                    calls_first_step=parts[one]["device_calls"],
                                    calls_first_k=parts[k]["device_calls"],
-                                   calls_all=parts[n]["device_calls"], steady_per_step=per))
-                w("| %s | %s | %d | %d (k=%d) | %d (N=%d) | %.2f |"
+                                   calls_all=parts[n]["device_calls"], steady_per_step=per,
+                                   steady_driver_ms_per_step=ms))
+                w("| %s | %s | %d | %d (k=%d) | %d (N=%d) | %.2f | %.3f |"
                   % (wl, conf, parts[one]["device_calls"], parts[k]["device_calls"], k,
-                     parts[n]["device_calls"], n, per))
+                     parts[n]["device_calls"], n, per, ms))
         w("")
         result["steady"] = steady
         by = {(s["workload"], s["conf"]): s for s in steady}
@@ -316,6 +329,29 @@ def main():
                                       value="%.2f vs %.2f" % (s["steady_per_step"],
                                                               e["steady_per_step"]),
                                       met=s["steady_per_step"] <= e["steady_per_step"]))
+
+    # --- one table: every trace and workload, memory against driver time ----------------------
+    if replays:
+        sby = {(s["workload"], s["conf"]): s for s in result.get("steady", [])}
+        w("### Memory against driver time, every trace and workload")
+        w("")
+        w("Unlimited device, from the tables above. 'smallest device' is min capacity / peak "
+          "allocated - 1; 'driver ms growing' is the estimated driver time until memory stopped "
+          "growing (published A100 latencies, devmodel/costs.c); the per-step columns are the "
+          "steady state of section 3 (synthetic workloads only).")
+        w("")
+        w("| trace | configuration | smallest device | utilization | driver ms growing | "
+          "driver ms per step | driver calls per step | ns/op |")
+        w("|---|---|---:|---:|---:|---:|---:|---:|")
+        for name, rows in replays.items():
+            for r in rows:
+                st = sby.get((name, r["conf"]))
+                w("| %s | %s | +%.2f%% | %.2f%% | %.1f | %s | %s | %.1f |"
+                  % (name, r["conf"], 100 * (r["min_capacity_bytes"] / r["peak_allocated_bytes"] - 1),
+                     100 * r["utilization"], r["driver_ms_growth"],
+                     "%.3f" % st["steady_driver_ms_per_step"] if st else "-",
+                     "%.2f" % st["steady_per_step"] if st else "-", r["ns_per_op"]))
+        w("")
 
     # --- churn --------------------------------------------------------------------------------
     cp = os.path.join(raw, "churn.jsonl")

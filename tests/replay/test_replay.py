@@ -191,6 +191,49 @@ class Replay(unittest.TestCase):
         self.assertIn(f"{f.name}:3: expected 6 comma-separated fields", r.stderr)
         os.unlink(f.name)
 
+    def test_driver_time_growth_and_steps(self):
+        # three steps of one 30 MiB tensor: PyTorch's policy makes one cudaMalloc (in step 1,
+        # where memory stops growing) and nothing after; the costs file sets its latency
+        rows = ["Thread,Time,Action,Pointer,Size,Stream"]
+        for step in range(3):
+            rows.append(f"1,00:00:00.00000{2 * step + 1},allocate,0x1000,31457280,0x0")
+            rows.append(f"1,00:00:00.00000{2 * step + 2},free,0x1000,31457280,0x0")
+        trace = self.csv("\n".join(rows) + "\n")
+        costs = self.csv("# per call, per MiB (microseconds)\ncudaMalloc 7 1\n")
+        r = replay("--json", "--driver-costs", costs, "--steps", "3", trace)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        d = json.loads(r.stdout)
+        self.assertEqual(d["device_calls"], 1)
+        self.assertAlmostEqual(d["driver_ms_growth"], 0.037)  # 7 us + 30 MiB x 1 us
+        self.assertEqual(d["growth_events"], 1)
+        self.assertAlmostEqual(d["driver_ms_after_growth"], 0)
+        self.assertEqual((d["steady_steps"], d["driver_ms_per_step"]), (2, 0))
+        # the defaults: the published cudaMalloc figure
+        d = json.loads(replay("--json", trace).stdout)
+        self.assertAlmostEqual(d["driver_ms"], 0.050)
+        self.assertNotIn("driver_ms_per_step", d)
+        # defragment:True: growth reserves the pool's range and creates, maps and grants access
+        # to 15 handles of 2 MiB; the pages stay cached, so later steps cost nothing
+        d = json.loads(replay("--json", "--steps", "3", "--conf", "defragment:True", trace).stdout)
+        self.assertEqual(d["driver_ms_per_step"], 0)
+        self.assertAlmostEqual(d["driver_ms_growth"], 0.019 + 15 * (0.19332 + 0.00145 + 0.03599),
+                               places=3)
+
+    def test_bad_driver_costs_and_steps(self):
+        trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
+        costs = self.csv("cuMemCreate 193\ncuMemMap fast\n")
+        r = replay("--driver-costs", costs, trace)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr.strip(), f"tessera-replay: --driver-costs: {costs}: line 2: "
+                         "'fast' is not a number of microseconds (a plain decimal from 0 to 1e9)")
+        r = replay("--driver-costs", "/nonexistent", trace)
+        self.assertEqual((r.returncode, r.stderr.strip()), (2, "tessera-replay: --driver-costs: "
+                         "/nonexistent: No such file or directory"))
+        for bad in ("0", "-3", "2x", ""):
+            r = replay("--steps", bad, trace)
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertIn("--steps: ", r.stderr)
+
     def test_bad_configuration(self):
         r = replay("--conf", "max_split_size_mb:10", os.path.join(TRACES, "eor-nn-snapshot.pickle"))
         self.assertEqual(r.returncode, 2)

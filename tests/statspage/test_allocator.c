@@ -15,7 +15,7 @@
 #include "config/config.h"
 #include "core/allocator.h"
 #include "core/statspage.h"
-#include "tools/devmodel.h"
+#include "devmodel/devmodel.h"
 
 #include "snap.h"
 

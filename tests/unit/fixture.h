@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "core/allocator.h"
-#include "tools/devmodel.h"
+#include "devmodel/devmodel.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)

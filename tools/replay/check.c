@@ -20,7 +20,7 @@
 
 #include "core/allocator.h"
 #include "core/ptrmap.h"
-#include "tools/devmodel.h"
+#include "devmodel/devmodel.h"
 #include "tools/replay/replay.h"
 
 #define SMALL_SEGMENT ((size_t)2 << 20)

@@ -33,6 +33,11 @@ static void usage(FILE *f)
           "                     included) and a verdict for each configuration against the\n"
           "                     first ('default' is PyTorch's defaults)\n"
           "  --json             one JSON object (an array with --compare)\n"
+          "  --driver-costs FILE  driver-call latencies for the estimated driver time: lines\n"
+          "                     'CALL US_PER_CALL [US_PER_MIB]' (cuMemCreate 193.32), '#'\n"
+          "                     comments; calls not named keep the published defaults\n"
+          "  --steps N          the trace is N steps of a loop (equal event counts): also report\n"
+          "                     the estimated driver time per step once memory stopped growing\n"
           "  --check-pytorch    check that every allocation lands at the address PyTorch chose\n"
           "  -v, --verbose      more detail on stderr\n"
           "  -h, --help\n",
@@ -131,8 +136,9 @@ static void print_verdict(const char *conf, const replay_result *r, size_t min, 
     } else {
         printf("; %zu OOM%s where %s had %zu", n, plural(n), base, bn);
     }
-    printf("; %llu driver calls against %llu\n", (unsigned long long)r->device_calls,
-           (unsigned long long)b->device_calls);
+    printf("; %llu driver calls against %llu (est. %.1f ms against %.1f ms)\n",
+           (unsigned long long)r->device_calls, (unsigned long long)b->device_calls,
+           r->driver_ns / 1e6, b->driver_ns / 1e6);
 }
 
 /* Peak allocated is PyTorch's allocated_bytes: whole blocks. It differs between configurations
@@ -193,7 +199,25 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
                 (unsigned long long)r->first_failed_size);
     if (min_cap)
         fprintf(f, ", \"min_capacity_bytes\": %zu", min_cap);
+    fprintf(f,
+            ", \"driver_ms\": %.3f, \"driver_ms_growth\": %.3f, \"growth_events\": %zu, "
+            "\"driver_ms_after_growth\": %.3f",
+            r->driver_ns / 1e6, r->driver_ns_growth / 1e6, r->growth_events,
+            (r->driver_ns - r->driver_ns_growth) / 1e6);
+    if (r->driver_ns_per_step >= 0)
+        fprintf(f, ", \"steady_steps\": %zu, \"driver_ms_per_step\": %.3f", r->steady_steps,
+                r->driver_ns_per_step / 1e6);
     fprintf(f, ", \"ns_per_op\": %.1f}", r->ns_per_op);
+}
+
+/* "0.125 ms per step (12 steps after growth)", or "-" without --steps. */
+static void step_text(char *buf, size_t len, const replay_result *r)
+{
+    if (r->driver_ns_per_step >= 0)
+        snprintf(buf, len, "%.3f ms per step (%zu steps after growth)", r->driver_ns_per_step / 1e6,
+                 r->steady_steps);
+    else
+        snprintf(buf, len, "-");
 }
 
 static void print_report(const trace *t, const char *conf, size_t capacity,
@@ -227,6 +251,12 @@ static void print_report(const trace *t, const char *conf, size_t capacity,
         printf("min capacity       %s (%.2f%% above peak allocated)\n", m,
                r->peak_allocated ? 100.0 * ((double)min_cap / (double)r->peak_allocated - 1) : 0);
     }
+    char step[64];
+    step_text(step, sizeof step, r);
+    printf("driver time (est.) %.1f ms: %.1f ms growing (events 1-%zu), %.1f ms after%s%s\n",
+           r->driver_ns / 1e6, r->driver_ns_growth / 1e6, r->growth_events,
+           (r->driver_ns - r->driver_ns_growth) / 1e6, r->driver_ns_per_step >= 0 ? "; " : "",
+           r->driver_ns_per_step >= 0 ? step : "");
     printf("host time          %.1f ns per operation\n", r->ns_per_op);
 }
 
@@ -239,6 +269,8 @@ int main(int argc, char **argv)
         {"compare", no_argument, NULL, 'x'},
         {"json", no_argument, NULL, 'j'},
         {"check-pytorch", no_argument, NULL, 'p'},
+        {"driver-costs", required_argument, NULL, 'D'},
+        {"steps", required_argument, NULL, 'S'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -246,6 +278,10 @@ int main(int argc, char **argv)
     const char *conf_text = "default";
     size_t capacity = 0;
     bool min_cap = false, compare = false, json = false, check = false, verbose = false;
+    ts_driver_costs costs;
+    ts_driver_costs_defaults(&costs);
+    replay_opts ro = {&costs, 0};
+    const char *costs_file = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
         switch (c) {
@@ -258,6 +294,27 @@ int main(int argc, char **argv)
             }
             break;
         case 'm': min_cap = true; break;
+        case 'D': {
+            char err[512];
+            if (ts_driver_costs_load(&costs, optarg, err, sizeof err) != 0) {
+                fprintf(stderr, "tessera-replay: --driver-costs: %s\n", err);
+                return 2;
+            }
+            costs_file = optarg;
+            break;
+        }
+        case 'S': {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-' || v == 0 || v > 100000000) {
+                fprintf(stderr, "tessera-replay: --steps: '%s' is not a number of steps "
+                        "(1 to 100000000)\n", optarg);
+                return 2;
+            }
+            ro.steps = (size_t)v;
+            break;
+        }
         case 'x': compare = true; break;
         case 'j': json = true; break;
         case 'p': check = true; break;
@@ -314,14 +371,14 @@ int main(int argc, char **argv)
     replay_result res[MAX_CONFS];
     size_t mins[MAX_CONFS] = {0};
     for (int i = 0; i < nconf; i++) {
-        if (replay_run(&t, &cfgs[i], capacity, &res[i]) != 0) {
+        if (replay_run(&t, &cfgs[i], capacity, &ro, &res[i]) != 0) {
             fprintf(stderr, "tessera-replay: out of host memory\n");
             trace_free(&t);
             return 1;
         }
         if (min_cap || compare) {
             replay_result unlimited = res[i];
-            if (capacity && replay_run(&t, &cfgs[i], 0, &unlimited) != 0)
+            if (capacity && replay_run(&t, &cfgs[i], 0, &ro, &unlimited) != 0)
                 return 1;
             mins[i] = replay_min_capacity(&t, &cfgs[i], &unlimited);
         }
@@ -342,24 +399,33 @@ int main(int argc, char **argv)
         printf("%s: %zu events, %zu allocations (replayed from an empty device, %s%s)\n", path,
                t.n, t.allocations, capacity ? dev : "unlimited capacity",
                capacity ? " device" : "");
-        printf("%-40s %11s %11s %8s %12s %9s %9s %9s %7s %5s %-16s %7s\n", "configuration",
-               "peak alloc", "peak resv", "util", "min capacity", "dev alloc", "dev free",
-               "drv calls", "retries", "OOMs", "first OOM", "ns/op");
+        printf("%-40s %11s %11s %8s %12s %9s %9s %9s %9s %9s %7s %5s %-16s %7s\n",
+               "configuration", "peak alloc", "peak resv", "util", "min capacity", "dev alloc",
+               "dev free", "drv calls", "drv grow", "drv/step", "retries", "OOMs", "first OOM",
+               "ns/op");
         for (int i = 0; i < nconf; i++) {
             char a[32], b[32], m[32], first[48];
             print_size(a, sizeof a, res[i].peak_allocated);
             print_size(b, sizeof b, res[i].peak_reserved);
             print_size(m, sizeof m, mins[i]);
             first_oom_text(first, sizeof first, &res[i]);
-            printf("%-40.40s %11s %11s %7.2f%% %12s %9llu %9llu %9llu %7llu %5zu %-16s %7.1f\n",
+            char grow[32], per_step[32] = "-";
+            snprintf(grow, sizeof grow, "%.1fms", res[i].driver_ns_growth / 1e6);
+            if (res[i].driver_ns_per_step >= 0)
+                snprintf(per_step, sizeof per_step, "%.3fms", res[i].driver_ns_per_step / 1e6);
+            printf("%-40.40s %11s %11s %7.2f%% %12s %9llu %9llu %9llu %9s %9s %7llu %5zu %-16s "
+                   "%7.1f\n",
                    confs[i], a, b, 100 * res[i].utilization, m,
                    (unsigned long long)res[i].num_device_alloc,
                    (unsigned long long)res[i].num_device_free,
-                   (unsigned long long)res[i].device_calls,
+                   (unsigned long long)res[i].device_calls, grow, per_step,
                    (unsigned long long)res[i].num_alloc_retries, res[i].failed_allocs, first,
                    res[i].ns_per_op);
         }
         print_peak_note(res, nconf);
+        printf("drv grow: estimated driver time until memory stopped growing; drv/step: per step "
+               "after that (--steps);\n  latencies: %s\n",
+               costs_file ? costs_file : "the published A100 figures (--driver-costs FILE)");
         if (nconf > 1)
             printf("verdict (min capacity: the smallest device that runs the trace, in 2 MiB "
                    "steps):\n");

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "devmodel/costs.h"
 #include "tools/replay/trace.h"
 
 typedef struct replay_result {
@@ -24,11 +25,26 @@ typedef struct replay_result {
     uint64_t first_failed_size; /* and its requested bytes */
     size_t ops;             /* allocations plus frees replayed */
     double ns_per_op;       /* host time per replayed operation */
+    /* Estimated driver time (devmodel/costs.h). Growth: up to the end of the event that last
+     * raised the peak of device memory in use (growth_events events); after it, the rest. */
+    double driver_ns, driver_ns_growth;
+    size_t growth_events;
+    /* With replay_opts.steps: driver time per step over the whole steps after growth ended
+     * (steady_steps of them); -1 when growth ended in the last step. */
+    double driver_ns_per_step;
+    size_t steady_steps;
 } replay_result;
 
-/* Replay t from an empty device of capacity bytes (0: effectively unlimited). Returns 0, or -1
- * when the core could not be created (host memory). */
-int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_result *r);
+typedef struct replay_opts {
+    const ts_driver_costs *costs; /* NULL: the defaults */
+    size_t steps;                 /* 0: unknown; else the trace is this many steps of equal
+                                   * event counts (a training loop) */
+} replay_opts;
+
+/* Replay t from an empty device of capacity bytes (0: effectively unlimited). o may be NULL.
+ * Returns 0, or -1 when the core could not be created (host memory). */
+int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const replay_opts *o,
+               replay_result *r);
 
 /* Smallest capacity (a multiple of 2 MiB) on which t runs without an out-of-memory error, by
  * bisection between 2 MiB and the peak reserved of an unlimited run. */

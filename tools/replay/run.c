@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "core/allocator.h"
-#include "tools/devmodel.h"
+#include "devmodel/devmodel.h"
 #include "tools/replay/replay.h"
 
 #define REPLAY_UNLIMITED ((size_t)1 << 50) /* 1 PiB: never the limit */
@@ -66,7 +66,14 @@ static void peak_report(ts_allocator *a, size_t event)
             (double)w.stitched_free / M);
 }
 
-int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_result *r)
+/* Step k (1-based) of steps ends after this many events: equal shares of the trace. */
+static size_t step_end(const trace *t, size_t steps, size_t k)
+{
+    return (size_t)((unsigned __int128)t->n * k / steps);
+}
+
+int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const replay_opts *o,
+               replay_result *r)
 {
     const bool debug_peak = getenv("TESSERA_REPLAY_DEBUG_PEAK") != NULL;
     int64_t last_peak = 0;
@@ -74,12 +81,20 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_res
     ts_devmodel *dev = ts_devmodel_create(capacity ? capacity : REPLAY_UNLIMITED, PAGE);
     if (!dev)
         return -1;
+    if (o && o->costs)
+        ts_devmodel_set_costs(dev, o->costs);
+    const size_t steps = o && o->steps <= t->n ? o->steps : 0;
+    /* driver time at the end of each step (steps + 1 entries; [0] = 0) */
+    double *step_ns = steps ? calloc(steps + 1, sizeof *step_ns) : NULL;
+    size_t next_step = 1;
+    size_t peak_in_use = 0;
     /* Fences off: a single-stream trace reuses at once, as PyTorch does on one stream. */
     ts_backend be = ts_devmodel_backend(dev, true, false);
     ts_stats_sink sink = {NULL, NULL};
     ts_allocator *a = ts_allocator_create(cfg, &be, 0, sink);
     uintptr_t *slots = calloc(t->nslots ? t->nslots : 1, sizeof *slots);
-    if (!a || !slots) {
+    if (!a || !slots || (steps && !step_ns)) {
+        free(step_ns);
         free(slots);
         ts_allocator_destroy(a, false);
         ts_devmodel_destroy(dev);
@@ -101,6 +116,14 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_res
             ts_free(a, slots[e->slot]);
             slots[e->slot] = 0;
         }
+        /* growth ends with the last event that raised the peak of memory in use */
+        if (ts_devmodel_peak_bytes(dev) > peak_in_use) {
+            peak_in_use = ts_devmodel_peak_bytes(dev);
+            r->driver_ns_growth = ts_devmodel_driver_ns(dev);
+            r->growth_events = i + 1;
+        }
+        while (steps && next_step <= steps && i + 1 == step_end(t, steps, next_step))
+            step_ns[next_step++] = ts_devmodel_driver_ns(dev);
         if (debug_peak && e->kind == TRACE_ALLOC) {
             tessera_device_stats st;
             ts_get_stats(a, &st);
@@ -142,7 +165,19 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_res
                       dc.vm_unmaps + dc.synchronizes;
     r->ops = t->n;
     r->ns_per_op = t->n ? elapsed / (double)t->n : 0;
+    r->driver_ns = dc.driver_ns;
+    r->driver_ns_per_step = -1;
+    if (steps) {
+        /* the first step that ends at or after growth's end is the last growing one */
+        size_t k = 1;
+        while (k < steps && step_end(t, steps, k) < r->growth_events)
+            k++;
+        r->steady_steps = steps - k;
+        if (r->steady_steps)
+            r->driver_ns_per_step = (step_ns[steps] - step_ns[k]) / (double)r->steady_steps;
+    }
 
+    free(step_ns);
     free(slots);
     ts_allocator_destroy(a, true);
     ts_devmodel_destroy(dev);
@@ -152,7 +187,7 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, replay_res
 static bool replay_fits(const trace *t, const ts_config *cfg, size_t capacity)
 {
     replay_result r;
-    if (replay_run(t, cfg, capacity, &r) != 0)
+    if (replay_run(t, cfg, capacity, NULL, &r) != 0)
         return false;
     return r.failed_allocs == 0;
 }

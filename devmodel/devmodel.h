@@ -5,6 +5,8 @@
  * so capacity, out-of-memory and memory info behave like a card's. Virtual-memory operations are
  * checked as the driver would (granularity, double map, unmapped ranges). Fences complete when
  * the model's "device clock" passes them: at once by default, or under a test's control.
+ * Every call is charged the driver time it would take on a real device (costs.h), so a replay
+ * can compare policies in estimated time as well as in calls.
  */
 #ifndef TS_DEVMODEL_H
 #define TS_DEVMODEL_H
@@ -14,6 +16,7 @@
 #include <stdint.h>
 
 #include "core/backend.h"
+#include "devmodel/costs.h"
 
 typedef struct ts_devmodel ts_devmodel;
 
@@ -24,6 +27,10 @@ typedef struct ts_devmodel_counters {
     uint64_t order_points; /* stream-order points that asked the device for something */
     size_t bytes_in_use, peak_bytes_in_use; /* physical, page-rounded */
     size_t live_segments;
+    /* Estimated driver time (costs.h), in all and per CUDA call, and how many of each call. */
+    double driver_ns;
+    double call_ns[TS_CALL_COUNT];
+    uint64_t calls[TS_CALL_COUNT];
 } ts_devmodel_counters;
 
 /* capacity: bytes of device memory. page: accounting granularity (0: 2 MiB). */
@@ -35,6 +42,12 @@ ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences);
 
 void ts_devmodel_counters_get(const ts_devmodel *m, ts_devmodel_counters *out);
 size_t ts_devmodel_capacity(const ts_devmodel *m);
+
+/* The costs every later call is charged (ts_driver_costs_defaults until set). */
+void ts_devmodel_set_costs(ts_devmodel *m, const ts_driver_costs *costs);
+/* Cheap reads for a replay loop: driver time so far, and the peak of physical memory in use. */
+double ts_devmodel_driver_ns(const ts_devmodel *m);
+size_t ts_devmodel_peak_bytes(const ts_devmodel *m);
 
 /* Stream-order points (reuse_fence:order): how the modelled device answers them. */
 typedef enum ts_devmodel_order {

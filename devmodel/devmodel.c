@@ -1,5 +1,5 @@
 /* A model of a device for driving the core without CUDA; see devmodel.h. */
-#include "tools/devmodel.h"
+#include "devmodel/devmodel.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +36,7 @@ struct ts_devmodel {
     uint64_t fail_seg, fail_create, fail_map;
     ts_devmodel_addr_fn script;
     void *script_user;
+    ts_driver_costs costs;
     ts_devmodel_counters c;
 };
 
@@ -137,6 +138,15 @@ static void dm_give(ts_devmodel *m, size_t bytes)
     m->c.bytes_in_use = m->in_use;
 }
 
+/* Charge one CUDA call covering bytes, whether it succeeds or not (a failed call costs too). */
+static void dm_charge(ts_devmodel *m, ts_driver_call call, size_t bytes)
+{
+    double ns = ts_driver_cost_ns(&m->costs, call, bytes);
+    m->c.driver_ns += ns;
+    m->c.call_ns[call] += ns;
+    m->c.calls[call]++;
+}
+
 static bool dm_fail_now(uint64_t *countdown)
 {
     if (*countdown == 0)
@@ -150,6 +160,7 @@ static int dm_seg_alloc(void *ctx, size_t size, uintptr_t *out)
 {
     ts_devmodel *m = ctx;
     size_t bytes = dm_round(m, size);
+    dm_charge(m, TS_CALL_MALLOC, size);
     if (dm_fail_now(&m->fail_seg) || !dm_take(m, bytes)) {
         m->c.seg_alloc_failures++;
         return TS_ENOMEM;
@@ -176,6 +187,7 @@ static int dm_seg_free(void *ctx, uintptr_t ptr, size_t size)
     dm_range *r = dm_find(&m->allocs, ptr);
     if (!r)
         return TS_EINVAL;
+    dm_charge(m, TS_CALL_FREE, r->size);
     dm_give(m, r->size);
     dm_erase(&m->allocs, r);
     m->c.seg_frees++;
@@ -195,6 +207,7 @@ static int dm_synchronize(void *ctx)
 {
     ts_devmodel *m = ctx;
     m->c.synchronizes++;
+    dm_charge(m, TS_CALL_SYNCHRONIZE, 0);
     m->fence_done = m->fence_next;
     return TS_OK;
 }
@@ -206,6 +219,7 @@ static int dm_fence_record(void *ctx, ts_fence *out)
     if (!m->manual_fences)
         m->fence_done = m->fence_next;
     m->c.fences_recorded++;
+    dm_charge(m, TS_CALL_EVENT_RECORD, 0);
     return TS_OK;
 }
 
@@ -239,6 +253,7 @@ static int dm_reuse_order(void *ctx, int *issued)
     if (m->order == TS_DEVMODEL_STREAMS) {
         *issued = 1;
         m->c.order_points++;
+        dm_charge(m, TS_CALL_EVENT_RECORD, 0);
     }
     return TS_OK;
 }
@@ -264,6 +279,7 @@ static int dm_vm_reserve(void *ctx, size_t size, uintptr_t *out)
     if (addr + size > DEVMODEL_VA_LIMIT || !dm_insert(&m->reserves, addr, size, 0))
         return TS_ENOMEM;
     m->c.vm_reserves++;
+    dm_charge(m, TS_CALL_ADDRESS_RESERVE, size);
     *out = addr;
     return TS_OK;
 }
@@ -276,6 +292,7 @@ static int dm_vm_release(void *ctx, uintptr_t va, size_t size)
         return TS_EINVAL; /* unknown, partial, or still mapped */
     dm_erase(&m->reserves, r);
     m->c.vm_releases++;
+    dm_charge(m, TS_CALL_ADDRESS_FREE, size);
     return TS_OK;
 }
 
@@ -284,6 +301,7 @@ static int dm_vm_create(void *ctx, size_t size, uint64_t *out)
     ts_devmodel *m = ctx;
     if (size == 0 || size % m->page)
         return TS_EINVAL;
+    dm_charge(m, TS_CALL_CREATE, size);
     if (dm_fail_now(&m->fail_create) || !dm_take(m, size))
         return TS_ENOMEM;
     if (m->nhandles == m->handles_cap) {
@@ -322,6 +340,7 @@ static int dm_vm_destroy(void *ctx, uint64_t handle)
     dm_handle *h = dm_handle_get(m, handle);
     if (!h || !h->live)
         return TS_EINVAL;
+    dm_charge(m, TS_CALL_RELEASE, h->size);
     h->live = false;
     dm_handle_maybe_free(m, h);
     m->c.vm_destroys++;
@@ -336,10 +355,12 @@ static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
     if (!h || !h->live || h->size != size || !res || va + size > res->addr + res->size ||
         va % m->page || dm_overlaps(&m->maps, va, size))
         return TS_EINVAL;
+    dm_charge(m, TS_CALL_MAP, size);
     if (dm_fail_now(&m->fail_map))
         return TS_ENOMEM;
     if (!dm_insert(&m->maps, va, size, handle))
         return TS_ENOMEM;
+    dm_charge(m, TS_CALL_SET_ACCESS, size); /* the backend grants access after each map */
     h->maps++;
     m->c.vm_maps++;
     return TS_OK;
@@ -360,6 +381,7 @@ static int dm_vm_unmap(void *ctx, uintptr_t va, size_t size)
     while (at < va + size) {
         dm_range *r = dm_find(&m->maps, at);
         at += r->size;
+        dm_charge(m, TS_CALL_UNMAP, r->size); /* one page-table teardown per mapping */
         dm_handle *h = dm_handle_get(m, r->handle);
         h->maps--;
         dm_handle_maybe_free(m, h);
@@ -378,6 +400,7 @@ ts_devmodel *ts_devmodel_create(size_t capacity, size_t page)
         return NULL;
     m->page = page ? page : ((size_t)2 << 20);
     m->capacity = capacity / m->page * m->page;
+    ts_driver_costs_defaults(&m->costs);
     return m;
 }
 
@@ -428,6 +451,21 @@ void ts_devmodel_counters_get(const ts_devmodel *m, ts_devmodel_counters *out)
 size_t ts_devmodel_capacity(const ts_devmodel *m)
 {
     return m->capacity;
+}
+
+void ts_devmodel_set_costs(ts_devmodel *m, const ts_driver_costs *costs)
+{
+    m->costs = *costs;
+}
+
+double ts_devmodel_driver_ns(const ts_devmodel *m)
+{
+    return m->c.driver_ns;
+}
+
+size_t ts_devmodel_peak_bytes(const ts_devmodel *m)
+{
+    return m->c.peak_bytes_in_use;
 }
 
 void ts_devmodel_set_manual_fences(ts_devmodel *m, bool manual)

@@ -1,0 +1,228 @@
+/* cmocka tests of the device model's driver-time accounting and of the costs file. */
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/unit/fixture.h"
+
+/* Distinct costs, so that every call's share of the total can be told apart: call i costs
+ * (i + 1) us per call and (i + 1) ns per MiB. */
+static ts_driver_costs distinct_costs(void)
+{
+    ts_driver_costs c;
+    for (int i = 0; i < TS_CALL_COUNT; i++)
+        c.call[i] = (ts_driver_cost){1000.0 * (i + 1), (double)(i + 1)};
+    return c;
+}
+
+/* An allocator over a device model of capacity bytes that charges distinct_costs(). */
+static void open_priced(fixture *f, size_t capacity, const ts_config *cfg)
+{
+    fx_open(f, capacity, cfg, true, false);
+    ts_driver_costs c = distinct_costs();
+    ts_devmodel_set_costs(f->dev, &c);
+}
+
+static void assert_total_is_sum(const ts_devmodel_counters *dc)
+{
+    double sum = 0;
+    for (int i = 0; i < TS_CALL_COUNT; i++)
+        sum += dc->call_ns[i];
+    assert_true(sum == dc->driver_ns);
+}
+
+/* PyTorch's policy: one cudaMalloc of the 30 MiB segment, one cudaFree at empty_cache. */
+static void test_costs_plain_segments(void **state)
+{
+    (void)state;
+    fixture f;
+    open_priced(&f, 1 * GiB, NULL);
+    uintptr_t p = fx_alloc(&f, 30 * MiB);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.calls[TS_CALL_MALLOC], 1);
+    assert_true(dc.driver_ns == 1000.0 + 1.0 * 30); /* call + 30 MiB at 1 ns */
+    fx_free(&f, p);
+    ts_empty_cache(f.a);
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.calls[TS_CALL_FREE], 1);
+    assert_true(dc.call_ns[TS_CALL_FREE] == 2000.0 + 2.0 * 30);
+    assert_total_is_sum(&dc);
+    assert_int_equal(dc.calls[TS_CALL_CREATE] + dc.calls[TS_CALL_MAP], 0);
+    fx_close(&f);
+}
+
+/* defragment:True's layout (2 MiB pages, one handle each): 8 MiB reserves the pool's range
+ * once, then creates, maps and grants access to four 2 MiB handles; giving it back unmaps four
+ * mappings and releases four handles. */
+static void test_costs_vm_pages(void **state)
+{
+    (void)state;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.expandable_segments = true;
+    cfg.expandable_page = 2 * MiB;
+    fixture f;
+    open_priced(&f, 1 * GiB, &cfg);
+    uintptr_t p = fx_alloc(&f, 8 * MiB);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.calls[TS_CALL_ADDRESS_RESERVE], 1);
+    assert_int_equal(dc.calls[TS_CALL_CREATE], 4);
+    assert_int_equal(dc.calls[TS_CALL_MAP], 4);
+    assert_int_equal(dc.calls[TS_CALL_SET_ACCESS], 4);
+    assert_int_equal(dc.calls[TS_CALL_MALLOC], 0);
+    /* per call (i + 1) us, per MiB (i + 1) ns, 2 MiB a handle */
+    assert_true(dc.call_ns[TS_CALL_CREATE] == 4 * (5000.0 + 5.0 * 2));
+    assert_true(dc.call_ns[TS_CALL_MAP] == 4 * (7000.0 + 7.0 * 2));
+    assert_true(dc.call_ns[TS_CALL_SET_ACCESS] == 4 * (8000.0 + 8.0 * 2));
+    const double reserve_ns = dc.call_ns[TS_CALL_ADDRESS_RESERVE];
+    assert_true(reserve_ns >= 3000.0); /* the range's size is the pool's reservation */
+    assert_true(dc.driver_ns == reserve_ns + 4 * (5000.0 + 10) + 4 * (7000.0 + 14) +
+                                    4 * (8000.0 + 16));
+    fx_free(&f, p);
+    ts_empty_cache(f.a);
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.calls[TS_CALL_UNMAP], 4); /* per mapping, however many per call */
+    assert_int_equal(dc.calls[TS_CALL_RELEASE], 4);
+    assert_true(dc.call_ns[TS_CALL_UNMAP] == 4 * (9000.0 + 9.0 * 2));
+    assert_true(dc.call_ns[TS_CALL_RELEASE] == 4 * (6000.0 + 6.0 * 2));
+    assert_true(dc.call_ns[TS_CALL_SYNCHRONIZE] == 10000.0 * (double)dc.calls[TS_CALL_SYNCHRONIZE]);
+    assert_total_is_sum(&dc);
+    fx_close(&f);
+}
+
+/* A failed call costs its time too: a cudaMalloc the device refuses is charged. */
+static void test_costs_failures_charged(void **state)
+{
+    (void)state;
+    fixture f;
+    open_priced(&f, 64 * MiB, NULL);
+    uintptr_t p = 0;
+    assert_int_equal(ts_malloc(f.a, 100 * MiB, 0, &p), TS_ENOMEM);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_true(dc.calls[TS_CALL_MALLOC] >= 1);
+    assert_true(dc.call_ns[TS_CALL_MALLOC] == (double)dc.calls[TS_CALL_MALLOC] * (1000.0 + 100));
+    assert_int_equal(dc.seg_alloc_failures, dc.calls[TS_CALL_MALLOC]);
+    fx_close(&f);
+}
+
+/* The defaults are the published figures (costs.c) and charge nothing per MiB. */
+static void test_costs_defaults(void **state)
+{
+    (void)state;
+    ts_driver_costs c;
+    ts_driver_costs_defaults(&c);
+    assert_true(c.call[TS_CALL_CREATE].call_ns == 193320.0);
+    assert_true(c.call[TS_CALL_SET_ACCESS].call_ns == 35990.0);
+    assert_true(c.call[TS_CALL_MALLOC].call_ns == 50000.0);
+    for (int i = 0; i < TS_CALL_COUNT; i++)
+        assert_true(c.call[i].mib_ns == 0.0);
+    assert_string_equal(ts_driver_call_name(TS_CALL_UNMAP), "cuMemUnmap");
+}
+
+static int parse(ts_driver_costs *c, const char *text, char *err, size_t errlen)
+{
+    return ts_driver_costs_parse(c, text, strlen(text), err, errlen);
+}
+
+static void test_costs_file_format(void **state)
+{
+    (void)state;
+    ts_driver_costs c, d;
+    char err[256];
+    ts_driver_costs_defaults(&c);
+    assert_int_equal(parse(&c,
+                           "# measured on one GPU\n"
+                           "\n"
+                           "cuMemCreate   120.5   3.25   # per call, per MiB\n"
+                           "\tcudaMalloc 7\r\n",
+                           err, sizeof err),
+                     0);
+    assert_true(c.call[TS_CALL_CREATE].call_ns == 120500.0);
+    assert_true(c.call[TS_CALL_CREATE].mib_ns == 3250.0);
+    assert_true(c.call[TS_CALL_MALLOC].call_ns == 7000.0);
+    assert_true(c.call[TS_CALL_MALLOC].mib_ns == 0.0);
+    assert_true(c.call[TS_CALL_UNMAP].call_ns == 25630.0); /* not named: the default */
+
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"cuMemCreat 1\n", "line 1: unknown call 'cuMemCreat'"},
+        {"cudaFree 1\n\ncudaFree 2\n", "line 3: cudaFree is given twice"},
+        {"cudaFree\n", "line 1: cudaFree needs microseconds per call"},
+        {"cudaFree 1 2 3\n", "line 1: cudaFree takes at most two numbers"},
+        {"cudaFree -1\n", "line 1: '-1' is not a number"},
+        {"cudaFree 1e3\n", "line 1: '1e3' is not a number"},
+        {"cudaFree inf\n", "line 1: 'inf' is not a number"},
+        {"cudaFree 0x10\n", "line 1: '0x10' is not a number"},
+        {"cudaFree 1.\n", "line 1: '1.' is not a number"},
+        {"cudaFree 2000000000\n", "line 1: '2000000000' is not a number"},
+        {"cudaFree 5 # ok\ncuMemMap 1..2\n", "line 2: '1..2' is not a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        d = c;
+        err[0] = '\0';
+        assert_int_equal(parse(&d, bad[i].text, err, sizeof err), -1);
+        if (strncmp(err, bad[i].msg, strlen(bad[i].msg)) != 0)
+            fail_msg("'%s': got '%s', want '%s...'", bad[i].text, err, bad[i].msg);
+        assert_memory_equal(&d, &c, sizeof c); /* nothing applied */
+    }
+    /* a NUL byte */
+    d = c;
+    assert_int_equal(ts_driver_costs_parse(&d, "cudaFree 1\0x\n", 13, err, sizeof err), -1);
+    assert_string_equal(err, "line 1: a NUL byte (not a text file)");
+}
+
+static void test_costs_file_load(void **state)
+{
+    (void)state;
+    ts_driver_costs c;
+    char err[512];
+    ts_driver_costs_defaults(&c);
+    assert_int_equal(ts_driver_costs_load(&c, "/nonexistent/costs", err, sizeof err), -1);
+    assert_string_equal(err, "/nonexistent/costs: No such file or directory");
+    assert_int_equal(ts_driver_costs_load(&c, "/", err, sizeof err), -1);
+    assert_string_equal(err, "/: not a regular file");
+
+    char dir[] = "/tmp/tessera-costs-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], fifo[256];
+    snprintf(path, sizeof path, "%s/costs.txt", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("cuMemUnmap 3\ncuMemMap x\n", fp);
+    fclose(fp);
+    assert_int_equal(ts_driver_costs_load(&c, path, err, sizeof err), -1);
+    char want[300];
+    snprintf(want, sizeof want, "%s: line 2: 'x' is not a number", path);
+    assert_int_equal(strncmp(err, want, strlen(want)), 0);
+    assert_true(c.call[TS_CALL_UNMAP].call_ns == 25630.0);
+    fp = fopen(path, "w");
+    fputs("cuMemUnmap 3\n", fp);
+    fclose(fp);
+    assert_int_equal(ts_driver_costs_load(&c, path, err, sizeof err), 0);
+    assert_true(c.call[TS_CALL_UNMAP].call_ns == 3000.0);
+    assert_int_equal(mkfifo(fifo, 0600), 0); /* refused at once, never waited on */
+    assert_int_equal(ts_driver_costs_load(&c, fifo, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s: not a regular file", fifo);
+    assert_string_equal(err, want);
+    unlink(fifo);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_costs_plain_segments),
+        cmocka_unit_test(test_costs_vm_pages),
+        cmocka_unit_test(test_costs_failures_charged),
+        cmocka_unit_test(test_costs_defaults),
+        cmocka_unit_test(test_costs_file_format),
+        cmocka_unit_test(test_costs_file_load),
+    };
+    return cmocka_run_group_tests_name("costs", tests, NULL, NULL);
+}
