@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/snapshot_own.h"
+#include "statspage/snapshot_own.h"
 #include "shim/shim.h"
 
 /* A program retrying in a loop must not fill the disk: the first few out-of-memory failures get

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/statspage.h"
+#include "statspage/statspage.h"
 #include "tools/stat/stat.h"
 
 #ifndef TESSERA_VERSION

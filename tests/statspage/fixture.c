@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/statspage.h"
+#include "statspage/statspage.h"
 
 #define MiB (UINT64_C(1) << 20)
 

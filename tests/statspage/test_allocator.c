@@ -14,7 +14,7 @@
 
 #include "config/config.h"
 #include "core/allocator.h"
-#include "core/statspage.h"
+#include "statspage/statspage.h"
 #include "tools/devmodel.h"
 
 #include "snap.h"

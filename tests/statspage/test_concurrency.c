@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/statspage.h"
+#include "statspage/statspage.h"
 
 #define WRITERS 3
 #define READERS 2

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <utime.h>
 
-#include "core/statspage.h"
+#include "statspage/statspage.h"
 
 #define MiB (UINT64_C(1) << 20)
 

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "core/history.h"
-#include "core/snapshot.h"
+#include "statspage/snapshot.h"
 
 static uint64_t now_ns(void)
 {

@@ -2,7 +2,7 @@
 #ifndef TS_TOOLS_STAT_H
 #define TS_TOOLS_STAT_H
 
-#include "core/statspage.h"
+#include "statspage/statspage.h"
 
 /* Every page of dir, loaded for output (tessera-stat.c). 0, or -1 after a message. */
 typedef struct views {

@@ -6,7 +6,7 @@
 
 #include "core/allocator.h"
 #include "core/history.h"
-#include "core/snapshot.h"
+#include "statspage/snapshot.h"
 
 /* Add the segments of every allocator (each walked under its mutex) and the events of its ring
  * (hists may be NULL, and so may any entry). 0, or an errno value. */

@@ -1,5 +1,5 @@
 /* A memory snapshot of this process, taken from its own allocators (snapshot_on_oom). */
-#include "core/snapshot_own.h"
+#include "statspage/snapshot_own.h"
 
 #include <stdbool.h>
 #include <stdio.h>

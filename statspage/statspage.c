@@ -10,7 +10,7 @@
  * Reader side rules: never trust a byte of the file; read it with pread into private copies
  * (a page that shrinks gives an error, not SIGBUS); validate every count before using it.
  */
-#include "core/statspage.h"
+#include "statspage/statspage.h"
 
 #include <dirent.h>
 #include <errno.h>

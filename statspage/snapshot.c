@@ -1,6 +1,6 @@
 /* PyTorch memory snapshots from tessera's state (core/snapshot.h): the model and a minimal
  * pickle writer (protocol 2: dicts, lists, tuples, str, int, float, bool; no classes). */
-#include "core/snapshot.h"
+#include "statspage/snapshot.h"
 
 #include "core/history.h"
 
