@@ -1,5 +1,5 @@
 /* snapshot_on_oom: a PyTorch memory snapshot written by the process itself when an allocation
- * fails with out of memory (core/snapshot.h has the layout). */
+ * fails with out of memory (statspage/snapshot.h has the layout). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>

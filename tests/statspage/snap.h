@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "statspage/statspage.h"
+#include "statspage/reader.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                           \

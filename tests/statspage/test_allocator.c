@@ -14,7 +14,8 @@
 
 #include "config/config.h"
 #include "core/allocator.h"
-#include "statspage/statspage.h"
+#include "statspage/render.h"
+#include "statspage/writer.h"
 #include "tools/devmodel.h"
 
 #include "snap.h"

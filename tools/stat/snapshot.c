@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/history.h"
+#include "statspage/history_read.h"
 #include "statspage/snapshot.h"
 
 static uint64_t now_ns(void)
