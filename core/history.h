@@ -7,8 +7,8 @@
  * attached. Segment events are recorded by a thin backend wrapper that ts_history_attach puts in
  * front of the allocator's backend, so the core's device calls need no call site at all.
  *
- * Reader: ts_history_read copies a ring file (another process's) event by event, dropping
- * events overwritten while it read.
+ * Readers (statspage/history_read.h) copy a ring, or another process's ring file, event by
+ * event, dropping events overwritten while they read.
  */
 #ifndef TS_HISTORY_H
 #define TS_HISTORY_H
@@ -41,35 +41,8 @@ void ts_history_close(ts_history *h, bool unlink_file);
 /* In a fork child: stop writing the parent's ring without touching its file. */
 void ts_history_forget(ts_history *h);
 
-/* Copy the events of a ring held in memory (the owner's own) or read from a file. */
-typedef struct ts_history_copy {
-    tessera_history_header hdr;
-    tessera_history_event *events; /* oldest first; malloc'd */
-    size_t n;
-    uint64_t dropped;              /* events lost to the ring's bound or overwritten */
-} ts_history_copy;
-
-/* Read <dir>/tessera.<pid>.history.<slot>. 0 (copy filled), ENOENT (no history), or an errno
- * value with a reason in err. */
-int ts_history_read(const char *dir, int pid, uint32_t slot, ts_history_copy *out, char *err,
-                    size_t errlen);
-/* The shared ring of h: its header, with capacity events right after it. */
+/* The shared ring of h: its header, with capacity events right after it (read by
+ * statspage/snapshot_own.c for this process's own snapshots). */
 const tessera_history_header *ts_history_ring(const ts_history *h);
-/* The ring of this process's own allocator (core/snapshot_own.c). */
-int ts_history_read_own(ts_history *h, ts_history_copy *out);
-void ts_history_copy_free(ts_history_copy *c);
-
-/* Copy the complete events of a ring (hdr validated: capacity events at ev). 0 or ENOMEM. */
-int ts_history_copy_ring(const tessera_history_header *hdr, const tessera_history_event *ev,
-                         ts_history_copy *out);
-
-/* "alloc", "free_requested", ... in a snapshot's spelling ("unknown" past the table). */
-static inline const char *ts_history_action_name(uint32_t action)
-{
-    static const char *const names[TESSERA_EV_COUNT] = {
-        "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-        "segment_map", "segment_unmap", "oom", "snapshot"};
-    return action < TESSERA_EV_COUNT ? names[action] : "unknown";
-}
 
 #endif /* TS_HISTORY_H */

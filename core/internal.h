@@ -13,6 +13,7 @@
 #include "core/freeidx.h"
 #include "core/tree.h"
 #include "tessera/history.h"
+#include "tessera/stats_page.h"
 
 /* PyTorch's constants (reference: pytorch-caching-allocator.md section 2.1). */
 #define TS_MIN_BLOCK ((size_t)512)            /* kMinBlockSize */
@@ -187,16 +188,17 @@ void ts_history_note(struct ts_history *h, uint32_t action, uint64_t addr, uint6
  * opened lazily by the first update and closed before any backend call and at unlock, so a
  * reader never spins through a slow device call. */
 
+/* The protocol itself is the public header's (tessera/stats_page.h), the one every writer and
+ * C reader uses; here only the window is lazy. */
 static inline void st_store(int64_t *p, int64_t v)
 {
-    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+    tessera_stat_store(p, v);
 }
 
 static inline void st_open(ts_allocator *a)
 {
     if (!a->st_open) {
-        __atomic_store_n(a->seq, *a->seq + 1, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_RELEASE);
+        tessera_seq_write_begin(a->seq);
         a->st_open = true;
     }
 }
@@ -204,7 +206,7 @@ static inline void st_open(ts_allocator *a)
 static inline void st_close(ts_allocator *a)
 {
     if (a->st_open) {
-        __atomic_store_n(a->seq, *a->seq + 1, __ATOMIC_RELEASE);
+        tessera_seq_write_end(a->seq);
         a->st_open = false;
     }
 }

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "core/history.h"
-#include "core/statspage.h"
+#include "statspage/writer.h"
 #include "shim/shim.h"
 
 #define MAX_CONTEXTS 256

@@ -1,10 +1,10 @@
 /* snapshot_on_oom: a PyTorch memory snapshot written by the process itself when an allocation
- * fails with out of memory (core/snapshot.h has the layout). */
+ * fails with out of memory (statspage/snapshot.h has the layout). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "core/snapshot_own.h"
+#include "statspage/snapshot_own.h"
 #include "shim/shim.h"
 
 /* A program retrying in a loop must not fill the disk: the first few out-of-memory failures get

@@ -18,7 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/statspage.h"
+#include "statspage/collect.h"
+#include "statspage/render.h"
 #include "tools/stat/stat.h"
 
 #ifndef TESSERA_VERSION

@@ -25,7 +25,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/statspage.h"
+#include "statspage/identity.h"
+#include "statspage/writer.h"
 
 #define MiB (UINT64_C(1) << 20)
 

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "core/statspage.h"
+#include "statspage/reader.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                           \

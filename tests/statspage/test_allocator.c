@@ -14,7 +14,8 @@
 
 #include "config/config.h"
 #include "core/allocator.h"
-#include "core/statspage.h"
+#include "statspage/render.h"
+#include "statspage/writer.h"
 #include "devmodel/devmodel.h"
 
 #include "snap.h"

@@ -22,7 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/statspage.h"
+#include "statspage/collect.h"
+#include "statspage/writer.h"
 
 #define WRITERS 3
 #define READERS 2

@@ -20,7 +20,9 @@
 #include <time.h>
 #include <utime.h>
 
-#include "core/statspage.h"
+#include "statspage/collect.h"
+#include "statspage/render.h"
+#include "statspage/writer.h"
 
 #define MiB (UINT64_C(1) << 20)
 

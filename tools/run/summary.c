@@ -14,7 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/statspage.h"
+#include "statspage/collect.h"
+#include "statspage/render.h"
 #include "run.h"
 
 static void slot_print(FILE *f, const tessera_page_slot_head *h)

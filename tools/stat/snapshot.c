@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/history.h"
-#include "core/snapshot.h"
+#include "statspage/history_read.h"
+#include "statspage/snapshot.h"
 
 static uint64_t now_ns(void)
 {

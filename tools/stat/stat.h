@@ -1,8 +1,8 @@
-/* tessera-stat's commands beyond the stats page renderers (core/statspage_render.c). */
+/* tessera-stat's commands beyond the stats page renderers (statspage/render.c). */
 #ifndef TS_TOOLS_STAT_H
 #define TS_TOOLS_STAT_H
 
-#include "core/statspage.h"
+#include "statspage/render.h"
 
 /* Every page of dir, loaded for output (tessera-stat.c). 0, or -1 after a message. */
 typedef struct views {

@@ -1,7 +1,7 @@
 /* The stats page's link to the allocator core: the observer that refreshes a slot's segment map.
- * Kept apart from statspage.c so that readers (tessera-stat, tests, the fuzz target) never pull
+ * Kept apart from writer.c so that readers (tessera-stat, tests, the fuzz target) never pull
  * in the allocator. */
-#include "core/statspage.h"
+#include "statspage/writer.h"
 
 _Static_assert((int)TS_BLOCK_ALLOCATED == TESSERA_BLOCK_ALLOCATED, "block states match the ABI");
 _Static_assert((int)TS_BLOCK_PENDING == TESSERA_BLOCK_PENDING, "block states match the ABI");

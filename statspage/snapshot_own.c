@@ -1,5 +1,5 @@
 /* A memory snapshot of this process, taken from its own allocators (snapshot_on_oom). */
-#include "core/snapshot_own.h"
+#include "statspage/snapshot_own.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -36,7 +36,7 @@ static int own_segment(void *user, const ts_segment_info *seg)
     struct own_walk *w = user;
     own_copy_ring(w);
     if (seg->kind == TS_SEGMENT_STITCHED)
-        return 0; /* aliases of pages their expandable segments list (core/snapshot.c) */
+        return 0; /* aliases of pages their expandable segments list (statspage/snapshot_page.c) */
     w->err = ts_snap_add_segment(w->s, w->device, seg->addr, seg->mapped, seg->stream,
                                  seg->small_pool, seg->kind == TS_SEGMENT_EXPANDABLE);
     return w->err;

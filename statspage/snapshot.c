@@ -1,8 +1,8 @@
-/* PyTorch memory snapshots from tessera's state (core/snapshot.h): the model and a minimal
+/* PyTorch memory snapshots from tessera's state (statspage/snapshot.h): the model and a minimal
  * pickle writer (protocol 2: dicts, lists, tuples, str, int, float, bool; no classes). */
-#include "core/snapshot.h"
+#include "statspage/snapshot.h"
 
-#include "core/history.h"
+#include "statspage/history_read.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,33 +83,6 @@ int ts_snap_add_trace(ts_snap *s, int device, tessera_history_event *events, siz
     t->device = device;
     t->events = events;
     t->nevents = n;
-    return 0;
-}
-
-int ts_snap_add_page_slot(ts_snap *s, const tessera_page_slot_head *head,
-                          const tessera_page_segment *segs, const tessera_page_block *blocks)
-{
-    const tessera_page_map *m = &head->map;
-    for (uint32_t i = 0; i < m->nsegments; i++) {
-        const tessera_page_segment *g = &segs[i];
-        /* Stitched ranges alias pages their expandable segments already count: a snapshot
-         * lists each byte of device memory once, so they are left out. */
-        if (g->kind == TESSERA_SEGMENT_STITCHED)
-            continue;
-        if (ts_snap_add_segment(s, head->device, g->address, g->mapped, g->stream,
-                                g->pool == TESSERA_POOL_SMALL,
-                                g->kind == TESSERA_SEGMENT_EXPANDABLE))
-            return ENOMEM;
-        uint64_t at = g->address;
-        for (uint32_t k = 0; k < g->nblocks && g->first_block + k < m->nblocks; k++) {
-            const tessera_page_block *b = &blocks[g->first_block + k];
-            if (b->state <= TESSERA_BLOCK_FREE &&
-                ts_snap_add_block(s, at, b->size, b->size - (b->slack < b->size ? b->slack : 0),
-                                  b->state))
-                return ENOMEM;
-            at += b->size;
-        }
-    }
     return 0;
 }
 

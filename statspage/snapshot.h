@@ -3,9 +3,9 @@
  *
  * A ts_snap is filled from either source, then written by ts_snap_write_pickle:
  *  - another process: the segment map of its stats page slots and its history rings
- *    (tessera-stat snapshot, tools/stat/snapshot.c);
+ *    (tessera-stat snapshot, tools/stat/snapshot.c, statspage/snapshot_page.c);
  *  - this process: its allocator, walked under the mutex, and its own ring (the shim's
- *    snapshot_on_oom, core/snapshot_own.c).
+ *    snapshot_on_oom, statspage/snapshot_own.c).
  *
  * Layout written (the keys PyTorch's own snapshots carry, in its spelling):
  *   {'segments': [{'device', 'address', 'total_size', 'allocated_size', 'active_size',

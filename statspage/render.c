@@ -2,7 +2,9 @@
  * Prometheus text format, ASCII segment map. Every counter name comes from the X-macros of
  * tessera/stats_fields.h; nothing here trusts a byte of a page beyond what the validators
  * checked (strings are re-sanitised for each output format). */
-#include "core/statspage.h"
+#include "statspage/render.h"
+
+#include "statspage/collect.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

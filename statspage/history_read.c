@@ -1,6 +1,6 @@
-/* The reader of history rings (core/history.h): tessera-stat, the shim's own snapshots. Kept
- * apart from core/history.c so that readers never link the allocator. */
-#include "core/history.h"
+/* The reader of another process's history ring file (statspage/history_read.h): tessera-stat
+ * snapshot. Kept apart from core/history.c so that readers never link the allocator. */
+#include "statspage/history_read.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,36 +14,6 @@
 static size_t ring_bytes(uint32_t capacity)
 {
     return sizeof(tessera_history_header) + (size_t)capacity * sizeof(tessera_history_event);
-}
-
-/* --- reader -------------------------------------------------------------------------------- */
-
-/* Copy the live events of a ring at base (hdr already validated: capacity events follow). */
-int ts_history_copy_ring(const tessera_history_header *hdr, const tessera_history_event *ev,
-                     ts_history_copy *out)
-{
-    uint64_t written = __atomic_load_n(&hdr->written, __ATOMIC_ACQUIRE);
-    uint64_t cap = hdr->capacity;
-    uint64_t first = written > cap ? written - cap : 0;
-    out->events = calloc(written - first ? written - first : 1, sizeof *out->events);
-    if (!out->events)
-        return ENOMEM;
-    out->n = 0;
-    out->dropped = first;
-    for (uint64_t n = first; n < written; n++) {
-        const tessera_history_event *e = &ev[n % cap];
-        uint64_t s1 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
-        tessera_history_event c;
-        memcpy(&c, e, sizeof c);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        uint64_t s2 = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
-        if (s1 != 2 * n + 2 || s2 != s1 || c.nframes > TESSERA_HISTORY_MAX_FRAMES) {
-            out->dropped++;
-            continue;
-        }
-        out->events[out->n++] = c;
-    }
-    return 0;
 }
 
 int ts_history_read(const char *dir, int pid, uint32_t slot, ts_history_copy *out, char *err,
@@ -105,11 +75,4 @@ int ts_history_read(const char *dir, int pid, uint32_t slot, ts_history_copy *ou
     }
     out->n = k;
     return 0;
-}
-
-void ts_history_copy_free(ts_history_copy *c)
-{
-    free(c->events);
-    c->events = NULL;
-    c->n = 0;
 }

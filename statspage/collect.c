@@ -1,0 +1,249 @@
+/* Listing and collecting stale pages (statspage/collect.h). A page is removed only after it was
+ * moved aside and judged stale again as exactly that file, so a live page is never removed. */
+#include "statspage/collect.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Files without an identity (creation interrupted) are only collected once this old. */
+#define TS_NO_IDENTITY_GRACE_S 2
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+int ts_page_list(const char *dir, int **pids, size_t *n)
+{
+    *pids = NULL;
+    *n = 0;
+    if (!dir)
+        dir = ts_statspage_dir();
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno;
+    size_t cap = 0, cnt = 0;
+    int *v = NULL;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        int pid = ts_page_name_pid(de->d_name);
+        if (pid <= 0)
+            continue;
+        if (cnt == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            int *nv = realloc(v, ncap * sizeof *nv);
+            if (!nv) {
+                free(v);
+                closedir(d);
+                return ENOMEM;
+            }
+            v = nv;
+            cap = ncap;
+        }
+        v[cnt++] = pid;
+    }
+    closedir(d);
+    if (cnt)
+        qsort(v, cnt, sizeof *v, cmp_int);
+    *pids = v;
+    *n = cnt;
+    return 0;
+}
+
+/* What an interrupted creation leaves, and nothing else: a regular file of mode 0000 (a page
+ * gets its mode only once published) that is empty or exactly layout 1's size. */
+static bool interrupted_creation(const ts_page *pg)
+{
+    const uint64_t total =
+        (uint64_t)TESSERA_PAGE_HEADER_SIZE + (uint64_t)TESSERA_PAGE_SLOTS * TESSERA_PAGE_SLOT_SIZE;
+    return pg->ino != 0 && (pg->mode & 07777) == 0 && (pg->size == 0 || pg->size == total);
+}
+
+int ts_page_judge(ts_page *pg, int status, int pid, char *why, size_t whylen)
+{
+    if (status == TS_PAGE_ENOENT) {
+        ts_msg_set(why, whylen, "no such page");
+        return TS_OWNER_UNKNOWN;
+    }
+    if (pg->have_identity) {
+        int owner = ts_page_owner_state(&pg->hdr, why, whylen);
+        if (ts_owner_is_stale(owner))
+            pg->retries = 1; /* nobody writes a dead process's page: a busy slot stays busy */
+        return owner;
+    }
+    if (interrupted_creation(pg)) {
+        if (time(NULL) - pg->mtime < TS_NO_IDENTITY_GRACE_S) {
+            ts_msg_set(why, whylen, "being created");
+            return TS_OWNER_UNKNOWN;
+        }
+        if (ts_pid_is_gone(pid)) {
+            ts_msg_set(why, whylen, "creation never finished and process %d is gone", pid);
+            return TS_OWNER_DEAD;
+        }
+        ts_msg_set(why, whylen, "not published yet; process %d is running", pid);
+        return TS_OWNER_UNKNOWN;
+    }
+    ts_msg_set(why, whylen, "not a readable tessera page");
+    return TS_OWNER_UNKNOWN;
+}
+
+int ts_page_is_stale(ts_page *pg, const char *dir, int pid, char *why, size_t whylen)
+{
+    int st = ts_page_open_pid(pg, dir, pid);
+    return ts_owner_is_stale(ts_page_judge(pg, st, pid, why, whylen));
+}
+
+/* Judge the file now at path (moved aside) as the page of pid, identical to (dev, ino). */
+static int still_stale(const char *path, int pid, uint64_t dev, uint64_t ino, char *why,
+                       size_t whylen)
+{
+    ts_page pg;
+    ts_page_init(&pg);
+    int st = ts_page_open_as(&pg, path, pid);
+    int stale = 0;
+    if (st != TS_PAGE_ENOENT && pg.dev == dev && pg.ino == ino)
+        stale = ts_owner_is_stale(ts_page_judge(&pg, st, pid, why, whylen));
+    else
+        ts_msg_set(why, whylen, "replaced while being collected");
+    ts_page_close(&pg);
+    return stale;
+}
+
+/* Put a file moved aside back under its name, never over a newer file. */
+static int restore_name(const char *aside, const char *path)
+{
+    if (renameat2(AT_FDCWD, aside, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return errno;
+    if (link(aside, path) != 0)
+        return errno;
+    unlink(aside);
+    return 0;
+}
+
+static int collect_one(const char *dir, const char *name, int pid, int *removed,
+                       ts_gc_report_fn report, void *user)
+{
+    char path[PATH_MAX], aside[PATH_MAX], why[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int n = snprintf(aside, sizeof aside, "%s/.tessera-gc.%d.%d", dir, (int)getpid(), pid);
+    if (n < 0 || (size_t)n >= sizeof aside)
+        return ENAMETOOLONG;
+
+    ts_page pg;
+    ts_page_init(&pg);
+    int st = ts_page_open_as(&pg, path, pid);
+    int stale = ts_owner_is_stale(ts_page_judge(&pg, st, pid, why, sizeof why));
+    uint64_t dev = pg.dev, ino = pg.ino;
+    ts_page_close(&pg);
+    if (!stale)
+        return 0;
+    /* Move it aside (atomic), then judge exactly that inode again: a live page can never be
+     * removed, even if its pid's new owner replaced the file in between. */
+    if (rename(path, aside) != 0) {
+        int e = errno;
+        if (e != ENOENT && report) {
+            char msg[320];
+            snprintf(msg, sizeof msg, "%s; cannot remove it: %s", why, strerror(e));
+            report(user, pid, 0, msg);
+        }
+        return 0;
+    }
+    char why2[256];
+    if (still_stale(aside, pid, dev, ino, why2, sizeof why2) && unlink(aside) == 0) {
+        (*removed)++;
+        if (report)
+            report(user, pid, 1, why);
+        return 0;
+    }
+    int e = restore_name(aside, path);
+    if (report) {
+        char msg[PATH_MAX + 320];
+        if (e)
+            snprintf(msg, sizeof msg, "changed while being collected; left as %s (%s)", aside,
+                     strerror(e));
+        else
+            snprintf(msg, sizeof msg, "changed while being collected (%s); left in place", why2);
+        report(user, pid, 0, msg);
+    }
+    return 0;
+}
+
+/* A file moved aside by a collector that died before finishing: .tessera-gc.<gcpid>.<pid>. */
+static void recover_aside(const char *dir, const char *name, int *removed, ts_gc_report_fn report,
+                          void *user)
+{
+    int gcpid = 0, pid = 0;
+    char tail;
+    if (sscanf(name, ".tessera-gc.%d.%d%c", &gcpid, &pid, &tail) != 2 || gcpid <= 0 || pid <= 0)
+        return;
+    if (gcpid == (int)getpid() || !ts_pid_is_gone(gcpid))
+        return;
+    char aside[PATH_MAX], path[PATH_MAX], why[256];
+    snprintf(aside, sizeof aside, "%s/%s", dir, name);
+    snprintf(path, sizeof path, "%s/" TESSERA_PAGE_FILE_PREFIX "%d", dir, pid);
+    ts_page pg;
+    ts_page_init(&pg);
+    int st = ts_page_open_as(&pg, aside, pid);
+    int stale = ts_owner_is_stale(ts_page_judge(&pg, st, pid, why, sizeof why));
+    ts_page_close(&pg);
+    if (stale) {
+        if (unlink(aside) == 0) {
+            (*removed)++;
+            if (report)
+                report(user, pid, 1, why);
+        }
+    } else if (st != TS_PAGE_ENOENT) {
+        (void)restore_name(aside, path);
+    }
+}
+
+int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user)
+{
+    if (!dir)
+        dir = ts_statspage_dir();
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    size_t cap = 0, cnt = 0;
+    char (*names)[256] = NULL;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (ts_page_name_pid(de->d_name) <= 0 &&
+            strncmp(de->d_name, ".tessera-gc.", 12) != 0)
+            continue;
+        if (strlen(de->d_name) >= 256)
+            continue;
+        if (cnt == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            void *nv = realloc(names, ncap * sizeof *names);
+            if (!nv) {
+                free(names);
+                closedir(d);
+                return -ENOMEM;
+            }
+            names = nv;
+            cap = ncap;
+        }
+        snprintf(names[cnt++], sizeof names[0], "%s", de->d_name);
+    }
+    closedir(d);
+    int removed = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        int pid = ts_page_name_pid(names[i]);
+        if (pid > 0)
+            collect_one(dir, names[i], pid, &removed, report, user);
+        else
+            recover_aside(dir, names[i], &removed, report, user);
+    }
+    free(names);
+    return removed;
+}

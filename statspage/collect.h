@@ -1,0 +1,29 @@
+/* Listing the pages of a directory and collecting the stale ones (tessera-stat --gc, tessera
+ * run). A live page is never removed: see ts_page_gc. */
+#ifndef TS_STATSPAGE_COLLECT_H
+#define TS_STATSPAGE_COLLECT_H
+
+#include <stddef.h>
+
+#include "statspage/reader.h"
+
+/* Page files in dir (names tessera.<pid>), pids ascending. *pids is malloc'd (free it). Returns
+ * 0 or an errno value. */
+int ts_page_list(const char *dir, int **pids, size_t *n);
+
+/* The owner state of an opened page (status: what the open returned), including pages without
+ * an identity (creation never finished), judged by the pid of their name and their age. */
+int ts_page_judge(ts_page *pg, int status, int pid, char *why, size_t whylen);
+
+/* Is the page of pid in dir removable (stale)? Opens it into pg (closed by the caller).
+ * Returns 1 stale, 0 not; why says which and why. */
+int ts_page_is_stale(ts_page *pg, const char *dir, int pid, char *why, size_t whylen);
+
+/* Remove the stale pages of dir: each candidate is renamed aside, judged again, and unlinked
+ * only if still stale (else renamed back), so a live page is never removed. report (may be
+ * NULL) is called for each stale page, removed or not. Returns the number removed, or a negative
+ * errno when the directory cannot be read. */
+typedef void (*ts_gc_report_fn)(void *user, int pid, int removed, const char *why);
+int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user);
+
+#endif /* TS_STATSPAGE_COLLECT_H */

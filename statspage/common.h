@@ -1,0 +1,14 @@
+/* What every side of the stats page shares (writer, reader, collector): where pages live and
+ * how a one-line reason reaches the caller. */
+#ifndef TS_STATSPAGE_COMMON_H
+#define TS_STATSPAGE_COMMON_H
+
+#include <stddef.h>
+
+/* The directory pages live in: $TESSERA_STATS_DIR when set and non-empty, else /dev/shm. */
+const char *ts_statspage_dir(void);
+
+/* Format a message into buf (nothing when buf is NULL or len is 0). */
+void ts_msg_set(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif /* TS_STATSPAGE_COMMON_H */
