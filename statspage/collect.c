@@ -2,12 +2,15 @@
  * moved aside and judged stale again as exactly that file, so a live page is never removed. */
 #include "statspage/collect.h"
 
+#include "tessera/history.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -153,7 +156,7 @@ static int collect_one(const char *dir, const char *name, int pid, int *removed,
         if (e != ENOENT && report) {
             char msg[320];
             snprintf(msg, sizeof msg, "%s; cannot remove it: %s", why, strerror(e));
-            report(user, pid, 0, msg);
+            report(user, name, pid, 0, msg);
         }
         return 0;
     }
@@ -161,7 +164,7 @@ static int collect_one(const char *dir, const char *name, int pid, int *removed,
     if (still_stale(aside, pid, dev, ino, why2, sizeof why2) && unlink(aside) == 0) {
         (*removed)++;
         if (report)
-            report(user, pid, 1, why);
+            report(user, name, pid, 1, why);
         return 0;
     }
     int e = restore_name(aside, path);
@@ -172,21 +175,112 @@ static int collect_one(const char *dir, const char *name, int pid, int *removed,
                      strerror(e));
         else
             snprintf(msg, sizeof msg, "changed while being collected (%s); left in place", why2);
-        report(user, pid, 0, msg);
+        report(user, name, pid, 0, msg);
     }
     return 0;
 }
 
-/* A file moved aside by a collector that died before finishing: .tessera-gc.<gcpid>.<pid>. */
+/* --- history rings ------------------------------------------------------------------------ */
+
+/* pid of a ring's name, tessera.<pid>.history.<slot> (decimal, no leading zeros, nothing after),
+ * with the slot in *slot; 0 for any other name. */
+static int ring_name_pid(const char *name, int *slot)
+{
+    const size_t pre = strlen(TESSERA_PAGE_FILE_PREFIX), infix = strlen(TESSERA_HISTORY_FILE_INFIX);
+    if (strncmp(name, TESSERA_PAGE_FILE_PREFIX, pre) != 0)
+        return 0;
+    const char *p = name + pre, *dot = strchr(p, '.');
+    if (!dot || strncmp(dot, TESSERA_HISTORY_FILE_INFIX, infix) != 0)
+        return 0;
+    char page[32];
+    int n = snprintf(page, sizeof page, TESSERA_PAGE_FILE_PREFIX "%.*s", (int)(dot - p), p);
+    int pid = n > 0 && (size_t)n < sizeof page ? ts_page_name_pid(page) : 0;
+    const char *s = dot + infix;
+    char *end;
+    errno = 0;
+    long v = (*s >= '0' && *s <= '9' && (s[0] != '0' || s[1] == '\0')) ? strtol(s, &end, 10) : -1;
+    if (pid <= 0 || v < 0 || v >= TESSERA_PAGE_SLOTS || errno || *end)
+        return 0;
+    *slot = (int)v;
+    return pid;
+}
+
+/* Is the ring at path (already lstat'ed into st) one this collector may remove: a regular file of
+ * the collecting user (any user's for root), whose process has no page and is gone? */
+static bool ring_is_stale(const char *dir, int pid, const struct stat *st, char *why, size_t len)
+{
+    if (!S_ISREG(st->st_mode) || (st->st_uid != geteuid() && geteuid() != 0))
+        return false;
+    char page[PATH_MAX];
+    struct stat pst;
+    snprintf(page, sizeof page, "%s/" TESSERA_PAGE_FILE_PREFIX "%d", dir, pid);
+    if (lstat(page, &pst) == 0 || errno != ENOENT || !ts_pid_is_gone(pid))
+        return false;
+    ts_msg_set(why, len, "history ring of process %d, which is gone and has no page", pid);
+    return true;
+}
+
+static void collect_ring(const char *dir, const char *name, int pid, int slot, int *removed,
+                         ts_gc_report_fn report, void *user)
+{
+    char path[PATH_MAX], aside[PATH_MAX], why[160];
+    struct stat st, ast;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (lstat(path, &st) != 0 || !ring_is_stale(dir, pid, &st, why, sizeof why))
+        return;
+    int n = snprintf(aside, sizeof aside, "%s/.tessera-gc.%d.%d" TESSERA_HISTORY_FILE_INFIX "%d",
+                     dir, (int)getpid(), pid, slot);
+    if (n < 0 || (size_t)n >= sizeof aside || rename(path, aside) != 0)
+        return;
+    /* the same file, and still stale: a process that took this pid since has not made it its */
+    if (lstat(aside, &ast) == 0 && ast.st_dev == st.st_dev && ast.st_ino == st.st_ino &&
+        ring_is_stale(dir, pid, &ast, why, sizeof why) && unlink(aside) == 0) {
+        (*removed)++;
+        if (report)
+            report(user, name, pid, 1, why);
+        return;
+    }
+    (void)restore_name(aside, path);
+}
+
+/* --- collectors that died half-way ------------------------------------------------------------ */
+
+/* A file moved aside by a collector that died before finishing: .tessera-gc.<gcpid>.<pid> (a
+ * page), .tessera-gc.<gcpid>.<pid>.history.<slot> (a ring). */
 static void recover_aside(const char *dir, const char *name, int *removed, ts_gc_report_fn report,
                           void *user)
 {
-    int gcpid = 0, pid = 0;
+    int gcpid = 0, pid = 0, slot = 0;
     char tail;
-    if (sscanf(name, ".tessera-gc.%d.%d%c", &gcpid, &pid, &tail) != 2 || gcpid <= 0 || pid <= 0)
+    int got = sscanf(name, ".tessera-gc.%d.%d%c", &gcpid, &pid, &tail);
+    if ((got != 2 && got != 3) || gcpid <= 0 || pid <= 0)
         return;
     if (gcpid == (int)getpid() || !ts_pid_is_gone(gcpid))
         return;
+    if (got == 3) {
+        char ring[64];
+        const char *dot = strchr(name + strlen(".tessera-gc."), '.');
+        dot = dot ? strchr(dot + 1, '.') : NULL;
+        int n = dot ? snprintf(ring, sizeof ring, TESSERA_PAGE_FILE_PREFIX "%d%s", pid, dot) : -1;
+        if (n <= 0 || (size_t)n >= sizeof ring || ring_name_pid(ring, &slot) != pid)
+            return;
+        char aside[PATH_MAX], path[PATH_MAX], why[160];
+        struct stat st;
+        snprintf(aside, sizeof aside, "%s/%s", dir, name);
+        snprintf(path, sizeof path, "%s/%s", dir, ring);
+        if (lstat(aside, &st) != 0)
+            return;
+        if (ring_is_stale(dir, pid, &st, why, sizeof why)) {
+            if (unlink(aside) == 0) {
+                (*removed)++;
+                if (report)
+                    report(user, ring, pid, 1, why);
+            }
+        } else if (S_ISREG(st.st_mode)) {
+            (void)restore_name(aside, path);
+        }
+        return;
+    }
     char aside[PATH_MAX], path[PATH_MAX], why[256];
     snprintf(aside, sizeof aside, "%s/%s", dir, name);
     snprintf(path, sizeof path, "%s/" TESSERA_PAGE_FILE_PREFIX "%d", dir, pid);
@@ -198,8 +292,11 @@ static void recover_aside(const char *dir, const char *name, int *removed, ts_gc
     if (stale) {
         if (unlink(aside) == 0) {
             (*removed)++;
-            if (report)
-                report(user, pid, 1, why);
+            if (report) {
+                char page[32];
+                snprintf(page, sizeof page, TESSERA_PAGE_FILE_PREFIX "%d", pid);
+                report(user, page, pid, 1, why);
+            }
         }
     } else if (st != TS_PAGE_ENOENT) {
         (void)restore_name(aside, path);
@@ -216,8 +313,9 @@ int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user)
     size_t cap = 0, cnt = 0;
     char (*names)[256] = NULL;
     struct dirent *de;
+    int slot;
     while ((de = readdir(d)) != NULL) {
-        if (ts_page_name_pid(de->d_name) <= 0 &&
+        if (ts_page_name_pid(de->d_name) <= 0 && ring_name_pid(de->d_name, &slot) <= 0 &&
             strncmp(de->d_name, ".tessera-gc.", 12) != 0)
             continue;
         if (strlen(de->d_name) >= 256)
@@ -237,12 +335,17 @@ int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user)
     }
     closedir(d);
     int removed = 0;
-    for (size_t i = 0; i < cnt; i++) {
+    for (size_t i = 0; i < cnt; i++) { /* pages (and half-collected files) first */
         int pid = ts_page_name_pid(names[i]);
         if (pid > 0)
             collect_one(dir, names[i], pid, &removed, report, user);
-        else
+        else if (ring_name_pid(names[i], &slot) <= 0)
             recover_aside(dir, names[i], &removed, report, user);
+    }
+    for (size_t i = 0; i < cnt; i++) { /* then the rings their pages leave behind */
+        int pid = ring_name_pid(names[i], &slot);
+        if (pid > 0)
+            collect_ring(dir, names[i], pid, slot, &removed, report, user);
     }
     free(names);
     return removed;

@@ -20,10 +20,15 @@ int ts_page_judge(ts_page *pg, int status, int pid, char *why, size_t whylen);
 int ts_page_is_stale(ts_page *pg, const char *dir, int pid, char *why, size_t whylen);
 
 /* Remove the stale pages of dir: each candidate is renamed aside, judged again, and unlinked
- * only if still stale (else renamed back), so a live page is never removed. report (may be
- * NULL) is called for each stale page, removed or not. Returns the number removed, or a negative
- * errno when the directory cannot be read. */
-typedef void (*ts_gc_report_fn)(void *user, int pid, int removed, const char *why);
+ * only if still stale (else renamed back), so a live page is never removed. Then the history
+ * rings (tessera.<pid>.history.<slot>) whose page is gone and whose process is gone: a ring is
+ * created after its page and removed before it, so only a process that died (or kept its files
+ * with TESSERA_STATS_KEEP=1) leaves one without a page. Rings are only removed when they belong
+ * to the collecting user (or the collector is root), with the same rename-aside check. report
+ * (may be NULL) is called for each stale file, removed or not, with its name in dir. Returns the
+ * number of files removed, or a negative errno when the directory cannot be read. */
+typedef void (*ts_gc_report_fn)(void *user, const char *name, int pid, int removed,
+                                const char *why);
 int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user);
 
 #endif /* TS_STATSPAGE_COLLECT_H */

@@ -20,6 +20,7 @@
 
 #include "statspage/collect.h"
 #include "statspage/render.h"
+#include "tessera/history.h"
 #include "tools/stat/stat.h"
 
 #ifndef TESSERA_VERSION
@@ -302,31 +303,38 @@ static int cmd_map(const char *dir, int pid, long device, unsigned width)
 struct gc_state {
     const char *dir;
     int failed;
+    int rings; /* history rings removed (the rest of the count is pages) */
 };
 
-static void gc_report(void *user, int pid, int removed, const char *why)
+static void gc_report(void *user, const char *name, int pid, int removed, const char *why)
 {
     struct gc_state *g = user;
+    (void)pid;
     if (removed) {
-        printf("removed %s/" TESSERA_PAGE_FILE_PREFIX "%d (%s)\n", g->dir, pid, why);
+        printf("removed %s/%s (%s)\n", g->dir, name, why);
+        g->rings += strstr(name, TESSERA_HISTORY_FILE_INFIX) != NULL;
     } else {
-        printf("kept %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s\n", g->dir, pid, why);
+        printf("kept %s/%s: %s\n", g->dir, name, why);
         g->failed = 1;
     }
 }
 
 static int cmd_gc(const char *dir)
 {
-    struct gc_state g = {dir, 0};
+    struct gc_state g = {dir, 0, 0};
     int n = ts_page_gc(dir, gc_report, &g);
     if (n < 0) {
         fprintf(stderr, "%s: cannot read %s: %s\n", prog, dir, strerror(-n));
         return 1;
     }
+    int pages = n - g.rings;
     if (n == 0 && !g.failed)
         printf("no stale pages in %s\n", dir);
+    else if (g.rings)
+        printf("removed %d stale page%s and %d history ring%s\n", pages, pages == 1 ? "" : "s",
+               g.rings, g.rings == 1 ? "" : "s");
     else
-        printf("removed %d stale page%s\n", n, n == 1 ? "" : "s");
+        printf("removed %d stale page%s\n", pages, pages == 1 ? "" : "s");
     return g.failed ? 1 : 0;
 }
 

@@ -208,6 +208,15 @@ class SnapshotOnOom(Base):
                              text=True)
         self.assertEqual(chk.returncode, 0, chk.stderr)
         self.assertIn("allocations at PyTorch's address: 3/3", chk.stdout)
+        # the kept page and its history ring are both collected once the process is gone
+        kept = sorted(f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera."))
+        self.assertEqual(len(kept), 2, kept)
+        self.assertTrue(any(".history." in f for f in kept), kept)
+        gc = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "--gc"], capture_output=True,
+                            text=True)
+        self.assertEqual(gc.returncode, 0, gc.stdout + gc.stderr)
+        self.assertIn("removed 1 stale page and 1 history ring", gc.stdout)
+        self.assertEqual([f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera.")], [])
 
     def test_existing_file_is_never_replaced(self):
         path = os.path.join(self.env.tmp, "taken.pickle")

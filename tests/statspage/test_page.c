@@ -751,10 +751,11 @@ struct gc_log {
     int kept;
 };
 
-static void gc_cb(void *user, int pid, int removed, const char *why)
+static void gc_cb(void *user, const char *name, int pid, int removed, const char *why)
 {
     struct gc_log *g = user;
     (void)why;
+    (void)name;
     if (removed && g->nremoved < 16)
         g->removed[g->nremoved++] = pid;
     if (!removed)
@@ -810,10 +811,47 @@ static void test_gc(void **state)
     snprintf(aside, sizeof aside, "%s/.tessera-gc.%d.%d", dir, dead2, dead);
     write_bytes(aside, buf, TOTAL);
 
+    /* history rings: of a page collected now, of a process with no page left, of a half-done
+     * collection; kept: of the live page, of a page that stays (dead3, dead4), odd names */
+    char ring[512];
+    const int rings_gone[] = {dead, dead2}, rings_kept[] = {(int)getpid(), dead3, dead4};
+    for (unsigned i = 0; i < 2; i++) {
+        snprintf(ring, sizeof ring, "%s/tessera.%d.history.%u", dir, rings_gone[i], i);
+        write_bytes(ring, "ring", 4);
+    }
+    for (unsigned i = 0; i < 3; i++) {
+        snprintf(ring, sizeof ring, "%s/tessera.%d.history.0", dir, rings_kept[i]);
+        write_bytes(ring, "ring", 4);
+    }
+    snprintf(ring, sizeof ring, "%s/.tessera-gc.%d.%d.history.3", dir, dead4, dead2);
+    write_bytes(ring, "ring", 4);
+    static const char *const odd[] = {"history.x", "history.01", "history.16", "history.1.bak"};
+    for (unsigned i = 0; i < 4; i++) {
+        snprintf(ring, sizeof ring, "%s/tessera.%d.%s", dir, dead2, odd[i]);
+        write_bytes(ring, "ring", 4);
+    }
+
     struct gc_log g = {{0}, 0, 0};
     int n = ts_page_gc(dir, gc_cb, &g);
-    assert_int_equal(n, 4);
-    assert_int_equal(g.nremoved, 4);
+    assert_int_equal(n, 7);
+    assert_int_equal(g.nremoved, 7);
+    for (unsigned i = 0; i < 2; i++) {
+        snprintf(ring, sizeof ring, "%s/tessera.%d.history.%u", dir, rings_gone[i], i);
+        assert_int_equal(access(ring, F_OK), -1);
+    }
+    snprintf(ring, sizeof ring, "%s/.tessera-gc.%d.%d.history.3", dir, dead4, dead2);
+    assert_int_equal(access(ring, F_OK), -1);
+    for (unsigned i = 0; i < 3; i++) {
+        snprintf(ring, sizeof ring, "%s/tessera.%d.history.0", dir, rings_kept[i]);
+        assert_int_equal(access(ring, F_OK), 0);
+        if (i > 0)
+            unlink(ring); /* the test's own */
+    }
+    for (unsigned i = 0; i < 4; i++) {
+        snprintf(ring, sizeof ring, "%s/tessera.%d.%s", dir, dead2, odd[i]);
+        assert_int_equal(access(ring, F_OK), 0);
+        unlink(ring);
+    }
     assert_true(was_removed(&g, dead));
     assert_true(was_removed(&g, parent));
     assert_true(was_removed(&g, dead2));
@@ -835,6 +873,8 @@ static void test_gc(void **state)
     unlink(path);
     page_path(path, sizeof path, dead4);
     unlink(path);
+    snprintf(ring, sizeof ring, "%s/tessera.%d.history.0", dir, (int)getpid());
+    unlink(ring);
     ts_statspage_close(live, true);
     assert_int_equal(ts_page_gc("/nonexistent/x", NULL, NULL), -ENOENT);
     free(buf);
