@@ -105,32 +105,9 @@ static bool driver_resolve(bool load)
     if (gpa1)
         __atomic_store_n((void **)&ts_real.cuGetProcAddress_v1, gpa1, __ATOMIC_RELEASE);
 
-    RESOLVE(h, cuDriverGetVersion);
-    RESOLVE(h, cuCtxGetCurrent);
-    RESOLVE(h, cuCtxPushCurrent_v2);
-    RESOLVE(h, cuCtxPopCurrent_v2);
-    RESOLVE(h, cuCtxGetDevice);
-    RESOLVE(h, cuCtxSynchronize);
-    RESOLVE(h, cuDeviceTotalMem_v2);
-    RESOLVE(h, cuDevicePrimaryCtxRetain);
-    RESOLVE(h, cuDevicePrimaryCtxRelease_v2);
-    RESOLVE(h, cuDevicePrimaryCtxGetState);
-    RESOLVE(h, cuEventCreate);
-    RESOLVE(h, cuEventRecord);
-    RESOLVE(h, cuStreamWaitEvent);
-    RESOLVE(h, cuEventQuery);
-    RESOLVE(h, cuEventSynchronize);
-    RESOLVE(h, cuEventDestroy_v2);
-    RESOLVE(h, cuStreamIsCapturing);
-    RESOLVE(h, cuThreadExchangeStreamCaptureMode);
-    RESOLVE(h, cuMemAddressReserve);
-    RESOLVE(h, cuMemAddressFree);
-    RESOLVE(h, cuMemCreate);
-    RESOLVE(h, cuMemRelease);
-    RESOLVE(h, cuMemMap);
-    RESOLVE(h, cuMemUnmap);
-    RESOLVE(h, cuMemSetAccess);
-    RESOLVE(h, cuMemGetAllocationGranularity);
+    /* The entry points tessera only calls. */
+#define TS_DRIVER_REAL(name, ret, params) RESOLVE(h, name);
+#include "shim/hooks.def"
 
     /* The hooked entry points: real pointer into ts_real, every alias into the routes. */
     size_t n = 0;

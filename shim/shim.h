@@ -34,56 +34,14 @@ typedef CUresult (*ts_gpa_v1_fn)(const char *symbol, void **pfn, int cudaVersion
 typedef CUresult (*ts_gpa_v2_fn)(const char *symbol, void **pfn, int cudaVersion,
                                  cuuint64_t flags, CUdriverProcAddressQueryResult *status);
 
-/* The real driver, as resolved from libcuda.so.1 itself. Optional entries may be NULL. */
+/* The real driver, as resolved from libcuda.so.1 itself: one pointer per driver entry point of
+ * shim/hooks.def, under its versioned name. Optional entries may be NULL. */
 typedef struct ts_real_driver {
     ts_gpa_v2_fn cuGetProcAddress_v2;
     ts_gpa_v1_fn cuGetProcAddress_v1; /* the 4-argument export "cuGetProcAddress" */
-    CUresult (*cuDriverGetVersion)(int *);
-    CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
-    CUresult (*cuMemFree_v2)(CUdeviceptr);
-    CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
-    CUresult (*cuMemFreeAsync_ptsz)(CUdeviceptr, CUstream);
-    CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
-    CUresult (*cuCtxGetCurrent)(CUcontext *);
-    CUresult (*cuCtxSetCurrent)(CUcontext);
-    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
-    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
-    CUresult (*cuCtxGetDevice)(CUdevice *);
-    CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuCtxDestroy_v2)(CUcontext);
-    CUresult (*cuDeviceTotalMem_v2)(size_t *, CUdevice);
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*cuDevicePrimaryCtxRelease_v2)(CUdevice);
-    CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned int *, int *);
-    CUresult (*cuDevicePrimaryCtxReset_v2)(CUdevice);
-    CUresult (*cuEventCreate)(CUevent *, unsigned int);
-    CUresult (*cuEventRecord)(CUevent, CUstream);
-    CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
-    CUresult (*cuEventQuery)(CUevent);
-    CUresult (*cuEventSynchronize)(CUevent);
-    CUresult (*cuEventDestroy_v2)(CUevent);
-    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
-    CUresult (*cuStreamCreateWithPriority)(CUstream *, unsigned int, int);
-    CUresult (*cuStreamDestroy_v2)(CUstream);
-    CUresult (*cuStreamBeginCapture_v2)(CUstream, CUstreamCaptureMode);
-    CUresult (*cuStreamBeginCapture_v2_ptsz)(CUstream, CUstreamCaptureMode);
-    CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
-    CUresult (*cuStreamEndCapture_ptsz)(CUstream, CUgraph *);
-    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
-    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
-    CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
-    CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
-                                    unsigned long long);
-    CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
-    CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                            unsigned long long);
-    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-    CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                         unsigned long long);
-    CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
-    CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-    CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *,
-                                              CUmemAllocationGranularity_flags);
+#define TS_DRIVER_HOOK(name, symbol, version, ptsz, ret, params) ret(*name) params;
+#define TS_DRIVER_REAL(name, ret, params) ret(*name) params;
+#include "shim/hooks.def"
 } ts_real_driver;
 
 extern TS_HIDDEN ts_real_driver ts_real;
@@ -117,11 +75,9 @@ TS_HIDDEN ts_tls *ts_tls_get(void);
 
 /* --- hooks_driver.c -------------------------------------------------------------------------- */
 
-/* The wrappers handed out for cuGetProcAddress (v1: 4 arguments, v2: 5). */
-TS_HIDDEN CUresult ts_gpa_v1_wrapper(const char *symbol, void **pfn, int cudaVersion,
-                                     cuuint64_t flags);
-TS_HIDDEN CUresult ts_gpa_v2_wrapper(const char *symbol, void **pfn, int cudaVersion,
-                                     cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+/* The wrappers handed out for cuGetProcAddress (v1: 4 arguments, v2: 5), and exported. */
+#define TS_DRIVER_GPA(name, wrapper, ret, params) TS_HIDDEN ret wrapper params;
+#include "shim/hooks.def"
 
 /* The hook table routing maps real pointers into (see real.c). */
 typedef struct ts_hook_entry {
