@@ -24,22 +24,27 @@ ts_tls *ts_tls_get(void)
 
 /* --- dlsym ----------------------------------------------------------------------------------- */
 
-typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym_ptr;
+void *ts_dlsym_glibc;
+
+void *ts_dlsym_resolve(void)
+{
+    void *f = __atomic_load_n(&ts_dlsym_glibc, __ATOMIC_ACQUIRE);
+    if (f)
+        return f;
+    /* Never plain dlsym: it would resolve to our own interposer. The versions glibc has given
+     * dlsym on the architectures tessera builds for, newest first. */
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    for (size_t i = 0; !f && i < sizeof versions / sizeof versions[0]; i++)
+        f = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    if (f)
+        __atomic_store_n(&ts_dlsym_glibc, f, __ATOMIC_RELEASE);
+    return f;
+}
 
 void *ts_real_dlsym(void *handle, const char *name)
 {
-    dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_ACQUIRE);
-    if (!f) {
-        /* Never plain dlsym: it would resolve to our own interposer. */
-        static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-        for (size_t i = 0; !f && i < sizeof versions / sizeof versions[0]; i++)
-            f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-        if (!f)
-            return NULL;
-        __atomic_store_n(&real_dlsym_ptr, f, __ATOMIC_RELEASE);
-    }
-    return f(handle, name);
+    void *(*f)(void *, const char *) = (void *(*)(void *, const char *))ts_dlsym_resolve();
+    return f ? f(handle, name) : NULL;
 }
 
 /* --- routing --------------------------------------------------------------------------------- */

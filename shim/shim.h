@@ -48,7 +48,13 @@ extern TS_HIDDEN ts_real_driver ts_real;
 
 /* --- real.c ---------------------------------------------------------------------------------- */
 
-/* The real dlsym (glibc's), resolved with dlvsym so it is never our own. */
+/* glibc's dlsym, found with dlvsym (plain dlsym would be tessera's own) once per process: the
+ * one versioned look-up, shared by tessera's own look-ups and the exported dlsym's RTLD_NEXT
+ * path. ts_dlsym_glibc caches it (NULL until found; dlsym.c's assembly reads it); resolve returns
+ * it, looking it up first if need be (NULL when glibc has none). */
+extern TS_HIDDEN void *ts_dlsym_glibc;
+TS_HIDDEN void *ts_dlsym_resolve(void);
+/* glibc's dlsym(handle, name) (NULL when it cannot be found). */
 TS_HIDDEN void *ts_real_dlsym(void *handle, const char *name);
 
 /* Resolve the driver (dlopen libcuda.so.1 when load is true and it is not loaded yet), fill
