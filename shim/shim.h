@@ -175,7 +175,10 @@ TS_HIDDEN void ts_streams_reset_after_fork(void);
 /* --- backend_cuda.c ---------------------------------------------------------------------------- */
 
 typedef struct ts_cuda_backend ts_cuda_backend;
-TS_HIDDEN ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_backend *out);
+/* The backend of context ctx (on device dev), filling *out; mode: the resolved configuration's
+ * reuse_fence (the backend reads no configuration itself). NULL when out of host memory. */
+TS_HIDDEN ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_fence_mode mode,
+                                                  ts_backend *out);
 /* Drop the backend's events without calling the driver (the context is gone). */
 TS_HIDDEN void ts_cuda_backend_forget(ts_cuda_backend *b);
 /* Point a forgotten backend at a new context (a device's primary context after a reset). */
