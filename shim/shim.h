@@ -9,6 +9,9 @@
  *   streams.c         which streams exist, which threads use a context, whether a capture runs
  *   real.c            the real dlsym, the real driver entry points, the routing table
  *
+ * hooks.def lists every entry point hooked or called; the struct of real pointers below, the
+ * hook table, the exports and the linker's version script (libtessera.map.in) come from it.
+ *
  * Hooks stay thin: lazy init, pick the allocator, call the core, return. tessera's own driver
  * calls always go through the real pointers resolved here, never through an exported name, so
  * they never re-enter a hook.
