@@ -1,9 +1,17 @@
 /* The seam between the allocator core and a device.
  *
  * The core never names a CUDA symbol: everything it needs from a device goes through this table.
- * Implementations: shim/backend_cuda.c (the real driver, through the pointers tessera resolved
- * itself, so no call re-enters tessera's hooks), devmodel/devmodel.c (a model of a device's
- * address space and driver calls, for tessera-replay and the unit tests).
+ * Implementations:
+ *   shim/backend_cuda.c   the CUDA driver, one backend per context, made by
+ *                         ts_cuda_backend_create with every setting it uses passed in (the fence
+ *                         mode); it calls the driver through the pointers the shim resolved
+ *                         itself, so no call re-enters tessera's hooks. The simulated device of
+ *                         the tests (tests/sim) is a libcuda, reached through this backend too.
+ *   devmodel/devmodel.c   a model of a device's address space and driver calls, with counters
+ *                         and fault injection (ts_devmodel_backend): for tessera-replay, the unit
+ *                         tests and the core benchmarks.
+ * core/history.c wraps whichever backend an allocator has, to record segment events in the
+ * history ring, and forwards every call to it.
  *
  * Contract for every function: returns TS_OK on success or a ts_status error; outputs are
  * written only on success. Calls are made with the allocator's lock held, so an implementation
@@ -56,7 +64,7 @@ typedef struct ts_backend {
      * issued before it, without the host waiting. TS_OK, with *issued telling whether the device
      * had to be asked for anything (a program whose work can only run in one queue needs
      * nothing); TS_EAGAIN when it cannot be done now (a capture is underway). Optional: when
-     * NULL, stream order is taken as given (the device model of tests and replay). */
+     * NULL, stream order is taken as given (the device model without fences). */
     int (*reuse_order)(void *ctx, int *issued);
 
     /* Is a CUDA graph capture underway (optional)? While one is, the core records, queries and

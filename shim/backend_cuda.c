@@ -21,6 +21,10 @@
  * While a graph capture is underway nothing here records, queries or waits (the core is told
  * through capture_active), and allocations run in relaxed capture mode so they cannot
  * invalidate the capture.
+ *
+ * Inputs: what ts_cuda_backend_create is given (the context, its device, the fence mode; the
+ * configuration itself is never read here), and the shim's process-wide view of the device: the
+ * real driver entry points (ts_real, real.c), and the streams, census and captures of streams.c.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -42,7 +46,7 @@ typedef struct cuda_fence {
 struct ts_cuda_backend {
     CUcontext ctx;
     CUdevice dev;
-    ts_fence_mode mode;
+    ts_fence_mode mode;  /* reuse_fence, fixed at creation */
     CUevent *event_pool; /* recycled events (never destroyed while the context lives) */
     size_t nevents, events_cap;
     cuda_fence *fence_pool;
@@ -493,14 +497,15 @@ static int cb_vm_unmap(void *ctx, uintptr_t va, size_t size)
 
 /* --- construction -------------------------------------------------------------------------------- */
 
-ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_backend *out)
+ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_fence_mode mode,
+                                        ts_backend *out)
 {
     ts_cuda_backend *b = calloc(1, sizeof *b);
     if (!b)
         return NULL;
     b->ctx = ctx;
     b->dev = dev;
-    b->mode = ts_shim_config()->reuse_fence;
+    b->mode = mode;
     b->census = ts_census_of(ctx);
     pthread_mutex_init(&b->order_lock, NULL);
     memset(out, 0, sizeof *out);

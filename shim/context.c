@@ -269,7 +269,7 @@ static ctx_entry *table_create(CUcontext ctx)
         }
         e = &table[table_used];
         ts_backend be;
-        e->be = ts_cuda_backend_create(ctx, dev, &be);
+        e->be = ts_cuda_backend_create(ctx, dev, g_cfg.reuse_fence, &be);
         ts_stats_sink sink = {NULL, NULL};
         ts_statspage *page = page_get();
         e->slot = page ? ts_statspage_claim(page, (int)dev, (uint64_t)(uintptr_t)ctx, &sink) : -1;

@@ -15,7 +15,6 @@
 #include "shim/shim.h"
 
 TS_HIDDEN void *ts_dlsym_hook(void *handle, const char *name);
-TS_HIDDEN void *ts_dlsym_resolve(void);
 
 void *ts_dlsym_hook(void *handle, const char *name)
 {
@@ -45,18 +44,6 @@ void *ts_dlsym_hook(void *handle, const char *name)
     return out;
 }
 
-/* glibc's dlsym, for the assembly entry point: resolved (once) with dlvsym. */
-void *ts_dlsym_resolve(void)
-{
-    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-    for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
-        void *f = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-        if (f)
-            return f;
-    }
-    return NULL;
-}
-
 #if defined(__x86_64__)
 /* dlsym(handle, name): rdi = handle, rsi = name. RTLD_NEXT is (void *)-1. */
 __asm__(".text\n"
@@ -73,27 +60,23 @@ __asm__(".text\n"
         "2:  pushq %rdi\n"
         "    pushq %rsi\n"
         "    subq $8, %rsp\n"
-        "    call ts_dlsym_resolve\n"
+        "    call ts_dlsym_resolve\n" /* fills ts_dlsym_glibc */
         "    addq $8, %rsp\n"
         "    popq %rsi\n"
         "    popq %rdi\n"
         "    testq %rax, %rax\n"
         "    jz 3f\n"
-        "    movq %rax, ts_dlsym_glibc(%rip)\n"
         "    jmp *%rax\n"
         "3:  xorl %eax, %eax\n"
         "    ret\n"
         ".size dlsym, .-dlsym\n");
-TS_HIDDEN void *ts_dlsym_glibc;
 #else
 /* Elsewhere: a C tail call. Compilers emit it as a jump at -O1 and above, which keeps the
  * caller; debug builds on such platforms lose RTLD_NEXT's caller (documented). */
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)
 {
     if (handle == RTLD_NEXT) {
-        static void *(*glibc)(void *, const char *);
-        if (!glibc)
-            glibc = (void *(*)(void *, const char *))ts_dlsym_resolve();
+        void *(*glibc)(void *, const char *) = (void *(*)(void *, const char *))ts_dlsym_resolve();
         return glibc ? glibc(handle, name) : NULL;
     }
     return ts_dlsym_hook(handle, name);

@@ -10,6 +10,11 @@
 
 #define HOOK_READY() (ts_driver_ready() || ts_driver_init(true, true))
 
+/* Every hook of the list, hook_<name>, with the list's signature (a body that disagrees with its
+ * line in hooks.def does not compile). */
+#define TS_DRIVER_HOOK(name, symbol, version, ptsz, ret, params) static ret hook_##name params;
+#include "shim/hooks.def"
+
 static bool hook_pass(const ts_tls *t)
 {
     return t->depth > 0 || !ts_shim_active();
@@ -378,37 +383,10 @@ CUresult ts_gpa_v1_wrapper(const char *symbol, void **pfn, int cudaVersion, cuui
 
 /* --- the table routing maps real pointers into ------------------------------------------------ */
 
-#define HOOK(sym, exp, ver, ptsz, fn, real)                                                        \
-    {sym, exp, ver, ptsz, (void *)(fn), (void **)&ts_real.real}
-
 static const ts_hook_entry hook_table[] = {
-    HOOK("cuMemAlloc", "cuMemAlloc_v2", 3020, false, hook_cuMemAlloc_v2, cuMemAlloc_v2),
-    HOOK("cuMemFree", "cuMemFree_v2", 3020, false, hook_cuMemFree_v2, cuMemFree_v2),
-    HOOK("cuMemGetInfo", "cuMemGetInfo_v2", 3020, false, hook_cuMemGetInfo_v2, cuMemGetInfo_v2),
-    HOOK("cuMemFreeAsync", "cuMemFreeAsync", 11020, false, hook_cuMemFreeAsync, cuMemFreeAsync),
-    HOOK("cuMemFreeAsync", "cuMemFreeAsync_ptsz", 11020, true, hook_cuMemFreeAsync_ptsz,
-         cuMemFreeAsync_ptsz),
-    HOOK("cuStreamCreate", "cuStreamCreate", 2000, false, hook_cuStreamCreate, cuStreamCreate),
-    HOOK("cuStreamCreateWithPriority", "cuStreamCreateWithPriority", 5050, false,
-         hook_cuStreamCreateWithPriority, cuStreamCreateWithPriority),
-    HOOK("cuStreamDestroy", "cuStreamDestroy_v2", 4000, false, hook_cuStreamDestroy_v2,
-         cuStreamDestroy_v2),
-    HOOK("cuStreamBeginCapture", "cuStreamBeginCapture_v2", 10010, false,
-         hook_cuStreamBeginCapture_v2, cuStreamBeginCapture_v2),
-    HOOK("cuStreamBeginCapture", "cuStreamBeginCapture_v2_ptsz", 10010, true,
-         hook_cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2_ptsz),
-    HOOK("cuStreamEndCapture", "cuStreamEndCapture", 10000, false, hook_cuStreamEndCapture,
-         cuStreamEndCapture),
-    HOOK("cuStreamEndCapture", "cuStreamEndCapture_ptsz", 10000, true,
-         hook_cuStreamEndCapture_ptsz, cuStreamEndCapture_ptsz),
-    HOOK("cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2", 11000, false,
-         hook_cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_v2),
-    HOOK("cuCtxDestroy", "cuCtxDestroy_v2", 4000, false, hook_cuCtxDestroy_v2, cuCtxDestroy_v2),
-    HOOK("cuCtxSetCurrent", "cuCtxSetCurrent", 4000, false, hook_cuCtxSetCurrent, cuCtxSetCurrent),
-    HOOK("cuCtxPushCurrent", "cuCtxPushCurrent_v2", 4000, false, hook_cuCtxPushCurrent_v2,
-         cuCtxPushCurrent_v2),
-    HOOK("cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, false, hook_cuIpcGetMemHandle,
-         cuIpcGetMemHandle),
+#define TS_DRIVER_HOOK(name, symbol, version, ptsz, ret, params)                                   \
+    {symbol, #name, version, ptsz, (void *)hook_##name, (void **)&ts_real.name},
+#include "shim/hooks.def"
 };
 
 const ts_hook_entry *ts_hook_table(size_t *n)
@@ -419,10 +397,10 @@ const ts_hook_entry *ts_hook_table(size_t *n)
 
 static const char *hook_name(const void *hook)
 {
-    if (hook == (const void *)ts_gpa_v2_wrapper)
-        return "cuGetProcAddress_v2";
-    if (hook == (const void *)ts_gpa_v1_wrapper)
-        return "cuGetProcAddress";
+#define TS_DRIVER_GPA(name, wrapper, ret, params)                                                  \
+    if (hook == (const void *)wrapper)                                                             \
+        return #name;
+#include "shim/hooks.def"
     for (size_t i = 0; i < sizeof hook_table / sizeof hook_table[0]; i++)
         if (hook_table[i].hook == hook)
             return hook_table[i].export;
@@ -431,36 +409,12 @@ static const char *hook_name(const void *hook)
 
 /* --- exported symbols, for programs linked with -lcuda and lookups that find them first ------ */
 
+/* cuda.h spells cuGetProcAddress as a macro for cuGetProcAddress_v2: the 4-argument export is
+ * its own symbol. */
 #undef cuGetProcAddress
-CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
-CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode);
-CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g);
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s);
 
 #define EXPORT_ALIAS(target) __attribute__((alias(#target), visibility("default")))
-
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) EXPORT_ALIAS(hook_cuMemAlloc_v2);
-CUresult cuMemFree_v2(CUdeviceptr dptr) EXPORT_ALIAS(hook_cuMemFree_v2);
-CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) EXPORT_ALIAS(hook_cuMemGetInfo_v2);
-CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                             CUdriverProcAddressQueryResult *status)
-    EXPORT_ALIAS(ts_gpa_v2_wrapper);
-CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
-    EXPORT_ALIAS(ts_gpa_v1_wrapper);
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) EXPORT_ALIAS(hook_cuMemFreeAsync);
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) EXPORT_ALIAS(hook_cuMemFreeAsync_ptsz);
-CUresult cuStreamCreate(CUstream *ph, unsigned int flags) EXPORT_ALIAS(hook_cuStreamCreate);
-CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
-    EXPORT_ALIAS(hook_cuStreamCreateWithPriority);
-CUresult cuStreamDestroy_v2(CUstream s) EXPORT_ALIAS(hook_cuStreamDestroy_v2);
-CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
-    EXPORT_ALIAS(hook_cuStreamBeginCapture_v2);
-CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
-    EXPORT_ALIAS(hook_cuStreamBeginCapture_v2_ptsz);
-CUresult cuStreamEndCapture(CUstream s, CUgraph *g) EXPORT_ALIAS(hook_cuStreamEndCapture);
-CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) EXPORT_ALIAS(hook_cuStreamEndCapture_ptsz);
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) EXPORT_ALIAS(hook_cuDevicePrimaryCtxReset_v2);
-CUresult cuCtxDestroy_v2(CUcontext ctx) EXPORT_ALIAS(hook_cuCtxDestroy_v2);
-CUresult cuCtxSetCurrent(CUcontext ctx) EXPORT_ALIAS(hook_cuCtxSetCurrent);
-CUresult cuCtxPushCurrent_v2(CUcontext ctx) EXPORT_ALIAS(hook_cuCtxPushCurrent_v2);
-CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr) EXPORT_ALIAS(hook_cuIpcGetMemHandle);
+#define TS_DRIVER_HOOK(name, symbol, version, ptsz, ret, params)                                   \
+    ret name params EXPORT_ALIAS(hook_##name);
+#define TS_DRIVER_GPA(name, wrapper, ret, params) ret name params EXPORT_ALIAS(wrapper);
+#include "shim/hooks.def"

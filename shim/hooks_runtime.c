@@ -14,38 +14,32 @@
 
 #include "shim/shim.h"
 
-typedef cudaError_t (*malloc_fn)(void **, size_t);
-typedef cudaError_t (*free_fn)(void *);
-typedef cudaError_t (*meminfo_fn)(size_t *, size_t *);
-typedef cudaError_t (*reset_fn)(void);
-typedef cudaError_t (*getdevice_fn)(int *);
-typedef cudaError_t (*entry_fn)(const char *, void **, unsigned long long,
-                                enum cudaDriverEntryPointQueryResult *);
-typedef cudaError_t (*entry_ver_fn)(const char *, void **, unsigned int, unsigned long long,
-                                    enum cudaDriverEntryPointQueryResult *);
+/* cuda_runtime_api.h may spell these as macros (per-thread default stream builds): here each
+ * name is its own symbol. */
+#undef cudaGetDriverEntryPoint
+#undef cudaGetDriverEntryPointByVersion
 
-/* The next definition after tessera: the real libcudart's. */
-#define REAL_RUNTIME(type, name)                                                                   \
-    static type real_##name(void)                                                                  \
+/* For each runtime function of hooks.def: its type, name##_fn, and real_##name(), the next
+ * definition after tessera (the real libcudart's), resolved on first use. */
+#define REAL_RUNTIME(name, ret, params)                                                            \
+    typedef ret (*name##_fn) params;                                                               \
+    static name##_fn real_##name(void)                                                             \
     {                                                                                              \
-        static type fn;                                                                            \
-        type f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);                                           \
+        static name##_fn fn;                                                                       \
+        name##_fn f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);                                      \
         if (!f) {                                                                                  \
-            f = (type)ts_real_dlsym(RTLD_NEXT, #name);                                             \
+            f = (name##_fn)ts_real_dlsym(RTLD_NEXT, #name);                                        \
             __atomic_store_n(&fn, f, __ATOMIC_RELEASE);                                            \
         }                                                                                          \
         return f;                                                                                  \
     }
+#define TS_RUNTIME_HOOK(name, ret, params) REAL_RUNTIME(name, ret, params)
+#define TS_RUNTIME_REAL(name, ret, params) REAL_RUNTIME(name, ret, params)
+#include "shim/hooks.def"
 
-REAL_RUNTIME(malloc_fn, cudaMalloc)
-REAL_RUNTIME(free_fn, cudaFree)
-REAL_RUNTIME(meminfo_fn, cudaMemGetInfo)
-REAL_RUNTIME(reset_fn, cudaDeviceReset)
-REAL_RUNTIME(getdevice_fn, cudaGetDevice)
-REAL_RUNTIME(entry_fn, cudaGetDriverEntryPoint)
-REAL_RUNTIME(entry_fn, cudaGetDriverEntryPoint_ptsz)
-REAL_RUNTIME(entry_ver_fn, cudaGetDriverEntryPointByVersion)
-REAL_RUNTIME(entry_ver_fn, cudaGetDriverEntryPointByVersion_ptsz)
+/* The interposed ones are exported under their own names. */
+#define TS_RUNTIME_HOOK(name, ret, params) TS_EXPORT ret name params;
+#include "shim/hooks.def"
 
 /* A size no device can ever provide: if tessera's driver hook were somehow not in cudart's path,
  * the real driver still answers "out of memory". */
@@ -59,7 +53,7 @@ static ts_allocator *runtime_allocator(void)
         return a;
     /* No current context yet: let the runtime make its primary context current, as the real
      * cudaMalloc would (cudaFree(NULL) is the documented way). */
-    free_fn f = real_cudaFree();
+    cudaFree_fn f = real_cudaFree();
     if (!f)
         return NULL;
     ts_tls *t = ts_tls_get();
@@ -71,10 +65,9 @@ static ts_allocator *runtime_allocator(void)
     return ts_ctx_allocator(&ctx);
 }
 
-cudaError_t cudaMalloc(void **devPtr, size_t size) __attribute__((visibility("default")));
 cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-    malloc_fn real = real_cudaMalloc();
+    cudaMalloc_fn real = real_cudaMalloc();
     if (!real)
         return cudaErrorInitializationError;
     ts_tls *t = ts_tls_get();
@@ -107,10 +100,9 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     return r;
 }
 
-cudaError_t cudaFree(void *devPtr) __attribute__((visibility("default")));
 cudaError_t cudaFree(void *devPtr)
 {
-    free_fn real = real_cudaFree();
+    cudaFree_fn real = real_cudaFree();
     if (!real)
         return cudaErrorInitializationError;
     ts_tls *t = ts_tls_get();
@@ -142,10 +134,9 @@ cudaError_t cudaFree(void *devPtr)
     return r == cudaSuccess ? cudaErrorInvalidValue : r;
 }
 
-cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) __attribute__((visibility("default")));
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
 {
-    meminfo_fn real = real_cudaMemGetInfo();
+    cudaMemGetInfo_fn real = real_cudaMemGetInfo();
     if (!real)
         return cudaErrorInitializationError;
     ts_tls *t = ts_tls_get();
@@ -160,14 +151,13 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
     return r;
 }
 
-cudaError_t cudaDeviceReset(void) __attribute__((visibility("default")));
 cudaError_t cudaDeviceReset(void)
 {
-    reset_fn real = real_cudaDeviceReset();
+    cudaDeviceReset_fn real = real_cudaDeviceReset();
     if (!real)
         return cudaErrorInitializationError;
     int dev = -1;
-    getdevice_fn gd = real_cudaGetDevice();
+    cudaGetDevice_fn gd = real_cudaGetDevice();
     if (ts_shim_active() && gd && gd(&dev) == cudaSuccess && ts_driver_init(true, true))
         ts_ctx_forget_primary((CUdevice)dev); /* before the memory vanishes */
     return real();
@@ -187,14 +177,12 @@ static void entry_fix(const char *symbol, void **fn)
         *fn = ts_route(*fn);
 }
 
-#define ENTRY_HOOK(name, fnty)                                                                     \
-    cudaError_t name(const char *symbol, void **funcPtr, unsigned long long flags,                 \
-                     enum cudaDriverEntryPointQueryResult *status)                                 \
-        __attribute__((visibility("default")));                                                    \
+/* Their prototypes come from hooks.def (above); the bodies differ only in the version argument. */
+#define ENTRY_HOOK(name)                                                                           \
     cudaError_t name(const char *symbol, void **funcPtr, unsigned long long flags,                 \
                      enum cudaDriverEntryPointQueryResult *status)                                 \
     {                                                                                              \
-        fnty real = real_##name();                                                                 \
+        name##_fn real = real_##name();                                                            \
         if (!real)                                                                                 \
             return cudaErrorInitializationError;                                                   \
         cudaError_t r = real(symbol, funcPtr, flags, status);                                      \
@@ -203,14 +191,11 @@ static void entry_fix(const char *symbol, void **fn)
         return r;                                                                                  \
     }
 
-#define ENTRY_VER_HOOK(name, fnty)                                                                 \
-    cudaError_t name(const char *symbol, void **funcPtr, unsigned int version,                     \
-                     unsigned long long flags, enum cudaDriverEntryPointQueryResult *status)       \
-        __attribute__((visibility("default")));                                                    \
+#define ENTRY_VER_HOOK(name)                                                                       \
     cudaError_t name(const char *symbol, void **funcPtr, unsigned int version,                     \
                      unsigned long long flags, enum cudaDriverEntryPointQueryResult *status)       \
     {                                                                                              \
-        fnty real = real_##name();                                                                 \
+        name##_fn real = real_##name();                                                            \
         if (!real)                                                                                 \
             return cudaErrorInitializationError;                                                   \
         cudaError_t r = real(symbol, funcPtr, version, flags, status);                             \
@@ -219,14 +204,7 @@ static void entry_fix(const char *symbol, void **fn)
         return r;                                                                                  \
     }
 
-#undef cudaGetDriverEntryPoint
-#undef cudaGetDriverEntryPointByVersion
-cudaError_t cudaGetDriverEntryPoint_ptsz(const char *, void **, unsigned long long,
-                                         enum cudaDriverEntryPointQueryResult *);
-cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *, void **, unsigned int,
-                                                  unsigned long long,
-                                                  enum cudaDriverEntryPointQueryResult *);
-ENTRY_HOOK(cudaGetDriverEntryPoint, entry_fn)
-ENTRY_HOOK(cudaGetDriverEntryPoint_ptsz, entry_fn)
-ENTRY_VER_HOOK(cudaGetDriverEntryPointByVersion, entry_ver_fn)
-ENTRY_VER_HOOK(cudaGetDriverEntryPointByVersion_ptsz, entry_ver_fn)
+ENTRY_HOOK(cudaGetDriverEntryPoint)
+ENTRY_HOOK(cudaGetDriverEntryPoint_ptsz)
+ENTRY_VER_HOOK(cudaGetDriverEntryPointByVersion)
+ENTRY_VER_HOOK(cudaGetDriverEntryPointByVersion_ptsz)

@@ -24,22 +24,27 @@ ts_tls *ts_tls_get(void)
 
 /* --- dlsym ----------------------------------------------------------------------------------- */
 
-typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym_ptr;
+void *ts_dlsym_glibc;
+
+void *ts_dlsym_resolve(void)
+{
+    void *f = __atomic_load_n(&ts_dlsym_glibc, __ATOMIC_ACQUIRE);
+    if (f)
+        return f;
+    /* Never plain dlsym: it would resolve to our own interposer. The versions glibc has given
+     * dlsym on the architectures tessera builds for, newest first. */
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    for (size_t i = 0; !f && i < sizeof versions / sizeof versions[0]; i++)
+        f = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    if (f)
+        __atomic_store_n(&ts_dlsym_glibc, f, __ATOMIC_RELEASE);
+    return f;
+}
 
 void *ts_real_dlsym(void *handle, const char *name)
 {
-    dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_ACQUIRE);
-    if (!f) {
-        /* Never plain dlsym: it would resolve to our own interposer. */
-        static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-        for (size_t i = 0; !f && i < sizeof versions / sizeof versions[0]; i++)
-            f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-        if (!f)
-            return NULL;
-        __atomic_store_n(&real_dlsym_ptr, f, __ATOMIC_RELEASE);
-    }
-    return f(handle, name);
+    void *(*f)(void *, const char *) = (void *(*)(void *, const char *))ts_dlsym_resolve();
+    return f ? f(handle, name) : NULL;
 }
 
 /* --- routing --------------------------------------------------------------------------------- */
@@ -105,32 +110,9 @@ static bool driver_resolve(bool load)
     if (gpa1)
         __atomic_store_n((void **)&ts_real.cuGetProcAddress_v1, gpa1, __ATOMIC_RELEASE);
 
-    RESOLVE(h, cuDriverGetVersion);
-    RESOLVE(h, cuCtxGetCurrent);
-    RESOLVE(h, cuCtxPushCurrent_v2);
-    RESOLVE(h, cuCtxPopCurrent_v2);
-    RESOLVE(h, cuCtxGetDevice);
-    RESOLVE(h, cuCtxSynchronize);
-    RESOLVE(h, cuDeviceTotalMem_v2);
-    RESOLVE(h, cuDevicePrimaryCtxRetain);
-    RESOLVE(h, cuDevicePrimaryCtxRelease_v2);
-    RESOLVE(h, cuDevicePrimaryCtxGetState);
-    RESOLVE(h, cuEventCreate);
-    RESOLVE(h, cuEventRecord);
-    RESOLVE(h, cuStreamWaitEvent);
-    RESOLVE(h, cuEventQuery);
-    RESOLVE(h, cuEventSynchronize);
-    RESOLVE(h, cuEventDestroy_v2);
-    RESOLVE(h, cuStreamIsCapturing);
-    RESOLVE(h, cuThreadExchangeStreamCaptureMode);
-    RESOLVE(h, cuMemAddressReserve);
-    RESOLVE(h, cuMemAddressFree);
-    RESOLVE(h, cuMemCreate);
-    RESOLVE(h, cuMemRelease);
-    RESOLVE(h, cuMemMap);
-    RESOLVE(h, cuMemUnmap);
-    RESOLVE(h, cuMemSetAccess);
-    RESOLVE(h, cuMemGetAllocationGranularity);
+    /* The entry points tessera only calls. */
+#define TS_DRIVER_REAL(name, ret, params) RESOLVE(h, name);
+#include "shim/hooks.def"
 
     /* The hooked entry points: real pointer into ts_real, every alias into the routes. */
     size_t n = 0;

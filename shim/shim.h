@@ -9,6 +9,9 @@
  *   streams.c         which streams exist, which threads use a context, whether a capture runs
  *   real.c            the real dlsym, the real driver entry points, the routing table
  *
+ * hooks.def lists every entry point hooked or called; the struct of real pointers below, the
+ * hook table, the exports and the linker's version script (libtessera.map.in) come from it.
+ *
  * Hooks stay thin: lazy init, pick the allocator, call the core, return. tessera's own driver
  * calls always go through the real pointers resolved here, never through an exported name, so
  * they never re-enter a hook.
@@ -34,63 +37,27 @@ typedef CUresult (*ts_gpa_v1_fn)(const char *symbol, void **pfn, int cudaVersion
 typedef CUresult (*ts_gpa_v2_fn)(const char *symbol, void **pfn, int cudaVersion,
                                  cuuint64_t flags, CUdriverProcAddressQueryResult *status);
 
-/* The real driver, as resolved from libcuda.so.1 itself. Optional entries may be NULL. */
+/* The real driver, as resolved from libcuda.so.1 itself: one pointer per driver entry point of
+ * shim/hooks.def, under its versioned name. Optional entries may be NULL. */
 typedef struct ts_real_driver {
     ts_gpa_v2_fn cuGetProcAddress_v2;
     ts_gpa_v1_fn cuGetProcAddress_v1; /* the 4-argument export "cuGetProcAddress" */
-    CUresult (*cuDriverGetVersion)(int *);
-    CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
-    CUresult (*cuMemFree_v2)(CUdeviceptr);
-    CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
-    CUresult (*cuMemFreeAsync_ptsz)(CUdeviceptr, CUstream);
-    CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
-    CUresult (*cuCtxGetCurrent)(CUcontext *);
-    CUresult (*cuCtxSetCurrent)(CUcontext);
-    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
-    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
-    CUresult (*cuCtxGetDevice)(CUdevice *);
-    CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuCtxDestroy_v2)(CUcontext);
-    CUresult (*cuDeviceTotalMem_v2)(size_t *, CUdevice);
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*cuDevicePrimaryCtxRelease_v2)(CUdevice);
-    CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned int *, int *);
-    CUresult (*cuDevicePrimaryCtxReset_v2)(CUdevice);
-    CUresult (*cuEventCreate)(CUevent *, unsigned int);
-    CUresult (*cuEventRecord)(CUevent, CUstream);
-    CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
-    CUresult (*cuEventQuery)(CUevent);
-    CUresult (*cuEventSynchronize)(CUevent);
-    CUresult (*cuEventDestroy_v2)(CUevent);
-    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
-    CUresult (*cuStreamCreateWithPriority)(CUstream *, unsigned int, int);
-    CUresult (*cuStreamDestroy_v2)(CUstream);
-    CUresult (*cuStreamBeginCapture_v2)(CUstream, CUstreamCaptureMode);
-    CUresult (*cuStreamBeginCapture_v2_ptsz)(CUstream, CUstreamCaptureMode);
-    CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
-    CUresult (*cuStreamEndCapture_ptsz)(CUstream, CUgraph *);
-    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
-    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
-    CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
-    CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
-                                    unsigned long long);
-    CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
-    CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                            unsigned long long);
-    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-    CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                         unsigned long long);
-    CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
-    CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-    CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *,
-                                              CUmemAllocationGranularity_flags);
+#define TS_DRIVER_HOOK(name, symbol, version, ptsz, ret, params) ret(*name) params;
+#define TS_DRIVER_REAL(name, ret, params) ret(*name) params;
+#include "shim/hooks.def"
 } ts_real_driver;
 
 extern TS_HIDDEN ts_real_driver ts_real;
 
 /* --- real.c ---------------------------------------------------------------------------------- */
 
-/* The real dlsym (glibc's), resolved with dlvsym so it is never our own. */
+/* glibc's dlsym, found with dlvsym (plain dlsym would be tessera's own) once per process: the
+ * one versioned look-up, shared by tessera's own look-ups and the exported dlsym's RTLD_NEXT
+ * path. ts_dlsym_glibc caches it (NULL until found; dlsym.c's assembly reads it); resolve returns
+ * it, looking it up first if need be (NULL when glibc has none). */
+extern TS_HIDDEN void *ts_dlsym_glibc;
+TS_HIDDEN void *ts_dlsym_resolve(void);
+/* glibc's dlsym(handle, name) (NULL when it cannot be found). */
 TS_HIDDEN void *ts_real_dlsym(void *handle, const char *name);
 
 /* Resolve the driver (dlopen libcuda.so.1 when load is true and it is not loaded yet), fill
@@ -117,11 +84,9 @@ TS_HIDDEN ts_tls *ts_tls_get(void);
 
 /* --- hooks_driver.c -------------------------------------------------------------------------- */
 
-/* The wrappers handed out for cuGetProcAddress (v1: 4 arguments, v2: 5). */
-TS_HIDDEN CUresult ts_gpa_v1_wrapper(const char *symbol, void **pfn, int cudaVersion,
-                                     cuuint64_t flags);
-TS_HIDDEN CUresult ts_gpa_v2_wrapper(const char *symbol, void **pfn, int cudaVersion,
-                                     cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+/* The wrappers handed out for cuGetProcAddress (v1: 4 arguments, v2: 5), and exported. */
+#define TS_DRIVER_GPA(name, wrapper, ret, params) TS_HIDDEN ret wrapper params;
+#include "shim/hooks.def"
 
 /* The hook table routing maps real pointers into (see real.c). */
 typedef struct ts_hook_entry {
@@ -211,7 +176,10 @@ TS_HIDDEN void ts_streams_reset_after_fork(void);
 /* --- backend_cuda.c ---------------------------------------------------------------------------- */
 
 typedef struct ts_cuda_backend ts_cuda_backend;
-TS_HIDDEN ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_backend *out);
+/* The backend of context ctx (on device dev), filling *out; mode: the resolved configuration's
+ * reuse_fence (the backend reads no configuration itself). NULL when out of host memory. */
+TS_HIDDEN ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_fence_mode mode,
+                                                  ts_backend *out);
 /* Drop the backend's events without calling the driver (the context is gone). */
 TS_HIDDEN void ts_cuda_backend_forget(ts_cuda_backend *b);
 /* Point a forgotten backend at a new context (a device's primary context after a reset). */

@@ -340,9 +340,11 @@ gcc_fallback() { # build libtessera.so and tessera-stat without Meson
         -fvisibility=hidden -I"$REPO" -I"$REPO/include" -isystem "$CUDA_HOME/include"
         "-DTESSERA_VERSION=\"${ver:-unknown}\"" -pthread)
     mkdir -p "$BUILD_ABS/shim" "$BUILD_ABS/tools"
+    # the version script comes from the hook list, as in shim/meson.build
+    "$cc" -E -P -x c -I"$REPO" -o "$BUILD_ABS/shim/libtessera.map" "$REPO/shim/libtessera.map.in" &&
     timeout -k 5 "$(time_for 120)" "$cc" "${flags[@]}" -fno-semantic-interposition -shared \
         -o "$LIB" "$REPO"/shim/*.c "$REPO"/core/*.c "$REPO"/config/*.c \
-        -Wl,--version-script="$REPO/shim/libtessera.map" -Wl,-z,defs -Wl,-z,nodelete \
+        -Wl,--version-script="$BUILD_ABS/shim/libtessera.map" -Wl,-z,defs -Wl,-z,nodelete \
         -Wl,--no-undefined -ldl -lrt -lm &&
         timeout -k 5 "$(time_for 120)" "$cc" "${flags[@]}" -o "$STAT" "$REPO/tools/tessera-stat.c" \
             "$REPO/tools/stat/snapshot.c" "$REPO/tools/stat/serve_none.c" "$REPO"/core/*.c "$REPO"/config/*.c -lrt -lm -ldl
