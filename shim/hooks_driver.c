@@ -389,10 +389,11 @@ static const ts_hook_entry hook_table[] = {
 #include "shim/hooks.def"
 };
 
-const ts_hook_entry *ts_hook_table(size_t *n)
+bool ts_driver_init(bool load, bool wait)
 {
-    *n = sizeof hook_table / sizeof hook_table[0];
-    return hook_table;
+    static const ts_driver_hooks hooks = {hook_table, sizeof hook_table / sizeof hook_table[0],
+                                          (void *)ts_gpa_v1_wrapper, (void *)ts_gpa_v2_wrapper};
+    return ts_real_init(load, wait, &hooks);
 }
 
 static const char *hook_name(const void *hook)

@@ -95,7 +95,7 @@ void ts_real_note_gpa(void *fn, bool v2)
 
 #define RESOLVE(h, name) (ts_real.name = (__typeof__(ts_real.name))ts_real_dlsym((h), #name))
 
-static bool driver_resolve(bool load)
+static bool driver_resolve(bool load, const ts_driver_hooks *hooks)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (!h && load)
@@ -115,9 +115,8 @@ static bool driver_resolve(bool load)
 #include "shim/hooks.def"
 
     /* The hooked entry points: real pointer into ts_real, every alias into the routes. */
-    size_t n = 0;
-    const ts_hook_entry *t = ts_hook_table(&n);
-    for (size_t i = 0; i < n; i++) {
+    const ts_hook_entry *t = hooks->table;
+    for (size_t i = 0; i < hooks->n; i++) {
         void *by_name = ts_real_dlsym(h, t[i].export);
         void *by_gpa = NULL, *by_gpa_legacy = NULL;
         if (gpa2) {
@@ -140,13 +139,13 @@ static bool driver_resolve(bool load)
         route_add(by_gpa_legacy, t[i].hook);
     }
     /* The exported cuGetProcAddress symbols route to our wrappers too. */
-    route_add(gpa2, (void *)ts_gpa_v2_wrapper);
-    route_add(gpa1, (void *)ts_gpa_v1_wrapper);
+    route_add(gpa2, hooks->gpa_v2);
+    route_add(gpa1, hooks->gpa_v1);
     return ts_real.cuMemAlloc_v2 && ts_real.cuMemFree_v2 && ts_real.cuMemGetInfo_v2 &&
            ts_real.cuCtxGetCurrent && ts_real.cuCtxGetDevice;
 }
 
-bool ts_driver_init(bool load, bool wait)
+bool ts_real_init(bool load, bool wait, const ts_driver_hooks *hooks)
 {
     int st = __atomic_load_n(&init_state, __ATOMIC_ACQUIRE);
     if (st == INIT_DONE)
@@ -159,7 +158,7 @@ bool ts_driver_init(bool load, bool wait)
                                     __ATOMIC_ACQUIRE)) {
         tl->in_init = true;
         tl->depth++;
-        bool ok = driver_resolve(load);
+        bool ok = driver_resolve(load, hooks);
         tl->depth--;
         tl->in_init = false;
         if (!ok && !load && !ts_real.cuMemAlloc_v2) {
@@ -180,7 +179,7 @@ bool ts_driver_init(bool load, bool wait)
     while (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == INIT_RUNNING)
         sched_yield();
     if (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == INIT_NONE)
-        return ts_driver_init(load, wait);
+        return ts_real_init(load, wait, hooks);
     return driver_ok;
 }
 

@@ -62,7 +62,9 @@ TS_HIDDEN void *ts_real_dlsym(void *handle, const char *name);
 
 /* Resolve the driver (dlopen libcuda.so.1 when load is true and it is not loaded yet), fill
  * ts_real and the routing table. Idempotent and thread-safe. Returns true when the driver is
- * usable. Never waits for another thread's initialisation when called with wait false. */
+ * usable. Never waits for another thread's initialisation when called with wait false.
+ * ts_driver_init (hooks_driver.c) hands real.c the hooks to route to: real.c, below the hooks,
+ * knows none of them by name. */
 TS_HIDDEN bool ts_driver_init(bool load, bool wait);
 TS_HIDDEN bool ts_driver_ready(void);
 
@@ -88,7 +90,7 @@ TS_HIDDEN ts_tls *ts_tls_get(void);
 #define TS_DRIVER_GPA(name, wrapper, ret, params) TS_HIDDEN ret wrapper params;
 #include "shim/hooks.def"
 
-/* The hook table routing maps real pointers into (see real.c). */
+/* The hook table routing maps real pointers into (hooks_driver.c; routed by real.c). */
 typedef struct ts_hook_entry {
     const char *symbol;  /* base name for cuGetProcAddress */
     const char *export;  /* the exported (versioned) name in libcuda */
@@ -98,7 +100,14 @@ typedef struct ts_hook_entry {
     void **real;         /* where the real pointer goes in ts_real */
 } ts_hook_entry;
 
-TS_HIDDEN const ts_hook_entry *ts_hook_table(size_t *n);
+/* What routing maps real pointers to: the hook table, and the wrappers of the two exported
+ * cuGetProcAddress symbols. */
+typedef struct ts_driver_hooks {
+    const ts_hook_entry *table;
+    size_t n;
+    void *gpa_v1, *gpa_v2;
+} ts_driver_hooks;
+TS_HIDDEN bool ts_real_init(bool load, bool wait, const ts_driver_hooks *hooks);
 
 /* With verbose:True, log once per hook the first object handed it (via: "dlsym",
  * "cuGetProcAddress_v2", ...; version 0 when the lookup had none). */
