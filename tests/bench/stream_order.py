@@ -100,7 +100,8 @@ for conf in train:
               f"{median(ratios_p):.2f}x | {median(ratios_t):.2f}x |")
 
 # 3. multi-stream variants against reuse_fence:sync
-variants = ["nb-to-legacy", "legacy-to-nb", "two-blocking", "new-stream", "ptds-threads", "host-func"]
+variants = ["nb-to-legacy", "legacy-to-nb", "two-blocking", "new-stream", "ptds-threads", "host-func",
+            "graph"]
 vres = {v: {"": [], "reuse_fence:sync": []} for v in variants}
 for _ in range(reps):
     for v in variants:
