@@ -156,15 +156,21 @@ static void test_best_fit_ties_take_lowest_address(void **state)
 
 /* --- oversize rules and release_available_cached_blocks -------------------------------------- */
 
+/* An allocator with max_split_size_mb:40 over a 1 GiB device, for the oversize rules. */
+static void fx_open_max_split_40(fixture *f)
+{
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.max_split_size = 40 * MiB;
+    fx_open(f, 1 * GiB, &cfg, false, false);
+}
+
 /* Oversize rule A: a request below max_split_size never takes an oversize cached block. */
 static void test_oversize_rule_a_small_request_skips_oversize_block(void **state)
 {
     (void)state;
     fixture f;
-    ts_config cfg;
-    ts_config_defaults(&cfg);
-    cfg.max_split_size = 40 * MiB;
-    fx_open(&f, 1 * GiB, &cfg, false, false);
+    fx_open_max_split_40(&f);
     uintptr_t big = fx_alloc(&f, 50 * MiB);
     const tessera_device_stats *st = fx_stats(&f);
     assert_int_equal(st->oversize_segments.current, 1);
@@ -185,10 +191,7 @@ static void test_oversize_rule_b_takes_block_within_rounding_whole(void **state)
 {
     (void)state;
     fixture f;
-    ts_config cfg;
-    ts_config_defaults(&cfg);
-    cfg.max_split_size = 40 * MiB;
-    fx_open(&f, 1 * GiB, &cfg, false, false);
+    fx_open_max_split_40(&f);
     uintptr_t big = fx_alloc(&f, 50 * MiB);
     fx_free(&f, big);
     uintptr_t q = fx_alloc(&f, 45 * MiB); /* 50 < 45 + 20 */
@@ -204,10 +207,7 @@ static void test_oversize_rule_b_refuses_block_beyond_rounding(void **state)
 {
     (void)state;
     fixture f;
-    ts_config cfg;
-    ts_config_defaults(&cfg);
-    cfg.max_split_size = 40 * MiB;
-    fx_open(&f, 1 * GiB, &cfg, false, false);
+    fx_open_max_split_40(&f);
     uintptr_t big = fx_alloc(&f, 70 * MiB);
     fx_free(&f, big);
     uintptr_t q = fx_alloc(&f, 50 * MiB); /* 70 >= 50 + 20: refused, a new segment */
