@@ -271,7 +271,7 @@ static const key_desc keys[KEY_COUNT] = {
     },
     [KEY_STITCH_MAX_RANGES] = {
         .name = "stitch_max_ranges", .kind = KIND_U32, .flags = F_TESSERA,
-        .offset = FIELD(stitch_max_ranges), .min = 1, .max = 4096, .def.u = 256,
+        .offset = FIELD(stitch_max_ranges), .min = 1, .max = 4096, .def.u = 4096,
         .help = "Most live stitched virtual ranges per device.",
     },
     [KEY_EXPANDABLE_PAGE_MB] = {

@@ -22,7 +22,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.reuse_fence, TS_FENCE_ORDER);
     assert_false(c.stitching);
     assert_true(c.stitch_min_block == 2 * MiB);
-    assert_int_equal(c.stitch_max_ranges, 256);
+    assert_int_equal(c.stitch_max_ranges, 4096);
     assert_true(c.expandable_page == 0);
     assert_int_equal(c.handle_policy, TS_HANDLES_PAGE);
     assert_false(c.defragment);
