@@ -75,10 +75,72 @@ static void test_policy_range_bound_does_not_refuse(void **state)
     fx_close(&f);
 }
 
+/* What one 64 MiB growth costs and keeps, then 30 MiB reused from its low end and the cache
+ * emptied (the free remainder is [30, 64) MiB of the growth). */
+typedef struct growth_result {
+    size_t reserved_after_growth, in_use_after_release;
+    uint64_t reserves, creates, maps, destroys;
+} growth_result;
+
+static growth_result grow_64_keep_30(const char *conf)
+{
+    ts_config cfg = conf_of(conf);
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    growth_result r;
+    uintptr_t p = fx_alloc(&f, 64 * MiB);
+    r.reserved_after_growth = (size_t)fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current;
+    fx_free(&f, p);
+    uintptr_t q = fx_alloc(&f, 30 * MiB);
+    assert_int_equal(q, p); /* the low end */
+    ts_empty_cache(f.a);
+    fx_check(&f);
+    ts_devmodel_counters dc = fx_counters(&f);
+    r.in_use_after_release = dc.bytes_in_use;
+    r.reserves = dc.vm_reserves;
+    r.creates = dc.vm_creates;
+    r.maps = dc.vm_maps;
+    r.destroys = dc.vm_destroys;
+    fx_free(&f, q);
+    fx_close(&f);
+    return r;
+}
+
+/* Rule: handle_policy:coarse grows in 2 MiB pages but creates handles of the large segment size
+ * (20 MiB), the rest of a growth in one handle: the driver calls of PyTorch's expandable
+ * segments (four handles for 64 MiB), without rounding the growth up to a 20 MiB page (64 MiB
+ * reserved, not 80). Give-back is by whole handles: [40, 60) and [60, 64) go back, the handle
+ * holding the cut at 30 MiB stays. defragment's one handle per 2 MiB page gives back to the
+ * page, for eight times the calls. */
+static void test_policy_coarse_handles_cost_like_pytorch_pages(void **state)
+{
+    (void)state;
+    const growth_result es = grow_64_keep_30("expandable_segments:True");
+    const growth_result coarse = grow_64_keep_30("defragment:True,handle_policy:coarse");
+    const growth_result fine = grow_64_keep_30("defragment:True");
+    assert_int_equal(es.reserved_after_growth, 80 * MiB); /* four 20 MiB pages */
+    assert_int_equal(es.creates, 4);
+    assert_int_equal(es.destroys, 2);
+    assert_int_equal(es.in_use_after_release, 40 * MiB);
+
+    assert_int_equal(coarse.reserved_after_growth, 64 * MiB);
+    assert_int_equal(coarse.creates, es.creates); /* 20 + 20 + 20 + 4 MiB */
+    assert_int_equal(coarse.maps, es.maps);
+    assert_int_equal(coarse.reserves, es.reserves);
+    assert_int_equal(coarse.destroys, 2);
+    assert_int_equal(coarse.in_use_after_release, 40 * MiB);
+
+    assert_int_equal(fine.reserved_after_growth, 64 * MiB);
+    assert_int_equal(fine.creates, 32);
+    assert_int_equal(fine.destroys, 17);
+    assert_int_equal(fine.in_use_after_release, 30 * MiB);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_range_bound_does_not_refuse),
+        cmocka_unit_test(test_policy_coarse_handles_cost_like_pytorch_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
