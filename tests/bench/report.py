@@ -24,6 +24,14 @@ def size(v):
     return "%.2f GiB" % (v / GiB) if v >= GiB else "%.1f MiB" % (v / MiB)
 
 
+def table_head(w, title, columns, rule):
+    """A section title, a blank line and a Markdown table's header rows."""
+    w(title)
+    w("")
+    w("| " + " | ".join(columns) + " |")
+    w(rule)
+
+
 def load_json(path):
     with open(path) as f:
         return json.load(f)
@@ -416,10 +424,7 @@ def main():
 
     # --- goals ----------------------------------------------------------------------------------
     if goals:
-        w("## Goals")
-        w("")
-        w("| goal | measured | met |")
-        w("|---|---|---|")
+        table_head(w, "## Goals", ["goal", "measured", "met"], "|---|---|---|")
         for g in goals:
             m = g["met"]
             w("| %s | %s | %s |" % (g["goal"], g["value"],
@@ -429,10 +434,8 @@ def main():
         # per configuration: which traces miss which target (the decision on the default)
         tagged = [g for g in goals if "target" in g]
         if tagged:
-            w("### Targets per configuration")
-            w("")
-            w("| configuration | target | met | missed on |")
-            w("|---|---|---:|---|")
+            table_head(w, "### Targets per configuration",
+                       ["configuration", "target", "met", "missed on"], "|---|---|---:|---|")
             for conf in DEFRAG:
                 targets = []
                 for g in tagged:
