@@ -143,6 +143,7 @@ static const choice backend_choices[] = {
 static const choice handle_choices[] = {
     { "page", TS_HANDLES_PAGE },
     { "geometric", TS_HANDLES_GEOMETRIC },
+    { "coarse", TS_HANDLES_COARSE },
     { NULL, 0 },
 };
 
@@ -271,7 +272,7 @@ static const key_desc keys[KEY_COUNT] = {
     },
     [KEY_STITCH_MAX_RANGES] = {
         .name = "stitch_max_ranges", .kind = KIND_U32, .flags = F_TESSERA,
-        .offset = FIELD(stitch_max_ranges), .min = 1, .max = 4096, .def.u = 256,
+        .offset = FIELD(stitch_max_ranges), .min = 1, .max = 4096, .def.u = 4096,
         .help = "Most live stitched virtual ranges per device.",
     },
     [KEY_EXPANDABLE_PAGE_MB] = {
@@ -288,7 +289,9 @@ static const key_desc keys[KEY_COUNT] = {
         .offset = FIELD(handle_policy), .def.u = TS_HANDLES_PAGE, .choices = handle_choices,
         .help = "How expandable segments cut new memory into physical handles. page: one per "
                 "page (PyTorch's). geometric: halving towards the end of each growth, about "
-                "log2(growth / page) + 1 handles: fewer driver calls, coarser give-back.",
+                "log2(growth / page) + 1 handles: fewer driver calls, coarser give-back. "
+                "coarse: handles of large_segment_size_mb, the rest of a growth in one: about "
+                "PyTorch's driver calls with small pages, give-back and stitching by 20 MiB.",
     },
     [KEY_DEFRAGMENT] = {
         .name = "defragment", .kind = KIND_BOOL, .flags = F_TESSERA,

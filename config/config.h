@@ -39,8 +39,9 @@ typedef enum ts_fence_mode {
 /* How expandable segments cut the physical memory of a growth into handles (the unit that can be
  * given back or stitched). */
 typedef enum ts_handle_policy {
-    TS_HANDLES_PAGE = 0,     /* one handle per page (PyTorch's layout) */
-    TS_HANDLES_GEOMETRIC = 1 /* halving towards the growth's end: fewer driver calls */
+    TS_HANDLES_PAGE = 0,      /* one handle per page (PyTorch's layout) */
+    TS_HANDLES_GEOMETRIC = 1, /* halving towards the growth's end: fewer driver calls */
+    TS_HANDLES_COARSE = 2     /* large_segment_size each, the rest in one: PyTorch's calls */
 } ts_handle_policy;
 
 /* When stitching is tried for a request that no free block can serve. */

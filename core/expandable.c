@@ -67,21 +67,37 @@ static ts_block *es_create(ts_allocator *a, ts_pool *p, uint64_t stream)
     return b;
 }
 
-/* How a growth of size bytes is cut into handles: PyTorch uses one per page. defragment cuts it
- * geometrically, halving towards its end: G/2, G/4, ..., one page, one page. Blocks are carved
- * from the low end, so when a smaller request later reuses the range, the free remainder is at
- * its end, and all of it but at most half lies in whole handles (the handle holding the cut is at
+/* The largest handle handle_policy:coarse creates: the large pool's segment size (PyTorch's
+ * expandable page, 20 MiB by default) in whole pages, and never less than one page. */
+static size_t es_coarse_handle(const ts_allocator *a, size_t page)
+{
+    size_t h = a->cfg.large_segment_size / page * page;
+    return h > page ? h : page;
+}
+
+/* How a growth of size bytes is cut into handles: PyTorch uses one per page.
+ * geometric halves towards its end: G/2, G/4, ..., one page, one page. Blocks are carved from
+ * the low end, so when a smaller request later reuses the range, the free remainder is at its
+ * end, and all of it but at most half lies in whole handles (the handle holding the cut is at
  * most the size of all the handles after it), ready to be given back or stitched. A growth of G
- * costs about log2(G / page) + 1 handles: fewer than PyTorch's pages above 60 MiB or so. */
+ * costs about log2(G / page) + 1 handles: fewer than PyTorch's pages above 60 MiB or so.
+ * coarse cuts it into handles of the large segment size and one handle for the rest: the
+ * driver calls of PyTorch's 20 MiB pages, while growth, give-back and stitching still count
+ * small pages (a growth maps what it needs, not a whole 20 MiB page). A handle cannot be split
+ * later (cuMemMap maps a handle from its start, whole), so a free hole lends or gives back only
+ * the coarse handles it holds whole. */
 static size_t es_handle_sizes(const ts_allocator *a, const ts_segment *seg, size_t size,
                               size_t *out, size_t max)
 {
     const size_t page = seg->page_size;
+    const size_t coarse = es_coarse_handle(a, page);
     size_t n = 0;
     while (size > 0 && n < max) {
         size_t h;
         if (a->handle_per_page)
             h = page;
+        else if (a->cfg.handle_policy == TS_HANDLES_COARSE)
+            h = size < coarse ? size : coarse;
         else if (size <= 2 * page)
             h = page;
         else
@@ -97,8 +113,11 @@ static size_t es_handle_sizes(const ts_allocator *a, const ts_segment *seg, size
 /* Back [addr, addr + size) (whole pages, unmapped) with new memory. All or nothing. */
 static bool es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size)
 {
-    /* per page: exactly size / page handles; geometric: at most 64 + 2 */
-    const size_t max = a->handle_per_page ? size / seg->page_size : 128;
+    /* per page: exactly size / page handles; coarse: size / coarse + 1; geometric: <= 64 + 2 */
+    const size_t max = a->handle_per_page ? size / seg->page_size
+                       : a->cfg.handle_policy == TS_HANDLES_COARSE
+                           ? size / es_coarse_handle(a, seg->page_size) + 1
+                           : 128;
     size_t *sizes = malloc(max * sizeof *sizes);
     if (!sizes)
         return false;

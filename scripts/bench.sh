@@ -101,7 +101,8 @@ PY
 
 # shellcheck disable=SC2054 # the comma belongs to the configuration string
 CONFS=(default max_split_size_mb:128 max_split_size_mb:512 expandable_segments:True defragment:True
-    defragment:True,handle_policy:geometric defragment:True,stitch_when:pressure)
+    defragment:True,handle_policy:geometric defragment:True,stitch_when:pressure
+    defragment:True,handle_policy:coarse defragment:True,handle_policy:coarse,stitch_when:pressure)
 
 # --- 1. core microbenchmark -------------------------------------------------------------------
 if want core; then
@@ -160,7 +161,8 @@ if want replay; then
     for t in "${traces[@]}" "${workloads[@]}"; do
         name=$(basename "$t"); name=${name%.*}
         for c in expandable_segments:True defragment:True,stitching:False defragment:True \
-            defragment:True,handle_policy:geometric defragment:True,stitch_when:pressure; do
+            defragment:True,handle_policy:geometric defragment:True,stitch_when:pressure \
+            defragment:True,handle_policy:coarse defragment:True,handle_policy:coarse,stitch_when:pressure; do
             TESSERA_REPLAY_QUIET=1 "$bd/tools/tessera-replay" --json --conf "$c" "$t" 2>/dev/null |
                 python3 -c 'import json,sys; r=json.load(sys.stdin); r["name"]=sys.argv[1]; print(json.dumps(r))' "$name" \
                 >>"$raw/attribution.jsonl"

@@ -13,13 +13,23 @@ MiB = float(1 << 20)
 
 CONFS = ["default", "max_split_size_mb:128", "max_split_size_mb:512", "expandable_segments:True",
          "defragment:True", "defragment:True,handle_policy:geometric",
-         "defragment:True,stitch_when:pressure"]
+         "defragment:True,stitch_when:pressure", "defragment:True,handle_policy:coarse",
+         "defragment:True,handle_policy:coarse,stitch_when:pressure"]
 DEFRAG = ["defragment:True", "defragment:True,handle_policy:geometric",
-          "defragment:True,stitch_when:pressure"]
+          "defragment:True,stitch_when:pressure", "defragment:True,handle_policy:coarse",
+          "defragment:True,handle_policy:coarse,stitch_when:pressure"]
 
 
 def size(v):
     return "%.2f GiB" % (v / GiB) if v >= GiB else "%.1f MiB" % (v / MiB)
+
+
+def table_head(w, title, columns, rule):
+    """A section title, a blank line and a Markdown table's header rows."""
+    w(title)
+    w("")
+    w("| " + " | ".join(columns) + " |")
+    w(rule)
 
 
 def load_json(path):
@@ -211,27 +221,34 @@ def main():
                 margin = r["min_capacity_bytes"] / r["peak_allocated_bytes"] - 1
                 # the memory goals are set for traces above 1 GiB
                 scope = r0["peak_allocated_bytes"] > GiB
-                goals.append(dict(goal="utilization >= 99%% and >= expandable segments "
+                goals.append(dict(target="utilization >= 99% and >= expandable's", trace=name,
+                                  conf=conf,
+                                  goal="utilization >= 99%% and >= expandable segments "
                                        "(%s, %s)" % (name, conf),
                                   value="%.2f%% (expandable %.2f%%)"
                                         % (100 * r["utilization"], 100 * exp["utilization"]),
                                   met=(r["utilization"] >= 0.99
                                        and r["utilization"] >= exp["utilization"])
                                   if scope else "n/a (below 1 GiB)"))
-                goals.append(dict(goal="min capacity within 0.5%% of peak allocated (%s, %s)"
+                goals.append(dict(target="smallest device <= 1.005x peak allocated", trace=name,
+                                  conf=conf,
+                                  goal="min capacity within 0.5%% of peak allocated (%s, %s)"
                                        % (name, conf),
                                   value="+%.2f%% (expandable +%.2f%%)"
                                         % (100 * margin,
                                            100 * (exp["min_capacity_bytes"]
                                                   / exp["peak_allocated_bytes"] - 1)),
                                   met=margin <= 0.005 if scope else "n/a (below 1 GiB)"))
-                goals.append(dict(goal="est. driver time while growing <= 1.5x expandable "
+                goals.append(dict(target="driver time growing <= 1.5x expandable's", trace=name,
+                                  conf=conf,
+                                  goal="est. driver time while growing <= 1.5x expandable "
                                        "segments' (%s, %s)" % (name, conf),
                                   value="%.1f ms vs %.1f ms" % (r["driver_ms_growth"],
                                                                 exp["driver_ms_growth"]),
                                   met=r["driver_ms_growth"] <= 1.5 * exp["driver_ms_growth"]))
                 dflt = by["default"]
-                goals.append(dict(goal="host ns per replayed op <= 2x the default's (%s, %s)"
+                goals.append(dict(target="host ns/op <= 2x the default's", trace=name, conf=conf,
+                                  goal="host ns per replayed op <= 2x the default's (%s, %s)"
                                        % (name, conf),
                                   value="%.1f vs %.1f" % (r["ns_per_op"], dflt["ns_per_op"]),
                                   met=r["ns_per_op"] <= 2 * dflt["ns_per_op"]))
@@ -324,7 +341,9 @@ def main():
             for conf in DEFRAG:
                 s = by.get((wl, conf))
                 if e and s:
-                    goals.append(dict(goal="driver calls per step <= expandable segments (%s, %s)"
+                    goals.append(dict(target="driver calls per step <= expandable's", trace=wl,
+                                      conf=conf,
+                                      goal="driver calls per step <= expandable segments (%s, %s)"
                                            % (wl, conf),
                                       value="%.2f vs %.2f" % (s["steady_per_step"],
                                                               e["steady_per_step"]),
@@ -405,16 +424,31 @@ def main():
 
     # --- goals ----------------------------------------------------------------------------------
     if goals:
-        w("## Goals")
-        w("")
-        w("| goal | measured | met |")
-        w("|---|---|---|")
+        table_head(w, "## Goals", ["goal", "measured", "met"], "|---|---|---|")
         for g in goals:
             m = g["met"]
             w("| %s | %s | %s |" % (g["goal"], g["value"],
                                     "yes" if m is True else "**no**" if m is False else m))
         w("")
         result["goals"] = goals
+        # per configuration: which traces miss which target (the decision on the default)
+        tagged = [g for g in goals if "target" in g]
+        if tagged:
+            table_head(w, "### Targets per configuration",
+                       ["configuration", "target", "met", "missed on"], "|---|---|---:|---|")
+            for conf in DEFRAG:
+                targets = []
+                for g in tagged:
+                    if g["conf"] == conf and g["target"] not in targets:
+                        targets.append(g["target"])
+                for t in targets:
+                    gs = [g for g in tagged if g["conf"] == conf and g["target"] == t]
+                    scoped = [g for g in gs if g["met"] in (True, False)]
+                    miss = [g for g in scoped if g["met"] is False]
+                    w("| %s | %s | %d of %d | %s |"
+                      % (conf, t, len(scoped) - len(miss), len(scoped),
+                         ", ".join("%s (%s)" % (g["trace"], g["value"]) for g in miss) or "-"))
+            w("")
 
     with open(os.path.join(bd, "bench-results.json"), "w") as f:
         json.dump(result, f, indent=1)

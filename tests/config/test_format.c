@@ -51,7 +51,7 @@ static void test_format_defaults(void **state)
                         "expandable_segments:False,per_process_memory_fraction:1,"
                         "large_segment_size_mb:20,backend:native,caching:True,memory_limit:0,"
                         "stats:True,oom_report:True,reuse_fence:order,stitching:False,"
-                        "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:256,expandable_page_mb:0,handle_policy:page,"
+                        "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:4096,expandable_page_mb:0,handle_policy:page,"
                         "defragment:False,verbose:False,history_events:0,history_frames:False");
 
     /* snprintf contract */

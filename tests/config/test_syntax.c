@@ -112,7 +112,7 @@ static void test_lenient_keeps_going(void **state)
     assert_true(c.max_split_size == SIZE_MAX);
     assert_false(c.expandable_segments);
     assert_true(c.memory_limit == (size_t)2 << 30);
-    assert_int_equal(c.stitch_max_ranges, 256);
+    assert_int_equal(c.stitch_max_ranges, 4096);
     assert_true(c.verbose);
     assert_int_equal(c.roundup_power2_divisions[0], 0);
     assert_int_equal(c.reuse_fence, TS_FENCE_SYNC);

@@ -22,7 +22,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.reuse_fence, TS_FENCE_ORDER);
     assert_false(c.stitching);
     assert_true(c.stitch_min_block == 2 * MiB);
-    assert_int_equal(c.stitch_max_ranges, 256);
+    assert_int_equal(c.stitch_max_ranges, 4096);
     assert_true(c.expandable_page == 0);
     assert_int_equal(c.handle_policy, TS_HANDLES_PAGE);
     assert_false(c.defragment);
@@ -512,11 +512,13 @@ static void test_expandable_page_and_handles(void **state)
     assert_true(c.expandable_page == 1024 * MiB);
     assert_true(parse_ok("handle_policy:geometric", &c));
     assert_int_equal(c.handle_policy, TS_HANDLES_GEOMETRIC);
+    assert_true(parse_ok("handle_policy:coarse", &c));
+    assert_int_equal(c.handle_policy, TS_HANDLES_COARSE);
     assert_true(parse_ok("handle_policy:page", &c));
     assert_int_equal(c.handle_policy, TS_HANDLES_PAGE);
     assert_true(parse_error("handle_policy:pages",
                             "key 'handle_policy' at position 0: value 'pages' is not a valid option "
-                            "(must be page or geometric)", NULL));
+                            "(must be page, geometric or coarse)", NULL));
 }
 
 static void test_defragment(void **state)
