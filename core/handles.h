@@ -5,8 +5,11 @@
 
 #include "core/internal.h"
 
+/* The run of whole handles inside [lo, hi): [*run_lo, *run_hi), or false when there is none. */
 bool segment_whole_handles(ts_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
                            uintptr_t *run_hi);
+/* Give back the handles in [lo, hi), which are whole. unmap_only: they are aliases (a stitched
+ * segment's), owned elsewhere. The caller synchronised the device. */
 void segment_unmap_handles(ts_allocator *a, ts_segment *seg, uintptr_t lo, uintptr_t hi,
                            bool unmap_only);
 
