@@ -246,14 +246,15 @@ static void collect_ring(const char *dir, const char *name, int pid, int slot, i
 /* --- collectors that died half-way ------------------------------------------------------------ */
 
 /* A file moved aside by a collector that died before finishing: .tessera-gc.<gcpid>.<pid> (a
- * page), .tessera-gc.<gcpid>.<pid>.history.<slot> (a ring). */
-static void recover_aside(const char *dir, const char *name, int *removed, ts_gc_report_fn report,
-                          void *user)
+ * page), .tessera-gc.<gcpid>.<pid>.history.<slot> (a ring). rings: handle the rings' (which
+ * are judged only once every page was), else the pages'. */
+static void recover_aside(const char *dir, const char *name, bool rings, int *removed,
+                          ts_gc_report_fn report, void *user)
 {
     int gcpid = 0, pid = 0, slot = 0;
     char tail;
     int got = sscanf(name, ".tessera-gc.%d.%d%c", &gcpid, &pid, &tail);
-    if ((got != 2 && got != 3) || gcpid <= 0 || pid <= 0)
+    if ((got != 2 && got != 3) || gcpid <= 0 || pid <= 0 || rings != (got == 3))
         return;
     if (gcpid == (int)getpid() || !ts_pid_is_gone(gcpid))
         return;
@@ -335,17 +336,21 @@ int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user)
     }
     closedir(d);
     int removed = 0;
-    for (size_t i = 0; i < cnt; i++) { /* pages (and half-collected files) first */
+    for (size_t i = 0; i < cnt; i++) { /* pages (and half-collected pages) first */
         int pid = ts_page_name_pid(names[i]);
         if (pid > 0)
             collect_one(dir, names[i], pid, &removed, report, user);
         else if (ring_name_pid(names[i], &slot) <= 0)
-            recover_aside(dir, names[i], &removed, report, user);
+            recover_aside(dir, names[i], false, &removed, report, user);
     }
-    for (size_t i = 0; i < cnt; i++) { /* then the rings their pages leave behind */
+    /* then the rings their pages leave behind: a ring is judged by whether its page is still
+     * there, so only once every page had its turn */
+    for (size_t i = 0; i < cnt; i++) {
         int pid = ring_name_pid(names[i], &slot);
         if (pid > 0)
             collect_ring(dir, names[i], pid, slot, &removed, report, user);
+        else if (ts_page_name_pid(names[i]) <= 0)
+            recover_aside(dir, names[i], true, &removed, report, user);
     }
     free(names);
     return removed;
