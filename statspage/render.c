@@ -191,7 +191,8 @@ static size_t put_text(FILE *f, const char *text, size_t cap, size_t max_bytes, 
 }
 
 /* A terminal cell: width characters, cut with "..." when longer, left-aligned. */
-static void put_cell(FILE *f, const char *text, size_t cap, size_t width)
+/* text in at most width characters (cut with "..."), padded to width when pad (table cells). */
+static void put_cell(FILE *f, const char *text, size_t cap, size_t width, bool pad)
 {
     size_t n = strnlen(text, cap);
     size_t chars = 0;
@@ -219,13 +220,13 @@ static void put_cell(FILE *f, const char *text, size_t cap, size_t width)
         shown = put_text(f, tmp, sizeof tmp, SIZE_MAX, ESC_TERM) + 3;
         fputs("...", f);
     }
-    for (; shown < width; shown++)
+    for (; pad && shown < width; shown++)
         fputc(' ', f);
 }
 
 /* The command for narrow columns: the program's directory dropped ("/usr/bin/python3 x.py" reads
  * "python3 x.py"); the detail view, JSON and Prometheus keep the whole command. */
-static void put_command(FILE *f, const char *cmd, size_t cap, size_t width)
+static void put_command(FILE *f, const char *cmd, size_t cap, size_t width, bool pad)
 {
     size_t n = strnlen(cmd, cap);
     const char *space = memchr(cmd, ' ', n);
@@ -234,7 +235,7 @@ static void put_command(FILE *f, const char *cmd, size_t cap, size_t width)
     for (size_t i = 0; i < first; i++)
         if (cmd[i] == '/' && i + 1 < first)
             skip = i + 1;
-    put_cell(f, cmd + skip, cap - skip, width);
+    put_cell(f, cmd + skip, cap - skip, width, pad);
 }
 
 static void fmt_time(char *buf, size_t len, int64_t unix_s)
@@ -427,7 +428,7 @@ static void table_row(FILE *f, const ts_proc_view *v, uint32_t k, const char *ma
     char dev[48], a[48], r[48], u[48], frag[16];
     slot_label(v, k, dev, sizeof dev);
     fprintf(f, "%-8d ", v->pid);
-    put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
+    put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28, true);
     fprintf(f, " %-6s", dev);
     if (s->status != TS_PAGE_OK) {
         fprintf(f, " %s: %s\n", ts_page_status_name(s->status), s->error);
@@ -491,7 +492,7 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
                 continue;
             if (v->nslots == 0) {
                 fprintf(f, "%-8d ", v->pid);
-                put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28);
+                put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28, true);
                 fprintf(f, " %-6s %12s %12s %12s %7s %8s %6s\n", "-", "-", "-", "-", "-", "-", "-");
                 continue;
             }
@@ -508,7 +509,7 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
             if (!ts_owner_is_stale(v->owner))
                 continue;
             fprintf(f, "%-8d %-6s ", v->pid, "stale");
-            put_command(f, view_command(v), sizeof v->hdr.cmdline, 28);
+            put_command(f, view_command(v), sizeof v->hdr.cmdline, 28, true);
             fprintf(f, " ");
             put_text(f, v->owner_why, sizeof v->owner_why, SIZE_MAX, ESC_TERM);
             fputc('\n', f);
@@ -1126,7 +1127,7 @@ void ts_render_map(FILE *f, const ts_proc_view *v, const tessera_page_slot_head 
     if (width > 1024)
         width = 1024;
     fprintf(f, "segment map of pid %d (", v->pid);
-    put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 40);
+    put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 40, false); /* in parentheses */
     fprintf(f, "), device %" PRId32 ", context 0x%" PRIx64 "\n", head->device, head->context_id);
     if (!(m->flags & TESSERA_MAP_VALID)) {
         fprintf(f, "no segment map published yet (the allocator publishes one after a segment "

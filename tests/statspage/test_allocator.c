@@ -330,6 +330,7 @@ int main(void)
     ts_proc_view v;
     memset(&v, 0, sizeof v);
     v.pid = (int)getpid();
+    snprintf(v.hdr.cmdline, sizeof v.hdr.cmdline, "/usr/bin/python3 train.py");
     char *text = NULL;
     size_t textlen = 0;
     FILE *mf = open_memstream(&text, &textlen);
@@ -340,6 +341,7 @@ int main(void)
     snprintf(want, sizeof want, "largest free block %s",
              ts_format_bytes(lf, sizeof lf, s->head.map.largest_free));
     CHECK(strstr(text, want) != NULL && strchr(text, 'X') && strchr(text, '-'), "map text:\n%s", text);
+    CHECK(strstr(text, "(python3 train.py), device") != NULL, "map header, no padding:\n%s", text);
     free(text);
 
     test_table_frag(page, dir);
