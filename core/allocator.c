@@ -129,7 +129,7 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
     tessera_device_stats *st = a->st;
     gauge_set(a, &st->max_split_size,
               a->cfg.max_split_size == SIZE_MAX ? -1 : (int64_t)a->cfg.max_split_size);
-    gauge_set(a, &st->memory_limit_bytes, a->set_fraction ? (int64_t)a->allowed_memory_maximum : 0);
+    gauge_set(a, &st->memory_limit_bytes, (int64_t)ts_allocator_cap(a));
     gauge_set(a, &st->device_total_bytes, (int64_t)a->device_total);
     st_close(a);
     return a;
@@ -245,12 +245,18 @@ size_t ts_allocator_cap(const ts_allocator *a)
 
 /* --- the allocation path -------------------------------------------------------------------- */
 
+/* Would reserving bytes more stay within the cap (memory_limit, memory fraction)? */
+static bool cap_allows(const ts_allocator *a, size_t bytes)
+{
+    return !a->set_fraction || a->total_allocated_memory + bytes <= a->allowed_memory_maximum;
+}
+
 /* A new plain segment (one seg_alloc) of alloc_size bytes, its one block FREE and in no tree. */
 static ts_block *alloc_plain_segment(ts_allocator *a, ts_pool *p, size_t alloc_size,
                                      uint64_t stream)
 {
     tessera_device_stats *st = a->st;
-    if (a->set_fraction && a->total_allocated_memory + alloc_size > a->allowed_memory_maximum)
+    if (!cap_allows(a, alloc_size))
         return NULL;
     ts_segment *seg = ts_slab_alloc(&a->segment_slab);
     ts_block *b = seg ? block_new(a) : NULL;
@@ -280,7 +286,7 @@ static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t al
     if (is_retry)
         counter_add(a, &a->st->num_alloc_retries, 1);
     if (a->cfg.expandable_segments) {
-        if (a->set_fraction && a->total_allocated_memory + alloc_size > a->allowed_memory_maximum)
+        if (!cap_allows(a, alloc_size))
             return NULL;
         return expandable_alloc(a, p, size, stream);
     }
@@ -372,9 +378,8 @@ static void oom_fill(ts_allocator *a, ts_oom_info *oom, size_t orig, size_t roun
     oom->allocated = (size_t)a->st->allocated_bytes[TESSERA_POOL_ALL].current;
     oom->reserved = (size_t)a->st->reserved_bytes[TESSERA_POOL_ALL].current;
     oom->largest_free_block = ts_largest_free_block_locked(a);
-    oom->limit = a->set_fraction ? a->allowed_memory_maximum : 0;
-    oom->limit_reached = a->set_fraction &&
-                         a->total_allocated_memory + alloc_size > a->allowed_memory_maximum;
+    oom->limit = ts_allocator_cap(a);
+    oom->limit_reached = !cap_allows(a, alloc_size);
     oom->expandable_segments = a->cfg.expandable_segments;
     oom->stitching = a->cfg.stitching;
     oom->max_split_size = a->cfg.max_split_size;

@@ -7,7 +7,7 @@ void ts_allocator_mem_info(ts_allocator *a, size_t dev_free, size_t dev_total, s
     pthread_mutex_lock(&a->lock);
     size_t reserved = a->total_allocated_memory;
     int64_t allocated_now = a->st->allocated_bytes[TESSERA_POOL_ALL].current;
-    size_t cap = a->set_fraction ? a->allowed_memory_maximum : 0;
+    size_t cap = ts_allocator_cap(a);
     pthread_mutex_unlock(&a->lock);
 
     size_t allocated = allocated_now > 0 ? (size_t)allocated_now : 0;
