@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/expandable.h"
 #include "core/fence.h"
+#include "core/handles.h"
 #include "core/inspect.h"
 #include "core/pool.h"
 #include "core/release.h"
@@ -214,6 +215,7 @@ void ts_allocator_forget_all(ts_allocator *a)
     a->live.count = 0;
     a->total_allocated_memory = 0;
     a->stitched_segments = 0;
+    a->peer_devices = 0; /* peer access ends with the context */
     tessera_device_stats *st = a->st;
 #define ZERO_ARRAY(name, unit, help)                                                               \
     for (int i = 0; i < TESSERA_POOL_COUNT; i++)                                                   \
@@ -530,6 +532,36 @@ void ts_allocator_order_reuse(ts_allocator *a)
     if (a->use_order)
         reuse_order_point(a);
     allocator_unlock(a);
+}
+
+int ts_allocator_peer_add(ts_allocator *a, int device)
+{
+    if (device < 0 || device >= 64)
+        return TS_EINVAL;
+    const uint64_t bit = (uint64_t)1 << device;
+    allocator_lock(a);
+    int rc = TS_OK;
+    if (device != a->device && !(a->peer_devices & bit)) {
+        if (!a->be.vm_peer_add || !a->be.vm_access) {
+            /* Without virtual memory there is nothing to grant: segments follow peer access. */
+            rc = ts_backend_has_vm(&a->be) ? TS_EUNSUPPORTED : TS_OK;
+        } else {
+            backend_enter(a);
+            rc = a->be.vm_peer_add(a->be.ctx, device);
+            if (rc == TS_OK) {
+                a->peer_devices |= bit;
+                /* Mappings made before now: expandable handles and stitched aliases alike. */
+                for (ts_node *n = ts_tree_first(&a->segments); n; n = ts_tree_next(n)) {
+                    ts_segment *seg = segment_of_node(n);
+                    int r = seg->kind == TS_SEGMENT_PLAIN ? TS_OK : segment_grant_handles(a, seg);
+                    if (r != TS_OK && rc == TS_OK)
+                        rc = r;
+                }
+            }
+        }
+    }
+    allocator_unlock(a);
+    return rc;
 }
 
 /* --- cache-level operations ------------------------------------------------------------------ */

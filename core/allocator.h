@@ -81,6 +81,13 @@ int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested);
  * calls it when a context's work stops being confined to one queue (a second host thread). */
 void ts_allocator_order_reuse(ts_allocator *a);
 
+/* The program enabled peer access from device `device` to this allocator's context: grant that
+ * device read-write access to every virtual-memory mapping the allocator has made and will make
+ * (CUDA's peer access covers driver allocations but not cuMemMap mappings). Idempotent.
+ * TS_OK; TS_EINVAL for a device outside [0, 64); TS_EUNSUPPORTED when the backend maps virtual
+ * memory but cannot grant it; else the first backend failure (every mapping is still tried). */
+int ts_allocator_peer_add(ts_allocator *a, int device);
+
 /* The device's memory vanished with its context (cudaDeviceReset, cuCtxDestroy): drop every
  * segment and block without calling the backend. Current counters go to zero; accumulated
  * counters stay. The allocator remains usable (empty). */

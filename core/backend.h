@@ -81,6 +81,14 @@ typedef struct ts_backend {
     int (*vm_destroy)(void *ctx, uint64_t handle);
     int (*vm_map)(void *ctx, uintptr_t va, size_t size, uint64_t handle);
     int (*vm_unmap)(void *ctx, uintptr_t va, size_t size);
+
+    /* Peer access to virtual memory (optional; both or none). Memory from seg_alloc is visible to
+     * every device the program enabled peer access for, but a mapping only to the devices named
+     * when its access was set (CUDA's rule for cuMemMap). vm_peer_add: every later vm_map grants
+     * device read-write too. vm_access: grant every such device on [va, va + size), one whole
+     * earlier vm_map mapping. */
+    int (*vm_peer_add)(void *ctx, int device);
+    int (*vm_access)(void *ctx, uintptr_t va, size_t size);
 } ts_backend;
 
 static inline int ts_backend_has_vm(const ts_backend *b)

@@ -35,3 +35,17 @@ void segment_unmap_handles(ts_allocator *a, ts_segment *seg, uintptr_t lo, uintp
         h = next;
     }
 }
+
+/* Grant the backend's peer devices access to every handle mapped in seg (vm_access). */
+int segment_grant_handles(ts_allocator *a, ts_segment *seg)
+{
+    int rc = TS_OK;
+    backend_enter(a);
+    for (ts_handle_rec *h = handle_of_node(ts_tree_first(&seg->handles)); h;
+         h = handle_of_node(ts_tree_next(&h->node))) {
+        int r = a->be.vm_access(a->be.ctx, h->addr, h->size);
+        if (r != TS_OK && rc == TS_OK)
+            rc = r;
+    }
+    return rc;
+}

@@ -13,4 +13,8 @@ bool segment_whole_handles(ts_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_
 void segment_unmap_handles(ts_allocator *a, ts_segment *seg, uintptr_t lo, uintptr_t hi,
                            bool unmap_only);
 
+/* Grant the backend's peer devices access to every handle mapped in seg (vm_access). Returns
+ * TS_OK, or the first failure (the other handles are still tried). */
+int segment_grant_handles(ts_allocator *a, ts_segment *seg);
+
 #endif /* TS_HANDLES_H */

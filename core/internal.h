@@ -155,6 +155,7 @@ struct ts_allocator {
     bool handle_per_page; /* PyTorch's way: one handle per page; else one per growth */
     size_t stitched_segments;
     uint64_t stitch_serial;
+    uint64_t peer_devices; /* bit d: device d was granted access to every mapping (peer access) */
 
     /* Observer (stats page segment map). */
     ts_observer_fn observer;

@@ -46,6 +46,7 @@ typedef struct cuda_fence {
 struct ts_cuda_backend {
     CUcontext ctx;
     CUdevice dev;
+    uint64_t peers; /* bit d: device d gets read-write access to every mapping (peer access) */
     ts_fence_mode mode;  /* reuse_fence, fixed at creation */
     CUevent *event_pool; /* recycled events (never destroyed while the context lives) */
     size_t nevents, events_cap;
@@ -469,18 +470,31 @@ static int cb_vm_destroy(void *ctx, uint64_t handle)
     return cu_status(ts_real.cuMemRelease((CUmemGenericAllocationHandle)handle));
 }
 
+/* Read-write access to [va, va + size) for the owning device and every peer, in one call. */
+static CUresult cb_set_access(const ts_cuda_backend *b, uintptr_t va, size_t size)
+{
+    CUmemAccessDesc access[64];
+    unsigned n = 0;
+    memset(access, 0, sizeof access);
+    for (int d = -1; d < 64; d++) {
+        if (d >= 0 && (d == (int)b->dev || !(b->peers & ((uint64_t)1 << d))))
+            continue;
+        access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access[n].location.id = d < 0 ? b->dev : d;
+        access[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        if (++n == 64)
+            break;
+    }
+    return ts_real.cuMemSetAccess((CUdeviceptr)va, size, access, n);
+}
+
 static int cb_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
 {
     ts_cuda_backend *b = ctx;
     CUresult r = ts_real.cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
     if (r != CUDA_SUCCESS)
         return cu_status(r);
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = b->dev;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    r = ts_real.cuMemSetAccess((CUdeviceptr)va, size, &access, 1);
+    r = cb_set_access(b, va, size);
     if (r != CUDA_SUCCESS) {
         /* Never leave a mapping the core does not know about (PyTorch issue #188008). */
         ts_real.cuMemUnmap((CUdeviceptr)va, size);
@@ -493,6 +507,20 @@ static int cb_vm_unmap(void *ctx, uintptr_t va, size_t size)
 {
     (void)ctx;
     return cu_status(ts_real.cuMemUnmap((CUdeviceptr)va, size));
+}
+
+static int cb_vm_peer_add(void *ctx, int device)
+{
+    ts_cuda_backend *b = ctx;
+    if (device < 0 || device >= 64)
+        return TS_EINVAL;
+    b->peers |= (uint64_t)1 << device;
+    return TS_OK;
+}
+
+static int cb_vm_access(void *ctx, uintptr_t va, size_t size)
+{
+    return cu_status(cb_set_access(ctx, va, size));
 }
 
 /* --- construction -------------------------------------------------------------------------------- */
@@ -533,6 +561,8 @@ ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_fence_mo
         out->vm_destroy = cb_vm_destroy;
         out->vm_map = cb_vm_map;
         out->vm_unmap = cb_vm_unmap;
+        out->vm_peer_add = cb_vm_peer_add;
+        out->vm_access = cb_vm_access;
     }
     return b;
 }
@@ -549,6 +579,7 @@ void ts_cuda_backend_forget(ts_cuda_backend *b)
     }
     b->fences_all = NULL;
     b->fence_pool = NULL;
+    b->peers = 0; /* peer access ends with the context */
     b->order_event = NULL;
     if (b->join_events)
         memset(b->join_events, 0, b->join_cap * sizeof *b->join_events);

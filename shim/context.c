@@ -36,7 +36,15 @@ typedef struct ctx_entry {
     ts_history *history; /* its history ring (history_events), or NULL */
 } ctx_entry;
 
+/* Peer access enabled towards a context that has no allocator yet: applied when it gets one.
+ * Guarded by table_lock. */
+typedef struct peer_grant {
+    CUcontext ctx; /* NULL: free */
+    uint64_t devices;
+} peer_grant;
+
 static ctx_entry table[MAX_CONTEXTS];
+static peer_grant grants[MAX_CONTEXTS];
 static int table_used; /* entries [0, table_used) have been used */
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread ctx_entry *tls_last __attribute__((tls_model("initial-exec")));
@@ -242,6 +250,58 @@ static bool context_is_primary(CUcontext ctx, CUdevice dev)
     return primary == ctx;
 }
 
+/* table_lock held: the grants waiting for ctx, forgotten. */
+static uint64_t grants_take(CUcontext ctx)
+{
+    uint64_t devices = 0;
+    for (int i = 0; i < MAX_CONTEXTS; i++)
+        if (grants[i].ctx == ctx) {
+            devices |= grants[i].devices;
+            grants[i].ctx = NULL;
+            grants[i].devices = 0;
+        }
+    return devices;
+}
+
+/* table_lock held. */
+static void allocator_grant_peers(ts_allocator *a, uint64_t devices)
+{
+    for (int d = 0; d < 64; d++)
+        if ((devices & ((uint64_t)1 << d)) && ts_allocator_peer_add(a, d) != TS_OK)
+            ts_log("peer access from device %d: cannot grant it tessera's virtual-memory mappings; "
+                   "kernels on that device may fault on them (set expandable_segments:False)",
+                   d);
+}
+
+void ts_ctx_peer_enabled(CUcontext peer, CUdevice from)
+{
+    if (!peer || from < 0 || from >= 64)
+        return;
+    pthread_mutex_lock(&table_lock);
+    ctx_entry *e = table_find(peer);
+    if (e) {
+        allocator_grant_peers(e->a, (uint64_t)1 << from);
+    } else {
+        peer_grant *slot = NULL; /* the context's record, else the first free one */
+        for (int i = 0; i < MAX_CONTEXTS; i++) {
+            if (grants[i].ctx == peer) {
+                slot = &grants[i];
+                break;
+            }
+            if (!slot && !grants[i].ctx)
+                slot = &grants[i];
+        }
+        if (slot) {
+            slot->ctx = peer;
+            slot->devices |= (uint64_t)1 << from;
+        } else {
+            ts_log_once(grants, "more than %d contexts with peer access pending: device %d is "
+                        "not granted tessera's virtual-memory mappings", MAX_CONTEXTS, (int)from);
+        }
+    }
+    pthread_mutex_unlock(&table_lock);
+}
+
 static ctx_entry *table_create(CUcontext ctx)
 {
     CUdevice dev = 0;
@@ -294,6 +354,7 @@ static ctx_entry *table_create(CUcontext ctx)
     }
     e->dev = dev;
     e->primary = context_is_primary(ctx, dev);
+    allocator_grant_peers(e->a, grants_take(ctx));
     __atomic_store_n(&e->ctx, ctx, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&table_lock);
     return e;
@@ -377,6 +438,7 @@ int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk)
 static void entry_forget(ctx_entry *e)
 {
     /* Remove the entry from lookups first, then drop the memory the context took with it. */
+    (void)grants_take(e->ctx);
     __atomic_store_n(&e->ctx, NULL, __ATOMIC_RELEASE);
     ts_allocator_forget_all(e->a);
     ts_cuda_backend_forget(e->be);
@@ -390,6 +452,8 @@ void ts_ctx_forget(CUcontext ctx)
     ctx_entry *e = table_find(ctx);
     if (e)
         entry_forget(e);
+    else
+        (void)grants_take(ctx); /* peer access waiting for an allocator dies with it too */
     pthread_mutex_unlock(&table_lock);
 }
 

@@ -285,27 +285,56 @@ static CUresult hook_cuCtxDestroy_v2(CUcontext ctx)
     return ts_real.cuCtxDestroy_v2(ctx);
 }
 
+/* --- peer access ------------------------------------------------------------------------------- */
+
+/* Peer access makes the peer context's driver allocations visible to the current device, but not
+ * memory mapped with cuMemMap, which is visible only to the devices its access was set for:
+ * tessera grants the current device its mappings in that context, those made so far and every
+ * later one. Disabling peer access leaves the grants in place (they allow, never forbid). */
+static CUresult hook_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    if (!HOOK_READY() || !ts_real.cuCtxEnablePeerAccess)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuCtxEnablePeerAccess(peer, flags);
+    CUdevice from = 0;
+    if ((r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) && ts_shim_active() &&
+        ts_real.cuCtxGetDevice(&from) == CUDA_SUCCESS)
+        ts_ctx_peer_enabled(peer, from);
+    return r;
+}
+
 /* --- IPC --------------------------------------------------------------------------------------- */
 
 /* A handle names a whole driver allocation: for a block in the middle of a tessera segment the
  * importing process would map the segment's base, not the block. Refuse, and say why. A block
  * at its segment's base is exported as is: the importer maps it at offset 0 (it can also see the
- * rest of the segment, as with PyTorch's own IPC). */
+ * rest of the segment, as with PyTorch's own IPC). Memory tessera mapped itself (expandable or
+ * stitched) has no such handle at all (CUDA's rule for cuMemMap): refused, saying which key
+ * keeps memory exportable. */
 static CUresult hook_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
 {
     if (!HOOK_READY() || !ts_real.cuIpcGetMemHandle)
         return CUDA_ERROR_NOT_INITIALIZED;
     ts_segment_info seg;
     ts_block_info blk;
-    if (ts_shim_active() && ts_ctx_lookup((uintptr_t)dptr, &seg, &blk) == TS_OK &&
-        (uintptr_t)dptr != seg.addr) {
-        ts_log("cuIpcGetMemHandle/cudaIpcGetMemHandle on %#llx, %llu bytes into a tessera segment: "
-               "another process would map the segment's start instead; refused with "
-               "CUDA_ERROR_INVALID_VALUE. Export a pointer you got from cudaMalloc that starts a "
-               "segment (allocations of 1 MiB+ with max_split_size_mb set get their own), or run "
-               "the exporting process with TESSERA_ALLOC_CONF=caching:False",
-               (unsigned long long)dptr, (unsigned long long)((uintptr_t)dptr - seg.addr));
-        return CUDA_ERROR_INVALID_VALUE;
+    if (ts_shim_active() && ts_ctx_lookup((uintptr_t)dptr, &seg, &blk) == TS_OK) {
+        if (seg.kind != TS_SEGMENT_PLAIN) {
+            ts_log("cuIpcGetMemHandle/cudaIpcGetMemHandle on %#llx: tessera mapped this memory "
+                   "with the virtual-memory API (expandable segments or stitching), which CUDA "
+                   "cannot export this way; refused with CUDA_ERROR_INVALID_VALUE. Run the "
+                   "exporting process with TESSERA_ALLOC_CONF=expandable_segments:False",
+                   (unsigned long long)dptr);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        if ((uintptr_t)dptr != seg.addr) {
+            ts_log("cuIpcGetMemHandle/cudaIpcGetMemHandle on %#llx, %llu bytes into a tessera "
+                   "segment: another process would map the segment's start instead; refused with "
+                   "CUDA_ERROR_INVALID_VALUE. Export a pointer you got from cudaMalloc that starts "
+                   "a segment (allocations of 1 MiB+ with max_split_size_mb set get their own), "
+                   "or run the exporting process with TESSERA_ALLOC_CONF=caching:False",
+                   (unsigned long long)dptr, (unsigned long long)((uintptr_t)dptr - seg.addr));
+            return CUDA_ERROR_INVALID_VALUE;
+        }
     }
     return ts_real.cuIpcGetMemHandle(h, dptr);
 }

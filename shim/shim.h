@@ -141,6 +141,9 @@ TS_HIDDEN void ts_ctx_stream_created(CUcontext ctx, CUstream s, unsigned int fla
 TS_HIDDEN int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk);
 /* A context or a device's primary context is going away: forget its allocator's memory. */
 TS_HIDDEN void ts_ctx_forget(CUcontext ctx);
+/* The current context, on device `from`, was given peer access to the memory of context peer:
+ * peer's allocator grants `from` its virtual-memory mappings, now or once it exists. */
+TS_HIDDEN void ts_ctx_peer_enabled(CUcontext peer, CUdevice from);
 TS_HIDDEN void ts_ctx_forget_primary(CUdevice dev);
 /* Count a call forwarded untouched. */
 TS_HIDDEN void ts_ctx_count_passthrough(void);

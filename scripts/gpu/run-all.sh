@@ -414,7 +414,7 @@ HAVE_LIB=0
 
 # c. sample programs -------------------------------------------------------------------------
 PROGRAMS=(seed_every5th seed_middle seed_even seed_cyclic churn reuse_race reuse_order bad_input
-    device_reset fork_child meminfo multi_device driver_api driver_linked)
+    device_reset fork_child meminfo multi_device peer_access driver_api driver_linked)
 PDIR_shared="$BUILD_ABS/programs-shared"
 PDIR_static="$BUILD_ABS/programs-static"
 pdir() { [ "$1" = shared ] && echo "$PDIR_shared" || echo "$PDIR_static"; }
@@ -678,8 +678,10 @@ if [ "$CAP_D" -gt 0 ]; then
     done
     if [ "$(grep -c '^GPU ' <<<"$SMI_L")" -ge 2 ]; then
         pair "$BOTH" multi_device 60 "r:status=ok r:wrong_device=0" -- --threads
+        # a peer's kernels touch memory tessera mapped itself (granted at cudaDeviceEnablePeerAccess)
+        TESSERA_ALLOC_CONF=expandable_segments:True pair shared peer_access 60 "r:status=ok r:denied=0 r:check=kernel" --
     else
-        log "multi_device: not run (one GPU visible; it needs two)"
+        log "multi_device, peer_access: not run (one GPU visible; they need two)"
     fi
     if [ "$STATIC_SUBSET" = 1 ]; then
         pair shared driver_linked 60 "r:status=ok r:mode=linked r:contexts=2" -- --own-context "${DRV[@]}"

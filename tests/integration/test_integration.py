@@ -587,6 +587,13 @@ class Ipc(Base):
         self.assertEqual(run.result["second"], "cudaErrorInvalidValue")
         self.assertIn("another process would map the segment's start", run.stderr)
 
+    def test_mapped_memory_refused_with_the_key_to_use(self):
+        # memory tessera maps itself has no IPC handle (CUDA's rule): one clear line names the key
+        run = self.env.run(probe("ipc_probe"), conf="expandable_segments:True")
+        self.ok(run)
+        self.assertEqual(run.result["first"], "cudaErrorInvalidValue", run)
+        self.assertIn("expandable_segments:False", run.stderr)
+
 
 class FreeAsync(Base):
     """cudaFreeAsync on blocks tessera served from cudaMalloc: the driver must never see them
@@ -607,6 +614,31 @@ class FreeAsync(Base):
         self.assertEqual(st["allocation.all.freed"], 3, st)
         self.assertEqual(st["num_invalid_frees"], 1, st)
         self.assertIn("invalid cudaFreeAsync/cuMemFreeAsync", shim.stderr)
+
+
+class PeerAccess(Base):
+    """Peer access covers a peer's driver allocations but not its cuMemMap mappings: with memory
+    tessera maps itself, device 0's kernels may touch device 1's blocks only because tessera
+    grants them, for the mappings made before peer access was enabled and after."""
+
+    EXTRA = {"TESSERA_SIM_DEVICES": "2"}
+
+    def test_every_policy_keeps_peer_access(self):
+        plain = self.env.run(prog("peer_access", "--count", "3"), memory="256M", preload=False,
+                             extra=self.EXTRA)
+        self.ok(plain)
+        self.assertEqual(plain.result["denied"], "0", plain)
+        for conf in ("", "expandable_segments:True", "defragment:True",
+                     "defragment:True,handle_policy:coarse"):
+            with self.subTest(conf=conf):
+                run = self.env.run(prog("peer_access", "--count", "3"), memory="256M",
+                                   conf=conf or None, extra=self.EXTRA)
+                self.ok(run)
+                self.assertEqual(run.result["check"], "sim", run)
+                self.assertEqual(run.result["denied"], "0", run)
+                # tessera served the six blocks, on device 1
+                by_dev = {v["device"]: v for v in (self.env.page_slots() or {}).values()}
+                self.assertEqual(by_dev.get(1, {}).get("num_alloc_calls"), 6, by_dev)
 
 
 class MultiDevice(Base):
