@@ -267,6 +267,12 @@ CUresult sim_vmm_unmap(CUdeviceptr ptr, size_t size);
 CUresult sim_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                             size_t count);
 
+/* ---- peer access (sim_peer.c) --------------------------------------------------------- */
+
+CUresult sim_peer_enable(CUcontext peer, unsigned flags); /* cuCtxEnablePeerAccess */
+CUresult sim_peer_disable(CUcontext peer);                /* cuCtxDisablePeerAccess */
+void sim_peer_drop_ctx(struct sim_ctx *c); /* lock held: grants from or to c go */
+
 /* ---- streams, events, capture (sim_stream.c) ------------------------------------------ */
 
 enum sim_stream_kind { SIM_STREAM_USER, SIM_STREAM_LEGACY, SIM_STREAM_PTDS };
