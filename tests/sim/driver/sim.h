@@ -235,13 +235,17 @@ struct sim_vhandle {
     struct sim_vhandle *next;
 };
 
-/* one cuMemMap range */
+/* one cuMemMap range. Invariants: writers is a subset of readers (bit d: device d, as
+ * cuMemSetAccess granted it); prot is what the host (playing every device) gets, the union
+ * of the devices' rights: PROT_READ when readers != 0, PROT_WRITE too when writers != 0. */
 struct sim_mapping {
     uintptr_t va;
     size_t size;
     struct sim_vhandle *h;
     size_t offset;
-    int prot; /* PROT_* currently granted */
+    int prot;         /* PROT_* currently granted to the host */
+    uint32_t readers; /* devices that may read */
+    uint32_t writers; /* devices that may also write */
 };
 
 struct sim_resv {
