@@ -276,6 +276,7 @@ CUresult sim_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc 
 CUresult sim_peer_enable(CUcontext peer, unsigned flags); /* cuCtxEnablePeerAccess */
 CUresult sim_peer_disable(CUcontext peer);                /* cuCtxDisablePeerAccess */
 void sim_peer_drop_ctx(struct sim_ctx *c); /* lock held: grants from or to c go */
+int sim_can_access(int device, uint64_t ptr, uint64_t size); /* tessera_sim_can_access */
 
 /* ---- streams, events, capture (sim_stream.c) ------------------------------------------ */
 

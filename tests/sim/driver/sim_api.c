@@ -832,3 +832,8 @@ SIM_API int tessera_sim_counters(int device, struct tessera_sim_counters *out)
     sim_report_counters(device, out);
     return 0;
 }
+
+SIM_API int tessera_sim_can_access(int device, uint64_t ptr, uint64_t size)
+{
+    return sim_can_access(device, ptr, size);
+}

@@ -1,9 +1,12 @@
 /* Simulated CUDA driver: peer access between contexts (cuCtxEnablePeerAccess /
- * cuCtxDisablePeerAccess).
+ * cuCtxDisablePeerAccess) and the question a test asks of it, whether a kernel of one
+ * device may touch a range (tessera_sim_can_access).
  *
  * A grant is directional and per context pair: the current context `from` may reach the
  * cuMemAlloc-class memory of the device of context `to`. Grants die with either context
- * (cuCtxDestroy, last primary release, primary reset: all go through sim_ctx_teardown). */
+ * (cuCtxDestroy, last primary release, primary reset: all go through sim_ctx_teardown).
+ * Peer access never opens cuMemMap memory: that memory is reachable from exactly the
+ * devices cuMemSetAccess named (sim_mapping.writers), as on a GPU. */
 #include "sim.h"
 
 #include <stdlib.h>
@@ -95,4 +98,50 @@ void sim_peer_drop_ctx(struct sim_ctx *c)
         else
             i++;
     }
+}
+
+/* lock held: some context of device `from` reaches the cuMemAlloc memory of device `to` */
+static bool peer_reaches(int from, int to)
+{
+    for (size_t i = 0; i < ngrants; i++)
+        if (grants[i].from->device == from && grants[i].to->device == to)
+            return true;
+    return false;
+}
+
+/* lock held: 1 when every byte of [p, end) lies in cuMemMap ranges granting `device`
+ * read-write, 0 when all are mapped but one does not, -1 on a hole. */
+static int vmm_reaches(int device, uintptr_t p, uintptr_t end)
+{
+    int ok = 1;
+    for (uintptr_t cur = p; cur < end;) {
+        struct sim_resv *rv = sim_vmm_find_resv(cur);
+        struct sim_mapping *m = rv ? sim_vmm_find_map(rv, cur) : NULL;
+        if (!m)
+            return -1;
+        if (!(m->writers & (1u << device)))
+            ok = 0; /* keep walking: a hole further on is still bad arguments */
+        cur = m->va + m->size;
+    }
+    return ok;
+}
+
+int sim_can_access(int device, uint64_t ptr, uint64_t size)
+{
+    if (sim_configure() != CUDA_SUCCESS || device < 0 || device >= sim_g.ndev || size == 0 ||
+        size > UINT64_MAX - ptr)
+        return -1;
+    uintptr_t p = (uintptr_t)ptr, end = p + (uintptr_t)size;
+    int res = -1;
+    sim_lock();
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup(p, &pi);
+    if (pi.kind == SIM_PTR_DEVICE) {
+        if (end <= pi.base + pi.size)
+            res = device == pi.device || peer_reaches(device, pi.device);
+    } else if (pi.resv) { /* a reservation: its cuMemMap ranges count whatever their access */
+        res = vmm_reaches(device, p, end);
+    }
+    sim_unlock();
+    return res;
 }
