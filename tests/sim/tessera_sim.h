@@ -1,18 +1,35 @@
 /* tessera_sim.h - introspection of the simulated CUDA device (tests/sim).
  *
- * libcuda.so.1 from tests/sim exports one function besides the driver API:
+ * libcuda.so.1 from tests/sim exports two functions besides the driver API:
  *
  *     int tessera_sim_counters(int device, struct tessera_sim_counters *out);
+
+typedef int (*tessera_sim_can_access_fn)(int device, uint64_t ptr, uint64_t size);
+
+int tessera_sim_can_access(int device, uint64_t ptr, uint64_t size);
  *
  * It fills *out with the counters of simulated device `device` and returns 0, or returns -1
  * (out untouched) when the device does not exist, out is NULL, or the simulator cannot
  * start (bad TESSERA_SIM_* configuration, forked child). It does not need cuInit.
+ *
+ *     int tessera_sim_can_access(int device, uint64_t ptr, uint64_t size);
+ *
+ * It returns 1 when a kernel running on simulated device `device` may read and write every
+ * byte of [ptr, ptr + size), 0 when it may not, and -1 on bad arguments: no such device,
+ * size 0, a range not wholly inside one cuMemAlloc-class allocation nor wholly in cuMemMap
+ * ranges (mapped, whatever their access), or a simulator that cannot start. CUDA's rules:
+ * cuMemAlloc-class memory of device P is reachable from P, and from `device` while some
+ * context of `device` has peer access enabled (cuCtxEnablePeerAccess) to a context of P;
+ * cuMemMap memory only when every cuMemMap range covering the bytes grants `device`
+ * read-write through cuMemSetAccess (peer access does not matter there). It does not
+ * need cuInit.
  *
  * Programs that link the real toolkit (and only get the simulator at run time through
  * LD_LIBRARY_PATH) should resolve it at run time:
  *
  *     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
  *     tessera_sim_counters_fn fn = (tessera_sim_counters_fn)dlsym(h, "tessera_sim_counters");
+ *     tessera_sim_can_access_fn ca = (tessera_sim_can_access_fn)dlsym(h, "tessera_sim_can_access");
  *
  * "Allocations" are cuMemAlloc-class allocations (cuMemAlloc_v2 and cuMemAllocAsync);
  * cuMemCreate handles are counted separately but also hold physical pages.
@@ -46,6 +63,10 @@ struct tessera_sim_counters {
 typedef int (*tessera_sim_counters_fn)(int device, struct tessera_sim_counters *out);
 
 int tessera_sim_counters(int device, struct tessera_sim_counters *out);
+
+typedef int (*tessera_sim_can_access_fn)(int device, uint64_t ptr, uint64_t size);
+
+int tessera_sim_can_access(int device, uint64_t ptr, uint64_t size);
 
 #ifdef __cplusplus
 }

@@ -235,13 +235,17 @@ struct sim_vhandle {
     struct sim_vhandle *next;
 };
 
-/* one cuMemMap range */
+/* one cuMemMap range. Invariants: writers is a subset of readers (bit d: device d, as
+ * cuMemSetAccess granted it); prot is what the host (playing every device) gets, the union
+ * of the devices' rights: PROT_READ when readers != 0, PROT_WRITE too when writers != 0. */
 struct sim_mapping {
     uintptr_t va;
     size_t size;
     struct sim_vhandle *h;
     size_t offset;
-    int prot; /* PROT_* currently granted */
+    int prot;         /* PROT_* currently granted to the host */
+    uint32_t readers; /* devices that may read */
+    uint32_t writers; /* devices that may also write */
 };
 
 struct sim_resv {
@@ -266,6 +270,13 @@ CUresult sim_vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
 CUresult sim_vmm_unmap(CUdeviceptr ptr, size_t size);
 CUresult sim_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                             size_t count);
+
+/* ---- peer access (sim_peer.c) --------------------------------------------------------- */
+
+CUresult sim_peer_enable(CUcontext peer, unsigned flags); /* cuCtxEnablePeerAccess */
+CUresult sim_peer_disable(CUcontext peer);                /* cuCtxDisablePeerAccess */
+void sim_peer_drop_ctx(struct sim_ctx *c); /* lock held: grants from or to c go */
+int sim_can_access(int device, uint64_t ptr, uint64_t size); /* tessera_sim_can_access */
 
 /* ---- streams, events, capture (sim_stream.c) ------------------------------------------ */
 

@@ -152,6 +152,14 @@ SIM_API CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 }
 SIM_API CUresult CUDAAPI cuCtxSynchronize(void) { return sim_ctx_synchronize(NULL); }
 SIM_API CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) { return sim_ctx_synchronize(ctx); }
+SIM_API CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    return sim_peer_enable(peerContext, Flags);
+}
+SIM_API CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+    return sim_peer_disable(peerContext);
+}
 
 /* ---- memory -------------------------------------------------------------------------- */
 
@@ -672,6 +680,8 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuCtxGetDevice", 13000, cuCtxGetDevice_v2),
     ROW("cuCtxSynchronize", 2000, cuCtxSynchronize),
     ROW("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
+    ROW("cuCtxEnablePeerAccess", 4000, cuCtxEnablePeerAccess),
+    ROW("cuCtxDisablePeerAccess", 4000, cuCtxDisablePeerAccess),
     ROW("cuMemAlloc", 2000, cuMemAlloc),
     ROW("cuMemAlloc", 3020, cuMemAlloc_v2),
     ROW("cuMemFree", 2000, cuMemFree),
@@ -821,4 +831,9 @@ SIM_API int tessera_sim_counters(int device, struct tessera_sim_counters *out)
         return -1;
     sim_report_counters(device, out);
     return 0;
+}
+
+SIM_API int tessera_sim_can_access(int device, uint64_t ptr, uint64_t size)
+{
+    return sim_can_access(device, ptr, size);
 }

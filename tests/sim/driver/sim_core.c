@@ -546,6 +546,7 @@ void sim_ctx_teardown(struct sim_ctx *c)
     sim_wait_ctx_idle(c);
     sim_ctx_drop_streams(c);
     sim_ctx_free_allocs(c);
+    sim_peer_drop_ctx(c);
     c->active = false;
 }
 

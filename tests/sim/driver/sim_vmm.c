@@ -353,18 +353,22 @@ CUresult sim_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc 
         return r;
     if (!desc || !count || !size || ptr % SIM_PAGE || size % SIM_PAGE)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Access is tracked per range, not per device: the union of what the descriptors grant
-     * applies (the host plays every device). */
-    int prot = PROT_NONE;
+    /* Access is tracked per device: each descriptor sets (or, with PROT_NONE, takes away)
+     * the rights of its device, in array order, and leaves other devices as they were. */
+    uint32_t set = 0, readers = 0, writers = 0; /* devices named, and what they get */
     for (size_t i = 0; i < count; i++) {
         if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
             return CUDA_ERROR_INVALID_VALUE;
         if (desc[i].location.id < 0 || desc[i].location.id >= sim_g.ndev)
             return CUDA_ERROR_INVALID_DEVICE;
+        uint32_t bit = 1u << desc[i].location.id;
+        set |= bit;
+        readers &= ~bit;
+        writers &= ~bit;
         switch (desc[i].flags) {
         case CU_MEM_ACCESS_FLAGS_PROT_NONE: break;
-        case CU_MEM_ACCESS_FLAGS_PROT_READ: prot |= PROT_READ; break;
-        case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: prot |= PROT_READ | PROT_WRITE; break;
+        case CU_MEM_ACCESS_FLAGS_PROT_READ: readers |= bit; break;
+        case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: readers |= bit; writers |= bit; break;
         default: return CUDA_ERROR_INVALID_VALUE;
         }
     }
@@ -391,14 +395,22 @@ CUresult sim_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc 
         if (rv->maps[j]->va + rv->maps[j]->size == end)
             break;
     }
-    if (mprotect((void *)p, size, prot) != 0) {
-        sim_log("cuMemSetAccess: mprotect: %s", strerror(errno));
-        r = CUDA_ERROR_INVALID_VALUE;
-        goto out;
+    /* The host plays every device: each mapping gets the union of its devices' rights. A
+     * mapping's record changes only after its mprotect succeeded, so prot always tells the
+     * truth, even when a later mapping of the range fails. */
+    for (ptrdiff_t j = first; (size_t)j < rv->nmaps && rv->maps[j]->va < end; j++) {
+        struct sim_mapping *m = rv->maps[j];
+        uint32_t rd = (m->readers & ~set) | readers, wr = (m->writers & ~set) | writers;
+        int prot = (rd ? PROT_READ : 0) | (wr ? PROT_WRITE : 0);
+        if (prot != m->prot && mprotect((void *)m->va, m->size, prot) != 0) {
+            sim_log("cuMemSetAccess: mprotect: %s", strerror(errno));
+            r = CUDA_ERROR_INVALID_VALUE;
+            goto out;
+        }
+        m->readers = rd;
+        m->writers = wr;
+        m->prot = prot;
     }
-    for (ptrdiff_t i = map_floor(rv, p); i >= 0 && (size_t)i < rv->nmaps && rv->maps[i]->va < end;
-         i++)
-        rv->maps[i]->prot = prot;
 out:
     sim_unlock();
     return r;

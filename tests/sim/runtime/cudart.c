@@ -43,6 +43,8 @@
     X(cuCtxGetDevice_v2, cuCtxGetDevice_v2, "cuCtxGetDevice", 13000, 0)                       \
     X(cuCtxSynchronize, cuCtxSynchronize, "cuCtxSynchronize", 2000, 0)                        \
     X(cuCtxSynchronize_v2, cuCtxSynchronize_v2, "cuCtxSynchronize", 13000, 0)                 \
+    X(cuCtxEnablePeerAccess, cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 4000, 0)         \
+    X(cuCtxDisablePeerAccess, cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess", 4000, 0)      \
     X(cuMemAlloc, cuMemAlloc_v2, "cuMemAlloc", 3020, 0)                                       \
     X(cuMemFree, cuMemFree_v2, "cuMemFree", 3020, 0)                                          \
     X(cuMemGetInfo, cuMemGetInfo_v2, "cuMemGetInfo", 3020, 0)                                 \
@@ -142,7 +144,6 @@ static struct {
     CUcontext ctx;
     bool retained;
     unsigned flags;
-    uint64_t peers; /* peer access enabled from this device */
 } prim[RT_MAX_DEVICES];
 
 static __thread int t_device;
@@ -644,8 +645,7 @@ RT_API cudaError_t CUDARTAPI cudaDeviceReset(void)
     pthread_mutex_lock(&rt_mu);
     /* every allocation, stream and event of the primary context goes away */
     CUresult r = drv.cuDevicePrimaryCtxReset(d);
-    prim[d].retained = false;
-    prim[d].peers = 0;
+    prim[d].retained = false; /* the driver dropped its peer grants with it */
     pthread_mutex_unlock(&rt_mu);
     return rt_cu(r);
 }
@@ -661,38 +661,36 @@ RT_API cudaError_t CUDARTAPI cudaDeviceCanAccessPeer(int *canAccessPeer, int dev
     return cudaSuccess;
 }
 
+/* Peer access is the driver's: the current context gets (or loses) access to the peer
+ * device's primary context, retained as for the runtime's own device. The driver's answers
+ * map to the runtime's codes (..._PEER_ACCESS_ALREADY_ENABLED -> cudaErrorPeerAccess-
+ * AlreadyEnabled, ..._NOT_ENABLED -> cudaErrorPeerAccessNotEnabled, ...). */
 RT_API cudaError_t CUDARTAPI cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
 {
     RT_ENTER();
     if (flags)
         return rt_ret(cudaErrorInvalidValue);
-    int d = current_device();
     if (peerDevice < 0 || peerDevice >= ndev)
         return rt_ret(cudaErrorInvalidDevice);
-    if (peerDevice == d) /* what an H100 answers */
+    if (peerDevice == current_device()) /* what an H100 answers */
         return rt_ret(cudaErrorPeerAccessUnsupported);
-    cudaError_t e = cudaSuccess;
-    pthread_mutex_lock(&rt_mu);
-    if (prim[d].peers & (1ull << peerDevice))
-        e = cudaErrorPeerAccessAlreadyEnabled;
-    prim[d].peers |= 1ull << peerDevice;
-    pthread_mutex_unlock(&rt_mu);
-    return rt_ret(e);
+    CUcontext peer;
+    cudaError_t e = primary_of(peerDevice, &peer);
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    return rt_cu(drv.cuCtxEnablePeerAccess(peer, flags));
 }
 
 RT_API cudaError_t CUDARTAPI cudaDeviceDisablePeerAccess(int peerDevice)
 {
     RT_ENTER();
-    int d = current_device();
     if (peerDevice < 0 || peerDevice >= ndev)
         return rt_ret(cudaErrorInvalidDevice);
-    cudaError_t e = cudaSuccess;
-    pthread_mutex_lock(&rt_mu);
-    if (!(prim[d].peers & (1ull << peerDevice)))
-        e = cudaErrorPeerAccessNotEnabled;
-    prim[d].peers &= ~(1ull << peerDevice);
-    pthread_mutex_unlock(&rt_mu);
-    return rt_ret(e);
+    CUcontext peer;
+    cudaError_t e = primary_of(peerDevice, &peer);
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    return rt_cu(drv.cuCtxDisablePeerAccess(peer));
 }
 
 /* ---- memory -------------------------------------------------------------------------- */
