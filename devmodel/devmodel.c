@@ -16,6 +16,7 @@ typedef struct dm_range {
     uintptr_t addr;
     size_t size;
     uint64_t handle; /* mappings: the physical handle */
+    uint64_t access; /* mappings: bit d, peer device d may touch it (the owner always may) */
 } dm_range;
 
 typedef struct dm_handle {
@@ -28,6 +29,7 @@ struct ts_devmodel {
     size_t capacity, page;
     size_t in_use;
     ts_tree allocs, reserves, maps;
+    uint64_t peers; /* devices every later mapping grants (vm_peer_add) */
     dm_handle *handles;
     size_t nhandles, handles_cap;
     bool manual_fences;
@@ -358,11 +360,33 @@ static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
     dm_charge(m, TS_CALL_MAP, size);
     if (dm_fail_now(&m->fail_map))
         return TS_ENOMEM;
-    if (!dm_insert(&m->maps, va, size, handle))
+    dm_range *r = dm_insert(&m->maps, va, size, handle);
+    if (!r)
         return TS_ENOMEM;
     dm_charge(m, TS_CALL_SET_ACCESS, size); /* the backend grants access after each map */
+    r->access = m->peers;
     h->maps++;
     m->c.vm_maps++;
+    return TS_OK;
+}
+
+static int dm_vm_peer_add(void *ctx, int device)
+{
+    ts_devmodel *m = ctx;
+    if (device < 0 || device >= 64)
+        return TS_EINVAL;
+    m->peers |= (uint64_t)1 << device;
+    return TS_OK;
+}
+
+static int dm_vm_access(void *ctx, uintptr_t va, size_t size)
+{
+    ts_devmodel *m = ctx;
+    dm_range *r = dm_find(&m->maps, va);
+    if (!r || r->size != size)
+        return TS_EINVAL; /* one whole mapping, as the backend interface says */
+    dm_charge(m, TS_CALL_SET_ACCESS, size);
+    r->access = m->peers;
     return TS_OK;
 }
 
@@ -439,6 +463,8 @@ ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences)
         b.vm_destroy = dm_vm_destroy;
         b.vm_map = dm_vm_map;
         b.vm_unmap = dm_vm_unmap;
+        b.vm_peer_add = dm_vm_peer_add;
+        b.vm_access = dm_vm_access;
     }
     return b;
 }
@@ -527,6 +553,21 @@ bool ts_devmodel_is_backed(const ts_devmodel *m, uintptr_t addr, size_t size)
     while (at < addr + size) {
         r = dm_containing(&m->maps, at);
         if (!r)
+            return false;
+        at = r->addr + r->size;
+    }
+    return true;
+}
+
+bool ts_devmodel_peer_can_access(const ts_devmodel *m, int device, uintptr_t addr, size_t size)
+{
+    if (device < 0 || device >= 64 || !ts_devmodel_is_backed(m, addr, size))
+        return false;
+    if (dm_containing(&m->allocs, addr))
+        return true; /* driver allocations follow peer access itself */
+    for (uintptr_t at = addr; at < addr + size;) {
+        const dm_range *r = dm_containing(&m->maps, at);
+        if (!(r->access & ((uint64_t)1 << device)))
             return false;
         at = r->addr + r->size;
     }

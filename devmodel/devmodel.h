@@ -77,5 +77,9 @@ int ts_devmodel_adopt(ts_devmodel *m, uintptr_t addr, size_t size);
 
 /* Does [addr, addr+size) lie in memory that is currently allocated or mapped? */
 bool ts_devmodel_is_backed(const ts_devmodel *m, uintptr_t addr, size_t size);
+/* May a kernel of peer device `device` (program-enabled peer access) touch [addr, addr + size)?
+ * Driver allocations: yes. Mappings: only those whose access names it (vm_peer_add before the
+ * map, or vm_access after). False when the range is not wholly backed. */
+bool ts_devmodel_peer_can_access(const ts_devmodel *m, int device, uintptr_t addr, size_t size);
 
 #endif /* TS_DEVMODEL_H */

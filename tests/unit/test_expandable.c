@@ -373,6 +373,62 @@ static void test_stitch_when(void **state)
     }
 }
 
+/* Peer access: the allocator grants a peer device every mapping it has made, expandable handles
+ * and stitched aliases alike, and every mapping it makes later. test_stitch_when's layout: a
+ * stitched 24 MiB block exists when peer access is enabled; growth and a second stitch come
+ * after. */
+static void peer_assert_granted(fixture *f, const uintptr_t *ptr, const size_t *size, size_t n,
+                                const char *when)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!ts_devmodel_peer_can_access(f->dev, 1, ptr[i], size[i]))
+            fail_msg("block %zu (%zu MiB), mapped %s peer access, is not granted", i,
+                     size[i] / MiB, when);
+}
+
+static void test_peer_access_covers_every_mapping(void **state)
+{
+    (void)state;
+    ts_config cfg = es_config();
+    cfg.expandable_page = 2 * MiB;
+    cfg.stitching = true;
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p[6];
+    for (int i = 0; i < 6; i++)
+        p[i] = fx_alloc(&f, 12 * MiB);
+    for (int i = 0; i < 6; i += 2)
+        fx_free(&f, p[i]);
+    const uintptr_t stitched = fx_alloc(&f, 24 * MiB); /* from the holes */
+    assert_int_equal(fx_stats(&f)->num_stitches, 1);
+    const uintptr_t before[] = {p[1], p[3], p[5], stitched};
+    const size_t before_size[] = {12 * MiB, 12 * MiB, 12 * MiB, 24 * MiB};
+    for (size_t i = 0; i < 4; i++)
+        assert_false(ts_devmodel_peer_can_access(f.dev, 1, before[i], before_size[i]));
+
+    assert_int_equal(ts_allocator_peer_add(f.a, 1), TS_OK);
+    assert_int_equal(ts_allocator_peer_add(f.a, 1), TS_OK); /* idempotent */
+    assert_int_equal(ts_allocator_peer_add(f.a, 64), TS_EINVAL);
+    peer_assert_granted(&f, before, before_size, 4, "before");
+    assert_false(ts_devmodel_peer_can_access(f.dev, 2, p[1], 12 * MiB)); /* only device 1 */
+
+    /* later mappings: growth, then a second stitch from the two freed 12 MiB blocks and the
+     * hole the first stitch left */
+    const uintptr_t grown = fx_alloc(&f, 40 * MiB);
+    fx_free(&f, p[1]);
+    fx_free(&f, p[5]);
+    const int64_t stitches = fx_stats(&f)->num_stitches;
+    const uintptr_t stitched2 = fx_alloc(&f, 36 * MiB);
+    assert_int_equal(fx_stats(&f)->num_stitches, stitches + 1);
+    const uintptr_t after[] = {grown, stitched2, p[3], stitched};
+    const size_t after_size[] = {40 * MiB, 36 * MiB, 12 * MiB, 24 * MiB};
+    peer_assert_granted(&f, after, after_size, 4, "after");
+    fx_check(&f);
+    for (size_t i = 0; i < 4; i++)
+        fx_free(&f, after[i]);
+    fx_close(&f);
+}
+
 static void test_es_model(void **state)
 {
     (void)state;
@@ -395,6 +451,7 @@ int main(void)
         cmocka_unit_test(test_es_map_failure_rolls_back),
         cmocka_unit_test(test_es_max_split_does_not_grow_forever),
         cmocka_unit_test(test_stitch_when),
+        cmocka_unit_test(test_peer_access_covers_every_mapping),
         cmocka_unit_test(test_es_model),
     };
     return cmocka_run_group_tests_name("expandable", tests, NULL, NULL);
