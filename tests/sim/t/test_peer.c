@@ -151,23 +151,9 @@ static void test_device_memory(void)
     CHECK_EQ(tessera_sim_can_access(1, d1, N), -1); /* freed with its context */
 }
 
-static void set_access(CUdeviceptr va, size_t size, int dev, CUmemAccess_flags flags)
-{
-    CUmemAccessDesc a;
-    memset(&a, 0, sizeof a);
-    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    a.location.id = dev;
-    a.flags = flags;
-    CU(cuMemSetAccess(va, size, &a, 1));
-}
-
 static void test_vmm_memory(void)
 {
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 1;
+    CUmemAllocationProp prop = drv_vmm_prop(1);
     CUmemGenericAllocationHandle h;
     CU(cuMemCreate(&h, N, &prop, 0));
     CUdeviceptr va; /* [va, va+2M) and [va+2M, va+4M) map h; [va+4M, va+6M) stays a hole */
@@ -179,7 +165,7 @@ static void test_vmm_memory(void)
     CHECK_EQ(tessera_sim_can_access(1, va, N + 1), -1); /* runs into the hole */
     CHECK_EQ(tessera_sim_can_access(1, va + N, 1), -1);
 
-    set_access(va, N, 1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    drv_set_access(va, N, 1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
     CHECK_EQ(tessera_sim_can_access(1, va, N), 1);
     CHECK_EQ(tessera_sim_can_access(0, va, N), 0);
     CHECK(probe_writable((void *)(uintptr_t)va)); /* the host plays device 1 */
@@ -189,24 +175,24 @@ static void test_vmm_memory(void)
     CHECK_EQ(tessera_sim_can_access(0, va, N), 0);
 
     /* a later cuMemSetAccess for device 0 adds it, range by range; device 1 keeps its own */
-    set_access(va, half, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    drv_set_access(va, half, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
     CHECK_EQ(tessera_sim_can_access(0, va, half), 1);
     CHECK_EQ(tessera_sim_can_access(0, va, N), 0); /* the second range does not grant it */
     CHECK_EQ(tessera_sim_can_access(1, va, N), 1);
-    set_access(va + half, half, 0, CU_MEM_ACCESS_FLAGS_PROT_READ);
+    drv_set_access(va + half, half, 0, CU_MEM_ACCESS_FLAGS_PROT_READ);
     CHECK_EQ(tessera_sim_can_access(0, va + half, half), 0); /* read-only is not enough */
-    set_access(va + half, half, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    drv_set_access(va + half, half, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
     CHECK_EQ(tessera_sim_can_access(0, va, N), 1);
 
     /* PROT_NONE takes one device away; the host keeps what the others have */
-    set_access(va, N, 1, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    drv_set_access(va, N, 1, CU_MEM_ACCESS_FLAGS_PROT_NONE);
     CHECK_EQ(tessera_sim_can_access(1, va, N), 0);
     CHECK_EQ(tessera_sim_can_access(0, va, N), 1);
     CHECK(probe_writable((void *)(uintptr_t)va));
-    set_access(va, N, 0, CU_MEM_ACCESS_FLAGS_PROT_READ);
+    drv_set_access(va, N, 0, CU_MEM_ACCESS_FLAGS_PROT_READ);
     CHECK(probe_readable((void *)(uintptr_t)va));
     CHECK(!probe_writable((void *)(uintptr_t)va));
-    set_access(va, N, 0, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    drv_set_access(va, N, 0, CU_MEM_ACCESS_FLAGS_PROT_NONE);
     CHECK(!probe_readable((void *)(uintptr_t)va));
     CHECK_EQ(tessera_sim_can_access(0, va, N), 0); /* still mapped: 0, not -1 */
 
