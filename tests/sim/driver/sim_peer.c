@@ -34,10 +34,17 @@ static void grant_remove(size_t i)
     grants[i] = grants[--ngrants]; /* order does not matter */
 }
 
-/* lock held: the peer context must be live; a destroyed or unretained one is as invalid
- * as garbage (CUDA_ERROR_INVALID_CONTEXT, not ..._CONTEXT_IS_DESTROYED) */
-static CUresult peer_ctx(CUcontext peer, struct sim_ctx **to)
+/* lock held: the checks both entry points make, in the driver's order: a current context,
+ * flags 0, a live peer context (a destroyed or unretained one is as invalid as garbage:
+ * CUDA_ERROR_INVALID_CONTEXT, not ..._CONTEXT_IS_DESTROYED) */
+static CUresult peer_pair(CUcontext peer, unsigned flags, struct sim_ctx **from,
+                          struct sim_ctx **to)
 {
+    CUresult r = sim_current_ctx(from);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
     return sim_ctx_from_handle(peer, to) == CUDA_SUCCESS ? CUDA_SUCCESS
                                                          : CUDA_ERROR_INVALID_CONTEXT;
 }
@@ -49,11 +56,7 @@ CUresult sim_peer_enable(CUcontext peer, unsigned flags)
         return r;
     struct sim_ctx *from, *to;
     sim_lock();
-    r = sim_current_ctx(&from);
-    if (r == CUDA_SUCCESS && flags != 0)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        r = peer_ctx(peer, &to);
+    r = peer_pair(peer, flags, &from, &to);
     if (r == CUDA_SUCCESS && from->device == to->device)
         r = CUDA_ERROR_INVALID_DEVICE;
     if (r == CUDA_SUCCESS && grant_find(from, to) >= 0)
@@ -78,9 +81,7 @@ CUresult sim_peer_disable(CUcontext peer)
         return r;
     struct sim_ctx *from, *to;
     sim_lock();
-    r = sim_current_ctx(&from);
-    if (r == CUDA_SUCCESS)
-        r = peer_ctx(peer, &to);
+    r = peer_pair(peer, 0, &from, &to);
     ptrdiff_t i = r == CUDA_SUCCESS ? grant_find(from, to) : -1;
     if (r == CUDA_SUCCESS && i < 0)
         r = CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -25,6 +26,28 @@ static inline CUcontext drv_setup(int dev)
     CU(cuDevicePrimaryCtxRetain(&c, d));
     CU(cuCtxSetCurrent(c));
     return c;
+}
+
+/* cuMemCreate properties: pinned memory of device dev */
+static inline CUmemAllocationProp drv_vmm_prop(int dev)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = dev;
+    return p;
+}
+
+/* cuMemSetAccess with one descriptor: device dev gets `flags` on [va, va+size) */
+static inline void drv_set_access(CUdeviceptr va, size_t size, int dev, CUmemAccess_flags flags)
+{
+    CUmemAccessDesc a;
+    memset(&a, 0, sizeof a);
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = dev;
+    a.flags = flags;
+    CU(cuMemSetAccess(va, size, &a, 1));
 }
 
 static inline struct tessera_sim_counters counters(int dev)

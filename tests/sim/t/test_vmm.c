@@ -3,24 +3,11 @@
 
 #include "drv.h"
 
-static CUmemAllocationProp prop0(void)
-{
-    CUmemAllocationProp p;
-    memset(&p, 0, sizeof p);
-    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    p.location.id = 0;
-    return p;
-}
+static CUmemAllocationProp prop0(void) { return drv_vmm_prop(0); }
 
 static void set_rw(CUdeviceptr va, size_t size)
 {
-    CUmemAccessDesc a;
-    memset(&a, 0, sizeof a);
-    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    a.location.id = 0;
-    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CU(cuMemSetAccess(va, size, &a, 1));
+    drv_set_access(va, size, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 }
 
 static void test_granularity(void)
