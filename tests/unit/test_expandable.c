@@ -330,6 +330,17 @@ static uint64_t seed_base(void)
     return seed;
 }
 
+/* A 1 GiB device with 6 x 12 MiB allocated and the even ones freed: 36 MiB free in 12 MiB holes
+ * between live blocks p[1], p[3], p[5]. */
+static void holes_open(fixture *f, const ts_config *cfg, uintptr_t p[6])
+{
+    fx_open(f, 1 * GiB, cfg, true, false);
+    for (int i = 0; i < 6; i++)
+        p[i] = fx_alloc(f, 12 * MiB);
+    for (int i = 0; i < 6; i += 2)
+        fx_free(f, p[i]);
+}
+
 /* stitch_when: 6 x 12 MiB with 2 MiB pages, the even ones freed (36 MiB in 12 MiB holes), then a
  * 24 MiB request no hole can serve. always: stitched from the holes, nothing new reserved.
  * pressure: the segment grows while it can; with a cap that the growth would pass (80 MiB), the
@@ -346,12 +357,8 @@ static void test_stitch_when(void **state)
         if (mode == PRESSURE_CAPPED)
             cfg.memory_limit = 80 * MiB;
         fixture f;
-        fx_open(&f, 1 * GiB, &cfg, true, false);
         uintptr_t p[6];
-        for (int i = 0; i < 6; i++)
-            p[i] = fx_alloc(&f, 12 * MiB);
-        for (int i = 0; i < 6; i += 2)
-            fx_free(&f, p[i]);
+        holes_open(&f, &cfg, p);
         uintptr_t q = 0;
         int rc = ts_malloc(f.a, 24 * MiB, 0, &q);
         if (rc != TS_OK)
@@ -393,12 +400,8 @@ static void test_peer_access_covers_every_mapping(void **state)
     cfg.expandable_page = 2 * MiB;
     cfg.stitching = true;
     fixture f;
-    fx_open(&f, 1 * GiB, &cfg, true, false);
     uintptr_t p[6];
-    for (int i = 0; i < 6; i++)
-        p[i] = fx_alloc(&f, 12 * MiB);
-    for (int i = 0; i < 6; i += 2)
-        fx_free(&f, p[i]);
+    holes_open(&f, &cfg, p);
     const uintptr_t stitched = fx_alloc(&f, 24 * MiB); /* from the holes */
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
     const uintptr_t before[] = {p[1], p[3], p[5], stitched};
