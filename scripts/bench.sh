@@ -28,6 +28,8 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream (default: all)
+  --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
+                    GPU) instead of the published figures
   -h, --help
 USAGE
 }
@@ -37,6 +39,7 @@ bd="$root/build-bench"
 quick=0
 skip_build=0
 only="core,replay,steady,shim,stream"
+costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) bd=$(realpath -m "$2"); shift 2 ;;
@@ -45,6 +48,8 @@ while [ $# -gt 0 ]; do
     --skip-build) skip_build=1; shift ;;
     --only) only=$2; shift 2 ;;
     --only=*) only=${1#*=}; shift ;;
+    --driver-costs) [ -f "${2:-}" ] || { echo "bench.sh: --driver-costs: '${2:-}' is not a file" >&2; exit 2; }
+        costs=(--driver-costs "$(realpath "$2")"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -140,11 +145,11 @@ if want replay; then
         # bench-results drops it. Memory figures are deterministic; ns/op is the lower of the
         # passes.
         for pass in $(seq 1 $passes); do
-            cmd=("$B/tools/tessera-replay" --json --compare "$t" default "${CONFS[@]}")
+            cmd=("$B/tools/tessera-replay" "${costs[@]}" --json --compare "$t" default "${CONFS[@]}")
             [ "$pass" -eq 1 ] && note_cmd "replay:$name" "${cmd[*]}"
             TESSERA_REPLAY_QUIET=1 "${cmd[@]}" >"$raw/replay-$name.$pass.json" 2>"$raw/replay-$name.$pass.err"
         done
-        cmd=("$B/tools/tessera-replay" --json --capacity 80G --compare "$t" default "${CONFS[@]}")
+        cmd=("$B/tools/tessera-replay" "${costs[@]}" --json --capacity 80G --compare "$t" default "${CONFS[@]}")
         note_cmd "replay80:$name" "${cmd[*]}"
         rc=0
         TESSERA_REPLAY_QUIET=1 "${cmd[@]}" >"$raw/replay80-$name.json" 2>"$raw/replay80-$name.err" || rc=$?
@@ -163,7 +168,7 @@ if want replay; then
         for c in expandable_segments:True defragment:True,stitching:False defragment:True \
             defragment:True,handle_policy:geometric defragment:True,stitch_when:pressure \
             defragment:True,handle_policy:coarse defragment:True,handle_policy:coarse,stitch_when:pressure; do
-            TESSERA_REPLAY_QUIET=1 "$bd/tools/tessera-replay" --json --conf "$c" "$t" 2>/dev/null |
+            TESSERA_REPLAY_QUIET=1 "$bd/tools/tessera-replay" "${costs[@]}" --json --conf "$c" "$t" 2>/dev/null |
                 python3 -c 'import json,sys; r=json.load(sys.stdin); r["name"]=sys.argv[1]; print(json.dumps(r))' "$name" \
                 >>"$raw/attribution.jsonl"
         done
@@ -173,7 +178,7 @@ fi
 # --- 3. driver calls per step in steady state -------------------------------------------------
 if want steady && [ ${#workloads[@]} -gt 0 ]; then
     echo "bench.sh: steady-state driver calls ..." >&2
-    note_cmd steady "head -n LINE $B/workloads/W.csv > PREFIX.csv; $B/tools/tessera-replay --json --conf C PREFIX.csv (LINE = index.json step_end_lines[k])"
+    note_cmd steady "head -n LINE $B/workloads/W.csv > PREFIX.csv; $B/tools/tessera-replay ${costs[*]} --json --conf C PREFIX.csv (LINE = index.json step_end_lines[k])"
     : >"$raw/steady.jsonl"
     for t in "${workloads[@]}"; do
         name=$(basename "$t" .csv)
@@ -190,7 +195,7 @@ for w in json.load(open(sys.argv[1]))["workloads"]:
             for part in "1:$raw/$name.first-1.csv" "$k:$raw/$name.first-$k.csv" "$steps:$t"; do
                 n=${part%%:*}
                 f=${part#*:}
-                read -r calls ms < <("$bd/tools/tessera-replay" --json --conf "$c" "$f" 2>/dev/null |
+                read -r calls ms < <("$bd/tools/tessera-replay" "${costs[@]}" --json --conf "$c" "$f" 2>/dev/null |
                     python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["device_calls"], r["driver_ms"])')
                 printf '{"workload": "%s", "conf": "%s", "steps_replayed": %d, "steps": %d, "device_calls": %d, "driver_ms": %s}\n' \
                     "$name" "$c" "$n" "$steps" "$calls" "$ms" >>"$raw/steady.jsonl"
@@ -255,7 +260,7 @@ if want stream; then
 fi
 
 # --- report -------------------------------------------------------------------------------------
-python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
+TS_BENCH_DRIVER_COSTS="${costs[1]:-}" python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
 if [ -f "$raw/stream.md" ]; then
     { printf '\n## Stream-ordered reuse through LD_PRELOAD (simulated device)\n\n'
       printf 'Command: `%s`\n\n' "$(grep '^stream' "$raw/commands.txt" | cut -f2)"

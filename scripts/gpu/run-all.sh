@@ -9,6 +9,7 @@
 #   e. allocation churn throughput, without and with tessera
 #   f. PyTorch: five allocator modes, loss checksums, peak memory, largest batch
 #   h. a tessera snapshot_on_oom pickle rendered by torch.cuda._memory_viz (snapshot_viz.sh)
+#   j. driver-call latencies (tessera-costs) and the replays priced with them
 #   g. the report: $OUT/gpu-results.md, gpu-results.json, gpu-log.txt, gpu-runs.tar.gz
 #
 # Every step reports PASS/FAIL/SKIP with its reason and never stops the others. Every command
@@ -365,7 +366,7 @@ else
     log "meson: ${MESON[*]:-not found} ${MESON_VER}; ninja: ${NINJA:-not found} ${NINJA_VER}"
     rec type=meta "meson=${MESON[*]:-none} $MESON_VER" "ninja=${NINJA:-none} $NINJA_VER"
     B_LOG="$WORK/build-tessera.log"
-    TARGETS=(shim/libtessera.so tools/tessera-stat tools/tessera-replay)
+    TARGETS=(shim/libtessera.so tools/tessera-stat tools/tessera-replay tools/tessera-costs)
     ok=0
     if [ ${#MESON[@]} -gt 0 ] && [ -n "$NINJA" ]; then
         if [ -f "$BUILD_ABS/build.ninja" ]; then
@@ -951,6 +952,29 @@ fi
 
 # i. a tessera memory snapshot in PyTorch's viewer (scripts/gpu/snapshot_viz.sh) --------------
 step_begin "i snapshot viewer" 120 0; timeout -k 5 "$(time_for 110)" bash "$SCRIPT_DIR/snapshot_viz.sh" "$LIB" "$PYTHON" "$WORK/runs/snapshot" >"$WORK/runs/snapshot.log" 2>&1; cat "$WORK/runs/snapshot.log"; SV=$(tail -n1 "$WORK/runs/snapshot.log"); case "$SV" in PASS:* | FAIL:* | SKIP:*) ;; *) SV="FAIL: snapshot_viz.sh did not finish" ;; esac; step_end "${SV%%:*}" "${SV#*: }"
+
+# j. driver-call latencies: the costs file tessera-replay prices driver calls with, measured
+# here, and the shared traces replayed with it (docs/BENCHMARKS.md, "Driver time") -------------
+COSTS_BIN="$BUILD_ABS/tools/tessera-costs"
+REPLAY_BIN="$BUILD_ABS/tools/tessera-replay"
+step_begin "j driver costs" 90 "$RES_G"
+if [ ! -x "$COSTS_BIN" ] || [ ! -x "$REPLAY_BIN" ]; then
+    step_end SKIP "tessera-costs or tessera-replay not built (the Meson build is needed)"
+elif ! timeout -k 5 "$(time_for 60)" "$COSTS_BIN" -o "$OUT_DIR/driver-costs.txt" >"$WORK/runs/costs.log" 2>&1; then
+    tail_file "$WORK/runs/costs.log" 10 "  | "
+    step_end FAIL "tessera-costs failed (runs/costs.log)"
+else
+    cat "$OUT_DIR/driver-costs.txt"
+    : >"$OUT_DIR/replay-measured-costs.txt"
+    for t in "$REPO"/tests/data/traces/*.pickle; do
+        timeout -k 5 "$(time_for 20)" "$REPLAY_BIN" --driver-costs "$OUT_DIR/driver-costs.txt" \
+            --compare "$t" default expandable_segments:True defragment:True \
+            defragment:True,handle_policy:coarse,stitch_when:pressure \
+            >>"$OUT_DIR/replay-measured-costs.txt" 2>&1 || log "replay of $(basename "$t") failed"
+    done
+    cat "$OUT_DIR/replay-measured-costs.txt"
+    step_end PASS "driver-costs.txt and replay-measured-costs.txt in $OUT_DIR"
+fi
 
 # g. report ----------------------------------------------------------------------------------
 step_begin "g report" 60 0

@@ -8,6 +8,9 @@ import os
 import statistics
 import sys
 
+# where the replays' driver latencies came from (bench.sh --driver-costs), set by main()
+costs_source = "published A100 latencies, devmodel/costs.c"
+
 GiB = float(1 << 30)
 MiB = float(1 << 20)
 
@@ -49,6 +52,10 @@ def commands(raw):
 
 def main():
     bd, shown = sys.argv[1], sys.argv[2]
+    global costs_source
+    f = os.environ.get("TS_BENCH_DRIVER_COSTS")
+    costs_source = (f"latencies from {f}, --driver-costs" if f
+                    else "published A100 latencies, devmodel/costs.c")
     raw = os.path.join(bd, "bench-raw")
     cmds = commands(raw)
     machine = load_json(os.path.join(raw, "machine.json"))
@@ -356,7 +363,7 @@ def main():
         w("")
         w("Unlimited device, from the tables above. 'smallest device' is min capacity / peak "
           "allocated - 1; 'driver ms growing' is the estimated driver time until memory stopped "
-          "growing (published A100 latencies, devmodel/costs.c); the per-step columns are the "
+          "growing (" + costs_source + "); the per-step columns are the "
           "steady state of section 3 (synthetic workloads only).")
         w("")
         w("| trace | configuration | smallest device | utilization | driver ms growing | "

@@ -240,5 +240,67 @@ class Replay(unittest.TestCase):
         self.assertIn("key 'max_split_size_mb' at position 0", r.stderr)
 
 
+
+class Costs(unittest.TestCase):
+    """tessera-costs on the simulated device: it times the calls it names (the simulator's
+    cuMemAlloc/cuMemFree sleep TESSERA_SIM_ALLOC_DELAY_US each, nothing else does), and
+    tessera-replay reads what it writes."""
+
+    COSTS = os.path.join(BUILD, "tools", "tessera-costs")
+    SIM = os.path.join(BUILD, "tests", "sim")
+    DELAY_US = 20000
+
+    def run_costs(self, *args, delay=0):
+        if not os.path.exists(os.path.join(self.SIM, "libcuda.so.1")):
+            self.skipTest("the simulated device is not built")
+        env = dict(os.environ, LD_LIBRARY_PATH=self.SIM, TESSERA_SIM_MEMORY="1G",
+                   TESSERA_SIM_ALLOC_DELAY_US=str(delay))
+        return subprocess.run([self.COSTS, *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    def test_measures_each_call_and_replay_reads_it(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "costs.txt")
+            r = self.run_costs("--reps", "3", "-o", path, delay=self.DELAY_US)
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", ""))
+            costs = {}
+            with open(path) as f:
+                for line in f:
+                    if line.strip() and not line.startswith("#"):
+                        name, per_call, per_mib = line.split()
+                        costs[name] = (float(per_call), float(per_mib))
+            self.assertEqual(sorted(costs), sorted([
+                "cudaMalloc", "cudaFree", "cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate",
+                "cuMemRelease", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuCtxSynchronize",
+                "cuEventRecord"]))
+            at_2mib = {n: c + 2 * m for n, (c, m) in costs.items()}
+            # the delayed calls cost at least the delay; an undelayed one less than them
+            self.assertGreaterEqual(at_2mib["cudaMalloc"], self.DELAY_US)
+            self.assertGreaterEqual(at_2mib["cudaFree"], self.DELAY_US)
+            self.assertLess(at_2mib["cuMemCreate"], at_2mib["cudaMalloc"])
+            # the replay prices PyTorch's one 30 MiB cudaMalloc with the file's line
+            trace = os.path.join(d, "t.csv")
+            with open(trace, "w") as f:
+                f.write("Thread,Time,Action,Pointer,Size,Stream\n"
+                        "1,00:00:00.000001,allocate,0x1000,31457280,0x0\n"
+                        "1,00:00:00.000002,free,0x1000,31457280,0x0\n")
+            r = replay("--json", "--driver-costs", path, trace)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            c, m = costs["cudaMalloc"]
+            self.assertAlmostEqual(json.loads(r.stdout)["driver_ms"], (c + 30 * m) / 1000, places=3)
+
+    def test_bad_arguments(self):
+        r = self.run_costs("--reps", "1")
+        self.assertEqual((r.returncode, r.stderr.strip()),
+                         (2, "tessera-costs: --reps: '1' is not a number from 3 to 1000"))
+        r = self.run_costs("--device", "3")
+        self.assertEqual((r.returncode, r.stderr.strip()),
+                         (2, "tessera-costs: --device 3: there is 1 device"))
+        with tempfile.TemporaryDirectory() as d:
+            r = self.run_costs("--reps", "3", "-o", os.path.join(d, "no", "such", "dir"))
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("No such file or directory", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
