@@ -46,7 +46,7 @@ const char *ts_driver_call_name(ts_driver_call call)
  * - No published figure: cuMemAddressFree is taken as cuMemAddressReserve, cuMemRelease as
  *   cudaFree. cuCtxSynchronize and cuEventRecord are 0: a synchronise costs the queued work,
  *   which a replay does not know, and replays record no events.
- * Measuring them on a GPU and writing a costs file is a to-do in scripts/gpu/README.md. */
+ * tools/costs (tessera-costs) measures them on a GPU and writes a costs file; scripts/gpu runs it. */
 void ts_driver_costs_defaults(ts_driver_costs *c)
 {
     static const double us[TS_CALL_COUNT] = {
