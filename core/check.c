@@ -120,6 +120,10 @@ static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char
                 if (!listed)
                     return check_fail(why, whylen, "lent block %#" PRIxPTR " not listed by its "
                                       "stitched segment", b->addr);
+                if (b->lent_to->stitch_serial <= seg->stitch_serial)
+                    return check_fail(why, whylen, "lent block %#" PRIxPTR " lent to a range "
+                                      "not newer than its own segment (a lending cycle)",
+                                      b->addr);
                 uintptr_t lo, hi;
                 if (!segment_whole_handles(seg, b->addr, b->addr + b->size, &lo, &hi) ||
                     lo != b->addr || hi != b->addr + b->size)
@@ -186,6 +190,9 @@ static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char
         if (seg->mapped != seg->size)
             return check_fail(why, whylen, "stitched segment %#" PRIxPTR " not fully mapped",
                               seg->addr);
+        if (seg->va_size < seg->size || seg->va_size % seg->page_size != 0)
+            return check_fail(why, whylen, "stitched segment %#" PRIxPTR ": %zu bytes reserved "
+                              "for %zu", seg->addr, seg->va_size, seg->size);
         size_t lent = 0;
         for (size_t i = 0; i < seg->nlenders; i++) {
             if (seg->lenders[i]->state != TS_BLOCK_LENT || seg->lenders[i]->lent_to != seg)

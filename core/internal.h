@@ -74,7 +74,14 @@ struct ts_segment {
     ts_tree handles;
     ts_block **lenders;
     size_t nlenders;
-    uint64_t stitch_serial; /* creation order, for releasing the oldest first */
+    /* Stitched segments: the virtual range reserved is [addr, addr + va_size); the blocks cover
+     * [addr, addr + size), the rest is headroom with nothing mapped, where the range grows in
+     * place. stitch_serial orders lending: a range borrows only from expandable segments (serial
+     * 0) and from ranges of a lower serial, so no two ranges wait on each other to be given back.
+     * A range is numbered when made, and again (as the newest) when it grows while lending
+     * nothing. */
+    size_t va_size;
+    uint64_t stitch_serial;
 };
 
 /* One physical handle mapped at [addr, addr + size) of a segment. */

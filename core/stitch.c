@@ -9,6 +9,13 @@
  * STITCHED) whose blocks split, merge and get reused like any other: a stitched range is freed
  * by the program but kept, cached, for the next request it fits (reuse costs no driver call).
  *
+ * Growing in place: a range's virtual reservation has headroom after what is mapped (an eighth of
+ * the range). When a request fits no free block but a range's free last block plus that headroom
+ * would hold it, only the missing handles are lent and mapped at the range's end, instead of a
+ * new range mapping every handle of the request: tensors whose sizes drift up a little each step
+ * then cost a map or two per step, not one per page. Lending stays acyclic (stitch_serial), so
+ * every range can still be given back.
+ *
  * Giving a range back (unstitching) unmaps its address range, which is not ordered with device
  * work, so it needs a synchronised device: it happens in the release pass (empty_cache and the
  * final out-of-memory retry, which synchronise anyway), and when the number of live ranges
@@ -29,9 +36,26 @@
 /* A run of whole handles inside a free block of an expandable or stitched segment. */
 typedef struct handle_run {
     ts_block *b;
-    uintptr_t lo, hi; /* whole handles [lo, hi); the taken prefix ends at take_hi */
+    uintptr_t lo, hi; /* whole handles [lo, hi); the taken prefix is [lo, take_hi) */
     uintptr_t take_hi;
 } handle_run;
+
+/* The runs one stitch may take handles from (every free block of the stream holding a whole
+ * handle, smallest first), and the free last block of a stitched range that could grow in place
+ * to serve the request. */
+typedef struct stitch_runs {
+    handle_run *v;
+    size_t n, cap;
+    ts_block *tail;
+} stitch_runs;
+
+/* Metadata a stitch needs before it changes anything: two neighbour blocks per run it carves
+ * (spare) and one record per handle it maps (alias). */
+typedef struct stitch_meta {
+    ts_block **spare;
+    ts_handle_rec **alias;
+    size_t nspare, nalias;
+} stitch_meta;
 
 static int run_cmp(const void *x, const void *y)
 {
@@ -44,27 +68,188 @@ static int run_cmp(const void *x, const void *y)
     return a->lo < b->lo ? -1 : (a->lo > b->lo);
 }
 
+/* Bytes a stitched range's reservation holds beyond what is mapped in it. */
+static size_t stitch_headroom(const ts_segment *s)
+{
+    return s->va_size - s->size;
+}
+
+/* Could tail (free, the last block of a stitched range) grow in place to size bytes, and would it
+ * need fewer bytes than the best candidate so far? The most that is already there wins: it maps
+ * the fewest handles. */
+static bool tail_better(const ts_block *tail, size_t size, const ts_block *best)
+{
+    if (tail->seg->kind != TS_SEGMENT_STITCHED || tail->next || tail->size >= size ||
+        tail->size + stitch_headroom(tail->seg) < size)
+        return false;
+    return !best || tail->size > best->size || (tail->size == best->size && tail->addr < best->addr);
+}
+
+/* Gather the runs of whole free handles in this stream's free blocks, and the best range to grow
+ * in place for size bytes. false when host memory ran out (r->v is then freed). */
+static bool runs_gather(ts_pool *p, size_t size, uint64_t stream, stitch_runs *r)
+{
+    r->cap = 64;
+    r->n = 0;
+    r->tail = NULL;
+    r->v = malloc(r->cap * sizeof *r->v);
+    if (!r->v)
+        return false;
+    for (ts_node *n = ts_freeidx_find(&p->free, stream, 0); n;
+         n = ts_freeidx_next_on_stream(&p->free, n)) {
+        ts_block *b = block_of_node(n);
+        if (b->seg->kind == TS_SEGMENT_PLAIN)
+            continue; /* one seg_alloc: nothing to lend */
+        if (tail_better(b, size, r->tail))
+            r->tail = b;
+        uintptr_t lo, hi;
+        if (!segment_whole_handles(b->seg, b->addr, b->addr + b->size, &lo, &hi))
+            continue; /* no whole handle */
+        if (r->n == r->cap) {
+            handle_run *v = realloc(r->v, 2 * r->cap * sizeof *v);
+            if (!v)
+                break; /* fewer runs: still a consistent choice */
+            r->v = v;
+            r->cap *= 2;
+        }
+        r->v[r->n++] = (handle_run){b, lo, hi, lo};
+    }
+    qsort(r->v, r->n, sizeof *r->v, run_cmp);
+    return true;
+}
+
+/* May a range with serial `serial` borrow handles from b's segment? A range borrows only from
+ * expandable segments and from ranges made (or last renumbered) before it, so lending is acyclic
+ * and every range can eventually be given back. `self` is never a lender to itself. */
+static bool run_lendable(const handle_run *run, const ts_segment *self, uint64_t serial)
+{
+    const ts_segment *seg = run->b->seg;
+    return seg != self && (seg->kind == TS_SEGMENT_EXPANDABLE || seg->stitch_serial < serial);
+}
+
+/* Take whole handles, smallest runs first, from the low end of each lendable run, until at least
+ * need bytes are taken. Returns the bytes taken (less than need when the runs hold too few) and
+ * sets the runs used and handles taken; the taken runs are those with take_hi > lo. */
+static size_t runs_take(stitch_runs *r, size_t need, const ts_segment *self, uint64_t serial,
+                        size_t *used, size_t *nhandles)
+{
+    size_t taken = 0;
+    *used = *nhandles = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        handle_run *run = &r->v[i];
+        run->take_hi = run->lo;
+        if (taken >= need || !run_lendable(run, self, serial))
+            continue;
+        ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&run->b->seg->handles, run->lo, 0, 0));
+        for (; h && h->addr < run->hi && taken < need; h = handle_of_node(ts_tree_next(&h->node))) {
+            taken += h->size;
+            run->take_hi = h->addr + h->size;
+            ++*nhandles;
+        }
+        ++*used;
+    }
+    return taken;
+}
+
+/* Host metadata for a stitch of `used` runs and nhandles handles: all or nothing. */
+static bool meta_get(ts_allocator *a, size_t used, size_t nhandles, stitch_meta *m)
+{
+    m->nspare = m->nalias = 0;
+    m->spare = calloc(2 * used, sizeof *m->spare);
+    m->alias = m->spare ? calloc(nhandles, sizeof *m->alias) : NULL;
+    for (size_t i = 0; m->alias && i < 2 * used && (m->spare[i] = block_new(a)); i++)
+        m->nspare++;
+    for (size_t i = 0; m->alias && i < nhandles && (m->alias[i] = ts_slab_alloc(&a->handle_slab));
+         i++)
+        m->nalias++;
+    return m->alias && m->nspare == 2 * used && m->nalias == nhandles;
+}
+
+/* Give back the metadata a stitch did not consume: spare blocks left over, and the alias records
+ * from index `kept` on (those before it are in a handle tree now). */
+static void meta_put(ts_allocator *a, stitch_meta *m, size_t kept)
+{
+    for (size_t i = 0; i < m->nspare; i++)
+        block_delete(a, m->spare[i]);
+    for (size_t i = kept; i < m->nalias; i++)
+        ts_slab_free(&a->handle_slab, m->alias[i]);
+    free(m->alias);
+    free(m->spare);
+}
+
+/* Map the taken handles, in run order, at va onwards, filling one alias record each. Returns how
+ * many were mapped: all of them, unless the device refused one (the caller then unmaps those). */
+static size_t runs_map(ts_allocator *a, const stitch_runs *r, uintptr_t va, stitch_meta *m)
+{
+    size_t mapped = 0;
+    uintptr_t off = 0;
+    backend_enter(a);
+    for (size_t i = 0; i < r->n; i++) {
+        const handle_run *run = &r->v[i];
+        ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&run->b->seg->handles, run->lo, 0, 0));
+        for (; h && h->addr < run->take_hi; h = handle_of_node(ts_tree_next(&h->node))) {
+            if (a->be.vm_map(a->be.ctx, va + off, h->size, h->handle) != TS_OK)
+                return mapped;
+            ts_handle_rec *al = m->alias[mapped++];
+            al->addr = va + off;
+            al->size = h->size;
+            al->handle = h->handle;
+            al->node.k0 = va + off;
+            off += h->size;
+        }
+    }
+    return mapped;
+}
+
+static void aliases_unmap(ts_allocator *a, stitch_meta *m, size_t mapped)
+{
+    for (size_t i = 0; i < mapped; i++)
+        a->be.vm_unmap(a->be.ctx, m->alias[i]->addr, m->alias[i]->size);
+}
+
 /* Carve [start, start + bytes) out of free block b as a LENT block lent to `to`. Returns the
- * LENT block (b itself, narrowed). Metadata for up to two neighbours comes from spare. */
+ * LENT block (b itself, narrowed). Metadata for up to two neighbours comes from m's spares. */
 static ts_block *carve_lent(ts_block *b, uintptr_t start, size_t bytes, ts_segment *to,
-                            ts_block **spare, size_t *nspare)
+                            stitch_meta *m)
 {
     ts_pool *p = b->seg->pool;
     pool_remove_free(p, b);
     size_t before = start - b->addr, after = b->addr + b->size - (start + bytes);
     if (before) {
-        ts_block *h = spare[--*nspare];
+        ts_block *h = m->spare[--m->nspare];
         block_split_front(b, h, before);
         pool_insert_free(p, h);
     }
     if (after) {
-        ts_block *t = spare[--*nspare];
+        ts_block *t = m->spare[--m->nspare];
         block_split_back(b, t, after);
         pool_insert_free(p, t);
     }
     b->state = TS_BLOCK_LENT;
     b->lent_to = to;
     return b;
+}
+
+/* Committed: lend the taken handles to s (their blocks become LENT, listed from lenders[0] on),
+ * and enter the nhandles aliases in s's handle tree. Returns the latest free epoch among the
+ * lenders: the pages were last freed when the latest of them was. */
+static uint64_t runs_lend(stitch_runs *r, ts_segment *s, ts_block **lenders, stitch_meta *m,
+                          size_t nhandles)
+{
+    uint64_t epoch = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        handle_run *run = &r->v[i];
+        if (run->take_hi == run->lo)
+            continue;
+        ts_block *l = carve_lent(run->b, run->lo, run->take_hi - run->lo, s, m);
+        if (l->free_epoch > epoch)
+            epoch = l->free_epoch;
+        lenders[k++] = l;
+    }
+    for (size_t i = 0; i < nhandles; i++)
+        ts_tree_insert(&s->handles, &m->alias[i]->node);
+    return epoch;
 }
 
 static void stitch_destroy_segment(ts_allocator *a, ts_segment *s)
@@ -80,7 +265,7 @@ static void unstitch(ts_allocator *a, ts_segment *s)
     ts_block *b = s->first;
     pool_remove_free(p, b);
     segment_unmap_handles(a, s, s->addr, s->addr + s->size, true);
-    a->be.vm_release(a->be.ctx, s->addr, s->size);
+    a->be.vm_release(a->be.ctx, s->addr, s->va_size);
     for (size_t i = 0; i < s->nlenders; i++) {
         ts_block *l = s->lenders[i];
         l->lent_to = NULL;
@@ -129,135 +314,119 @@ size_t stitch_release_free(ts_allocator *a, bool synced)
     return released;
 }
 
-ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
+/* Does any block of s lend its pages to another range? */
+static bool segment_lends(const ts_segment *s)
 {
-    if (!a->cfg.stitching || size < a->cfg.stitch_min_block || p->vm_free < size)
-        return NULL; /* (vm_free: all free virtual-memory bytes; whole handles are fewer) */
-    if (a->stitched_segments >= a->cfg.stitch_max_ranges && stitch_release_free(a, false) == 0)
-        return NULL; /* at the bound, and every range is in use */
+    for (const ts_block *b = s->first; b; b = b->next)
+        if (b->state == TS_BLOCK_LENT)
+            return true;
+    return false;
+}
 
-    /* Whole free handles in free blocks of this stream's virtual-memory segments. */
-    size_t cap = 64, nruns = 0, total = 0;
-    handle_run *runs = malloc(cap * sizeof *runs);
-    if (!runs)
+/* Grow the stitched range whose free last block is r->tail to serve size bytes: lend only the
+ * missing handles and map them in the range's headroom, right after its end. Returns the grown
+ * block (out of the free set), or NULL with nothing changed. */
+static ts_block *stitch_grow(ts_allocator *a, ts_pool *p, size_t size, stitch_runs *r)
+{
+    ts_block *tail = r->tail;
+    ts_segment *s = tail->seg;
+    /* A range that lends nothing has no range depending on it: it may borrow from any other
+     * range, and is renumbered as the newest when it does. */
+    const bool renumber = !segment_lends(s);
+    const uint64_t serial = renumber ? UINT64_MAX : s->stitch_serial;
+    size_t used, nhandles;
+    const size_t grown = runs_take(r, size - tail->size, s, serial, &used, &nhandles);
+    if (grown < size - tail->size || grown > stitch_headroom(s))
+        return NULL; /* too few lendable handles, or too coarse ones for the headroom */
+
+    stitch_meta m;
+    bool ok = meta_get(a, used, nhandles, &m);
+    ts_block **lenders = ok ? realloc(s->lenders, (s->nlenders + used) * sizeof *lenders) : NULL;
+    if (lenders)
+        s->lenders = lenders; /* larger than needed until the growth commits: harmless */
+    size_t mapped = lenders ? runs_map(a, r, s->addr + s->size, &m) : 0;
+    if (!lenders || mapped < nhandles) {
+        aliases_unmap(a, &m, mapped);
+        meta_put(a, &m, 0);
         return NULL;
-    for (ts_node *n = ts_freeidx_find(&p->free, stream, 0); n;
-         n = ts_freeidx_next_on_stream(&p->free, n)) {
-        ts_block *b = block_of_node(n);
-        uintptr_t lo, hi;
-        if (b->seg->kind == TS_SEGMENT_PLAIN ||
-            !segment_whole_handles(b->seg, b->addr, b->addr + b->size, &lo, &hi))
-            continue; /* one seg_alloc, or no whole handle: nothing to lend */
-        if (nruns == cap) {
-            handle_run *r = realloc(runs, 2 * cap * sizeof *runs);
-            if (!r)
-                break;
-            runs = r;
-            cap *= 2;
-        }
-        runs[nruns++] = (handle_run){b, lo, hi, hi};
-        total += hi - lo;
     }
+
+    /* Committed: the handles are now also mapped at [s->addr + s->size, + grown). */
+    uint64_t epoch = runs_lend(r, s, s->lenders + s->nlenders, &m, nhandles);
+    meta_put(a, &m, nhandles);
+    s->nlenders += used;
+    if (renumber)
+        s->stitch_serial = ++a->stitch_serial;
+    pool_remove_free(p, tail);
+    tail->size += grown;
+    s->size += grown;
+    s->mapped += grown;
+    if (epoch > tail->free_epoch)
+        tail->free_epoch = epoch;
+
+    counter_add(a, &a->st->num_device_alloc, 1);
+    gauge_set(a, &a->st->stitched_bytes, a->st->stitched_bytes + (int64_t)grown);
+    a->observe_now = true;
+    return tail;
+}
+
+/* A new stitched range of size bytes (rounded up to whole handles) over the taken handles, with
+ * as much virtual headroom again for growing in place. Returns its one block, FREE and out of the
+ * free set, or NULL with nothing changed. */
+static ts_block *stitch_new(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream,
+                            stitch_runs *r)
+{
+    size_t used, nhandles;
+    const size_t stitched = runs_take(r, size, NULL, UINT64_MAX, &used, &nhandles);
     /* One piece would be a plain fit: best fit already said no, so this only helps when the
      * free handles are spread over at least two blocks. */
-    if (total < size || nruns < 2) {
-        free(runs);
+    if (stitched < size || r->n < 2)
         return NULL;
-    }
-    qsort(runs, nruns, sizeof *runs, run_cmp);
-    size_t used = 0, taken = 0, nhandles = 0;
-    while (taken < size) {
-        handle_run *r = &runs[used++];
-        /* whole handles from the run's low end, only as many as still needed */
-        ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&r->b->seg->handles, r->lo, 0, 0));
-        while (h && h->addr < r->hi && taken < size) {
-            taken += h->size;
-            r->take_hi = h->addr + h->size;
-            nhandles++;
-            h = handle_of_node(ts_tree_next(&h->node));
-        }
-    }
-    const size_t stitched = taken;
+    /* Headroom for drift: an eighth of the range, in whole pages. It costs no memory and no
+     * call, only address space. Kept small on purpose: a range grows in place only while its free
+     * end is most of the request, so a range that another, smaller request has taken the front
+     * of is not grown into what would be a new range in disguise (as many maps, and its pages
+     * borrowed for longer). */
+    const size_t page = r->v[0].b->seg->page_size;
+    const size_t va_size = stitched + (stitched / 8 + page - 1) / page * page;
 
-    ts_segment *s = ts_slab_alloc(&a->segment_slab);
+    stitch_meta m;
+    bool ok = meta_get(a, used, nhandles, &m);
+    ts_segment *s = ok ? ts_slab_alloc(&a->segment_slab) : NULL;
     ts_block *sb = s ? block_new(a) : NULL;
     ts_block **lenders = sb ? calloc(used, sizeof *lenders) : NULL;
-    ts_block **spare = lenders ? calloc(2 * used, sizeof *spare) : NULL;
-    ts_handle_rec **alias = spare ? calloc(nhandles, sizeof *alias) : NULL;
-    size_t nspare = 0, nalias = 0;
-    for (size_t i = 0; alias && i < 2 * used && (spare[i] = block_new(a)); i++)
-        nspare++;
-    for (size_t i = 0; alias && i < nhandles && (alias[i] = ts_slab_alloc(&a->handle_slab)); i++)
-        nalias++;
     uintptr_t va = 0;
-    if (alias && nspare == 2 * used && nalias == nhandles) {
+    if (lenders) {
         backend_enter(a);
-        if (a->be.vm_reserve(a->be.ctx, stitched, &va) != TS_OK)
+        if (a->be.vm_reserve(a->be.ctx, va_size, &va) != TS_OK)
             va = 0;
     }
-    size_t mapped = 0;
-    bool failed = false;
-    if (va) {
-        uintptr_t off = 0;
-        for (size_t r = 0; r < used && !failed; r++) {
-            ts_handle_rec *h =
-                handle_of_node(ts_tree_lower_bound(&runs[r].b->seg->handles, runs[r].lo, 0, 0));
-            for (; h && h->addr < runs[r].take_hi; h = handle_of_node(ts_tree_next(&h->node))) {
-                if (a->be.vm_map(a->be.ctx, va + off, h->size, h->handle) != TS_OK) {
-                    failed = true;
-                    break;
-                }
-                alias[mapped]->addr = va + off;
-                alias[mapped]->size = h->size;
-                alias[mapped]->handle = h->handle;
-                alias[mapped]->node.k0 = va + off;
-                off += h->size;
-                mapped++;
-            }
-        }
-    }
+    size_t mapped = va ? runs_map(a, r, va, &m) : 0;
     if (!va || mapped < nhandles) {
         /* undo everything: no state has changed yet */
-        for (size_t i = 0; i < mapped; i++)
-            a->be.vm_unmap(a->be.ctx, alias[i]->addr, alias[i]->size);
+        aliases_unmap(a, &m, mapped);
         if (va)
-            a->be.vm_release(a->be.ctx, va, stitched);
-        for (size_t i = 0; i < nspare; i++)
-            block_delete(a, spare[i]);
-        for (size_t i = 0; i < nalias; i++)
-            ts_slab_free(&a->handle_slab, alias[i]);
-        free(alias);
-        free(spare);
+            a->be.vm_release(a->be.ctx, va, va_size);
+        meta_put(a, &m, 0);
         free(lenders);
         if (sb)
             block_delete(a, sb);
         if (s)
             ts_slab_free(&a->segment_slab, s);
-        free(runs);
         return NULL;
     }
 
     /* Committed: the handles are now also mapped at [va, va + stitched). */
-    for (size_t r = 0; r < used; r++)
-        lenders[r] = carve_lent(runs[r].b, runs[r].lo, runs[r].take_hi - runs[r].lo, s, spare,
-                                &nspare);
-    for (size_t i = 0; i < nspare; i++)
-        block_delete(a, spare[i]);
-    for (size_t i = 0; i < nhandles; i++)
-        ts_tree_insert(&s->handles, &alias[i]->node);
-    free(alias);
-    free(spare);
-    free(runs);
-
+    uint64_t epoch = runs_lend(r, s, lenders, &m, nhandles);
+    meta_put(a, &m, nhandles);
     segment_install(a, s, va, stitched, stream, p, TS_SEGMENT_STITCHED, sb);
+    s->va_size = va_size;
     s->page_size = lenders[0]->seg->page_size;
     s->lenders = lenders;
     s->nlenders = used;
     s->stitch_serial = ++a->stitch_serial;
     sb->state = TS_BLOCK_FREE; /* not in the free tree: it goes straight to the request */
-    for (size_t r = 0; r < used; r++) /* its pages were last freed when its latest lender was */
-        if (lenders[r]->free_epoch > sb->free_epoch)
-            sb->free_epoch = lenders[r]->free_epoch;
+    sb->free_epoch = epoch;
 
     a->stitched_segments++;
     counter_add(a, &a->st->num_stitches, 1);
@@ -267,12 +436,35 @@ ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream
     return sb;
 }
 
+ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
+{
+    if (!a->cfg.stitching || size < a->cfg.stitch_min_block || p->vm_free < size)
+        return NULL; /* (vm_free: all free virtual-memory bytes; whole handles are fewer) */
+
+    stitch_runs r;
+    if (!runs_gather(p, size, stream, &r))
+        return NULL;
+    /* A free range end that the request outgrew: map only what is missing, in place. */
+    ts_block *b = r.tail ? stitch_grow(a, p, size, &r) : NULL;
+    if (!b && a->stitched_segments >= a->cfg.stitch_max_ranges) {
+        /* At the bound: give the free ranges back (their pages become runs of their lenders'
+         * segments), and look again; none free: every range is in use, refuse. */
+        free(r.v);
+        if (stitch_release_free(a, false) == 0 || !runs_gather(p, size, stream, &r))
+            return NULL;
+    }
+    if (!b)
+        b = stitch_new(a, p, size, stream, &r);
+    free(r.v);
+    return b;
+}
+
 /* Teardown: unmap a stitched range's aliases (the handles belong to other segments). */
 void stitch_destroy(ts_allocator *a, ts_segment *s, bool release_memory)
 {
     if (release_memory) {
         segment_unmap_handles(a, s, s->addr, s->addr + s->size, true);
-        a->be.vm_release(a->be.ctx, s->addr, s->size);
+        a->be.vm_release(a->be.ctx, s->addr, s->va_size);
     }
     free(s->lenders);
     s->lenders = NULL;

@@ -75,6 +75,80 @@ static void test_policy_range_bound_does_not_refuse(void **state)
     fx_close(&f);
 }
 
+/* Rule: a freed stitched range that a slightly larger request outgrows grows in place, mapping
+ * only the missing pages in the virtual headroom reserved after it (an eighth of the range), and
+ * a range whose headroom is used up is not grown: a new range is stitched.
+ *
+ * Fragment (defragment:True, one handle per 2 MiB page): three 8 MiB holes h0, h1, h2 kept apart
+ * by live 2 MiB blocks (15 pages mapped). 14 MiB: no hole fits, so h0 and the first 6 MiB of h1
+ * are stitched into a range R of 14 MiB (7 maps), reserved with 2 MiB of headroom. R is freed,
+ * then 16 MiB asked for: R grows in place by the one free page left of h1 (1 map, no reserve) and
+ * serves the request at R's own address. R is freed again, then 18 MiB asked for: R's headroom is
+ * used up, so a new range S takes h2's 4 pages and 5 of R's (9 maps, one reserve). Emptying the
+ * cache gives both ranges, every lent page and every reservation back. */
+static void test_policy_stitched_range_grows_in_place(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t hole[3], sep[3];
+    for (int j = 0; j < 3; j++) {
+        hole[j] = fx_alloc(&f, 8 * MiB);
+        sep[j] = fx_alloc(&f, 2 * MiB);
+    }
+    for (int j = 0; j < 3; j++)
+        fx_free(&f, hole[j]);
+    const int64_t filled = 30 * MiB;
+
+    const uintptr_t r = fx_alloc(&f, 14 * MiB);
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(fx_stats(&f)->num_stitches, 1);
+    assert_int_equal(dc.vm_maps, 15 + 7);
+    assert_int_equal(dc.vm_reserves, 2); /* the segment's, R's */
+    fx_free(&f, r);
+
+    const uintptr_t grown = fx_alloc(&f, 16 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    dc = fx_counters(&f);
+    if (grown != r || st->num_stitches != 1 || dc.vm_maps != 15 + 7 + 1 || dc.vm_reserves != 2)
+        fail_msg("16 MiB at %#lx (R at %#lx): %lld stitches, %llu maps, %llu reserves; want R "
+                 "grown in place: 1 stitch, 23 maps, 2 reserves", (unsigned long)grown,
+                 (unsigned long)r, (long long)st->num_stitches, (unsigned long long)dc.vm_maps,
+                 (unsigned long long)dc.vm_reserves);
+    assert_int_equal(st->stitched_bytes, 16 * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled); /* nothing new */
+    assert_int_equal(dc.vm_creates, 15);
+    assert_true(ts_devmodel_is_backed(f.dev, grown, 16 * MiB));
+    fx_free(&f, grown);
+
+    const uintptr_t s = fx_alloc(&f, 18 * MiB);
+    st = fx_stats(&f);
+    dc = fx_counters(&f);
+    assert_true(s != r);
+    assert_int_equal(st->num_stitches, 2);
+    assert_int_equal(dc.vm_maps, 15 + 7 + 1 + 9);
+    assert_int_equal(dc.vm_reserves, 3);
+    assert_int_equal(st->stitched_bytes, (16 + 18) * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled);
+    assert_true(ts_devmodel_is_backed(f.dev, s, 18 * MiB));
+    assert_int_equal(dc.vm_unmaps + dc.synchronizes, 0); /* nothing given back yet */
+
+    fx_free(&f, s);
+    for (int j = 0; j < 3; j++)
+        fx_free(&f, sep[j]);
+    ts_empty_cache(f.a);
+    fx_check(&f);
+    st = fx_stats(&f);
+    dc = fx_counters(&f);
+    assert_int_equal(st->stitched_bytes, 0);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(dc.bytes_in_use, 0);
+    assert_int_equal(dc.vm_unmaps, 15 + 8 + 9); /* every page, every alias */
+    assert_int_equal(dc.vm_releases, dc.vm_reserves); /* each range's headroom too */
+    fx_close(&f);
+}
+
 /* What one 64 MiB growth costs and keeps, then 30 MiB reused from its low end and the cache
  * emptied (the free remainder is [30, 64) MiB of the growth). */
 typedef struct growth_result {
@@ -140,6 +214,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_range_bound_does_not_refuse),
+        cmocka_unit_test(test_policy_stitched_range_grows_in_place),
         cmocka_unit_test(test_policy_coarse_handles_cost_like_pytorch_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
