@@ -165,14 +165,21 @@ static void measure_segments(measured *m, size_t reps, int k, size_t size)
     m->us[TS_CALL_FREE][k] = median(g_t, reps);
 }
 
-static void measure_handles(measured *m, size_t reps, int k, size_t size, CUdevice dev)
+/* The physical memory tessera's backend asks for: pinned, on device dev. */
+static CUmemAllocationProp pinned_prop(CUdevice dev)
 {
-    held *h = &g_held;
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = dev;
+    return prop;
+}
+
+static void measure_handles(measured *m, size_t reps, int k, size_t size, CUdevice dev)
+{
+    held *h = &g_held;
+    const CUmemAllocationProp prop = pinned_prop(dev);
     CUmemAccessDesc access;
     memset(&access, 0, sizeof access);
     access.location = prop.location;
@@ -340,11 +347,7 @@ int main(int argc, char **argv)
         fail("cuCtxSetCurrent", 0, r);
     if ((r = drv.cuMemGetInfo_v2(&free_b, &total)) != CUDA_SUCCESS)
         fail("cuMemGetInfo", 0, r);
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev;
+    const CUmemAllocationProp prop = pinned_prop(dev);
     if ((r = drv.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) !=
             CUDA_SUCCESS ||
         gran == 0)
