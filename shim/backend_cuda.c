@@ -476,14 +476,13 @@ static CUresult cb_set_access(const ts_cuda_backend *b, uintptr_t va, size_t siz
     CUmemAccessDesc access[64];
     unsigned n = 0;
     memset(access, 0, sizeof access);
-    for (int d = -1; d < 64; d++) {
-        if (d >= 0 && (d == (int)b->dev || !(b->peers & ((uint64_t)1 << d))))
-            continue;
-        access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        access[n].location.id = d < 0 ? b->dev : d;
-        access[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        if (++n == 64)
-            break;
+    access[n++].location.id = b->dev;
+    const uint64_t own = b->dev >= 0 && b->dev < 64 ? (uint64_t)1 << b->dev : 0;
+    for (uint64_t rest = b->peers & ~own; rest; rest &= rest - 1) /* at most 63 peers */
+        access[n++].location.id = __builtin_ctzll(rest);
+    for (unsigned i = 0; i < n; i++) {
+        access[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     }
     return ts_real.cuMemSetAccess((CUdeviceptr)va, size, access, n);
 }
