@@ -340,6 +340,7 @@ static ts_block *alloc_found_block(ts_allocator *a, ts_block *b, size_t size, si
 
     b->state = TS_BLOCK_ALLOCATED;
     b->requested = orig_size;
+    b->serial = ++a->alloc_serial;
     ts_ptrmap_put(&a->live, b->addr, b); /* capacity was reserved by the caller */
     block_count_allocated(a, p, b);
     return b;

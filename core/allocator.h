@@ -149,6 +149,8 @@ typedef struct ts_block_info {
     size_t requested;
     ts_block_state state;
     uintptr_t stream;
+    uint64_t serial; /* ALLOCATED blocks: the allocation's number in its allocator, from 1 (a
+                      * block handed out again gets a new one); 0 otherwise */
 } ts_block_info;
 
 typedef struct ts_segment_info {
@@ -163,6 +165,20 @@ typedef struct ts_segment_info {
 
 /* Find the block containing addr. TS_OK with seg and blk filled (either may be NULL), or TS_ENOTFOUND. */
 int ts_lookup(ts_allocator *a, uintptr_t addr, ts_segment_info *seg, ts_block_info *blk);
+
+/* The device memory behind the live allocation that contains addr, for sharing it with another
+ * process: for a plain segment nothing more than seg and blk; for a virtual-memory segment
+ * (expandable or stitched) the physical handles mapped over [blk.addr, blk.addr + blk.size), in
+ * address order (each whole: a handle maps only whole), up to max of them in pieces, and their
+ * count in *npieces. TS_OK; TS_ENOTFOUND when addr is in no live allocation (free, cached,
+ * foreign). Any output may be NULL. */
+typedef struct ts_backing_piece {
+    uintptr_t addr; /* where the handle is mapped in this process */
+    size_t size;
+    uint64_t handle; /* the backend's handle (vm_create) */
+} ts_backing_piece;
+int ts_lookup_backing(ts_allocator *a, uintptr_t addr, ts_segment_info *seg, ts_block_info *blk,
+                      ts_backing_piece *pieces, size_t max, size_t *npieces);
 
 /* Visit every segment in address order, and each of its blocks in address order. A callback
  * returning non-zero stops the walk. Runs under the mutex: callbacks must not call tessera. */

@@ -58,6 +58,7 @@ int ts_allocator_import_segment(ts_allocator *a, uintptr_t addr, size_t size, ui
         seg->nblocks++;
         if (blocks[i].allocated) {
             b->requested = blocks[i].requested;
+            b->serial = ++a->alloc_serial;
             ts_ptrmap_put(&a->live, b->addr, b);
             block_count_allocated(a, p, b);
         }

@@ -31,6 +31,18 @@ static void block_info_fill(const ts_block *b, ts_block_info *info)
                           : 0;
     info->state = (ts_block_state)b->state;
     info->stream = b->stream;
+    info->serial = b->state == TS_BLOCK_ALLOCATED ? b->serial : 0;
+}
+
+/* The block of seg that contains addr (live blocks are found by their start in O(1); an
+ * interior address walks the segment). Lock held. */
+static ts_block *segment_block_at(ts_allocator *a, ts_segment *seg, uintptr_t addr)
+{
+    ts_block *b = ts_ptrmap_get(&a->live, addr);
+    for (ts_block *c = seg->first; !b && c; c = c->next)
+        if (addr >= c->addr && addr < c->addr + c->size)
+            b = c;
+    return b;
 }
 
 int ts_lookup(ts_allocator *a, uintptr_t addr, ts_segment_info *seg_out, ts_block_info *blk_out)
@@ -39,11 +51,7 @@ int ts_lookup(ts_allocator *a, uintptr_t addr, ts_segment_info *seg_out, ts_bloc
     pthread_mutex_lock(&a->lock);
     ts_segment *seg = segment_containing(a, addr);
     if (seg) {
-        /* Live blocks first (O(1)); otherwise walk the segment (rare: error paths, queries). */
-        ts_block *b = ts_ptrmap_get(&a->live, addr);
-        for (ts_block *c = seg->first; !b && c; c = c->next)
-            if (addr >= c->addr && addr < c->addr + c->size)
-                b = c;
+        ts_block *b = segment_block_at(a, seg, addr);
         if (b) {
             if (seg_out)
                 segment_info_fill(seg, seg_out);
@@ -53,6 +61,40 @@ int ts_lookup(ts_allocator *a, uintptr_t addr, ts_segment_info *seg_out, ts_bloc
         }
     }
     pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+int ts_lookup_backing(ts_allocator *a, uintptr_t addr, ts_segment_info *seg_out,
+                      ts_block_info *blk_out, ts_backing_piece *pieces, size_t max,
+                      size_t *npieces)
+{
+    int rc = TS_ENOTFOUND;
+    size_t n = 0;
+    pthread_mutex_lock(&a->lock);
+    ts_segment *seg = segment_containing(a, addr);
+    ts_block *b = seg ? segment_block_at(a, seg, addr) : NULL;
+    if (b && b->state == TS_BLOCK_ALLOCATED) {
+        rc = TS_OK;
+        if (seg_out)
+            segment_info_fill(seg, seg_out);
+        if (blk_out)
+            block_info_fill(b, blk_out);
+        if (seg->kind != TS_SEGMENT_PLAIN) {
+            /* the handle mapped at or below the block's start, then every one up to its end */
+            ts_node *hn = ts_tree_floor(&seg->handles, b->addr, UINT64_MAX, UINT64_MAX);
+            for (ts_handle_rec *h = handle_of_node(hn); h && h->addr < b->addr + b->size;
+                 h = handle_of_node(ts_tree_next(&h->node))) {
+                if (h->addr + h->size <= b->addr)
+                    continue;
+                if (pieces && n < max)
+                    pieces[n] = (ts_backing_piece){h->addr, h->size, h->handle};
+                n++;
+            }
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (npieces)
+        *npieces = n;
     return rc;
 }
 

@@ -49,6 +49,7 @@ struct ts_block {
                              * (reuse_fence:events), or the order epoch (reuse_fence:order), in
                              * which case merged blocks keep the later of their epochs */
     ts_block *pending_next;
+    uint64_t serial; /* ALLOCATED blocks: this allocation's number (a reused block gets a new one) */
     uint8_t state; /* ts_block_state */
     ts_segment *lent_to; /* LENT blocks: the stitched segment their pages back */
 };
@@ -130,6 +131,7 @@ struct ts_allocator {
     ts_block *spare; /* a metadata block kept for the next split (never in any structure) */
 
     size_t total_allocated_memory; /* bytes obtained from the device (PyTorch's name) */
+    uint64_t alloc_serial;         /* the last allocation's number (ts_block.serial) */
     bool set_fraction;             /* a cap applies (memory fraction or memory_limit) */
     size_t allowed_memory_maximum;
     size_t device_total;

@@ -47,6 +47,8 @@ struct ts_cuda_backend {
     CUcontext ctx;
     CUdevice dev;
     uint64_t peers; /* bit d: device d gets read-write access to every mapping (peer access) */
+    bool no_fd_export; /* the driver refused exportable handles: created without (ipc.c then
+                        * cannot share such memory, and says so) */
     ts_fence_mode mode;  /* reuse_fence, fixed at creation */
     CUevent *event_pool; /* recycled events (never destroyed while the context lives) */
     size_t nevents, events_cap;
@@ -414,12 +416,16 @@ void ts_cuda_backend_stream_created(ts_cuda_backend *b, CUstream s, unsigned int
 
 /* --- virtual memory ------------------------------------------------------------------------------ */
 
+/* Physical memory is created exportable as a POSIX file descriptor, so that another process can
+ * map a block of it (CUDA IPC, shim/ipc.c), unless the driver refused that once. */
 static void alloc_prop(const ts_cuda_backend *b, CUmemAllocationProp *prop)
 {
     memset(prop, 0, sizeof *prop);
     prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop->location.id = b->dev;
+    if (!__atomic_load_n(&b->no_fd_export, __ATOMIC_RELAXED))
+        prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
 static int cb_vm_granularity(void *ctx, size_t *gran)
@@ -457,6 +463,13 @@ static int cb_vm_create(void *ctx, size_t size, uint64_t *out)
     capture_relax r;
     relax_begin(&r);
     CUresult res = ts_real.cuMemCreate(&h, size, &prop, 0);
+    if ((res == CUDA_ERROR_NOT_SUPPORTED || res == CUDA_ERROR_INVALID_VALUE) &&
+        prop.requestedHandleTypes) {
+        /* a driver or device without shareable descriptors: plain handles from now on */
+        __atomic_store_n(&b->no_fd_export, true, __ATOMIC_RELAXED);
+        prop.requestedHandleTypes = 0;
+        res = ts_real.cuMemCreate(&h, size, &prop, 0);
+    }
     relax_end(&r);
     if (res != CUDA_SUCCESS)
         return cu_status(res);

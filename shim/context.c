@@ -405,6 +405,15 @@ void ts_ctx_stream_created(CUcontext ctx, CUstream s, unsigned int flags)
 
 int ts_ctx_free(uintptr_t ptr, size_t *requested)
 {
+    /* A block another process has open stays allocated until it closes it (ipc.c). */
+    if (__builtin_expect(__atomic_load_n(&ts_ipc_exported, __ATOMIC_RELAXED) != 0, 0)) {
+        int held = ts_ipc_on_free(ptr, requested);
+        if (held == TS_IPC_HELD)
+            return TS_OK;
+        if (held == TS_IPC_INVALID)
+            return TS_EINVAL;
+    }
+    ts_ipc_tick();
     ctx_entry *first = tls_last;
     if (first && first->a) {
         int rc = ts_free_ex(first->a, ptr, requested);
@@ -435,11 +444,32 @@ int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk)
     return TS_ENOTFOUND;
 }
 
+int ts_ctx_owner(uintptr_t ptr, ts_allocator **a, CUcontext *ctx, int *index,
+                 ts_block_info *blk)
+{
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        ctx_entry *e = &table[i];
+        CUcontext c = __atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE);
+        if (c && ts_lookup(e->a, ptr, NULL, blk) == TS_OK) {
+            if (a)
+                *a = e->a;
+            if (ctx)
+                *ctx = c;
+            if (index)
+                *index = i;
+            return TS_OK;
+        }
+    }
+    return TS_ENOTFOUND;
+}
+
 static void entry_forget(ctx_entry *e)
 {
     /* Remove the entry from lookups first, then drop the memory the context took with it. */
     (void)grants_take(e->ctx);
     __atomic_store_n(&e->ctx, NULL, __ATOMIC_RELEASE);
+    ts_ipc_forget(e->a);
     ts_allocator_forget_all(e->a);
     ts_cuda_backend_forget(e->be);
 }

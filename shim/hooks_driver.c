@@ -46,6 +46,7 @@ CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (hook_pass(t) || !dptr || size == 0)
         return ts_real.cuMemAlloc_v2(dptr, size); /* the driver's own answer, errors included */
+    ts_ipc_tick();
     CUcontext ctx;
     ts_allocator *a = ts_ctx_allocator(&ctx);
     if (!a)
@@ -303,40 +304,83 @@ static CUresult hook_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
     return r;
 }
 
-/* --- IPC --------------------------------------------------------------------------------------- */
+/* --- IPC and pointer queries: answered for the block (ipc.c, pointer.c) ------------------------ */
 
-/* A handle names a whole driver allocation: for a block in the middle of a tessera segment the
- * importing process would map the segment's base, not the block. Refuse, and say why. A block
- * at its segment's base is exported as is: the importer maps it at offset 0 (it can also see the
- * rest of the segment, as with PyTorch's own IPC). Memory tessera mapped itself (expandable or
- * stitched) has no such handle at all (CUDA's rule for cuMemMap): refused, saying which key
- * keeps memory exportable. */
+/* A handle names the allocation that contains the pointer: for a tessera block, tessera's own
+ * handle (ipc.c), whatever memory the block sits in. */
 static CUresult hook_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
 {
     if (!HOOK_READY() || !ts_real.cuIpcGetMemHandle)
         return CUDA_ERROR_NOT_INITIALIZED;
-    ts_segment_info seg;
-    ts_block_info blk;
-    if (ts_shim_active() && ts_ctx_lookup((uintptr_t)dptr, &seg, &blk) == TS_OK) {
-        if (seg.kind != TS_SEGMENT_PLAIN) {
-            ts_log("cuIpcGetMemHandle/cudaIpcGetMemHandle on %#llx: tessera mapped this memory "
-                   "with the virtual-memory API (expandable segments or stitching), which CUDA "
-                   "cannot export this way; refused with CUDA_ERROR_INVALID_VALUE. Run the "
-                   "exporting process with TESSERA_ALLOC_CONF=expandable_segments:False",
-                   (unsigned long long)dptr);
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-        if ((uintptr_t)dptr != seg.addr) {
-            ts_log("cuIpcGetMemHandle/cudaIpcGetMemHandle on %#llx, %llu bytes into a tessera "
-                   "segment: another process would map the segment's start instead; refused with "
-                   "CUDA_ERROR_INVALID_VALUE. Export a pointer you got from cudaMalloc that starts "
-                   "a segment (allocations of 1 MiB+ with max_split_size_mb set get their own), "
-                   "or run the exporting process with TESSERA_ALLOC_CONF=caching:False",
-                   (unsigned long long)dptr, (unsigned long long)((uintptr_t)dptr - seg.addr));
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-    }
+    ts_allocator *a = NULL;
+    if (h && !hook_pass(ts_tls_get()) && ts_ctx_owner((uintptr_t)dptr, &a, NULL, NULL, NULL) == TS_OK)
+        return ts_ipc_export(h, a, (uintptr_t)dptr);
     return ts_real.cuIpcGetMemHandle(h, dptr);
+}
+
+static CUresult hook_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
+                                           unsigned int flags)
+{
+    if (!HOOK_READY() || !ts_real.cuIpcOpenMemHandle_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (pdptr && ts_ipc_is_ours(&handle))
+        return ts_ipc_open(pdptr, &handle, flags);
+    return ts_real.cuIpcOpenMemHandle_v2(pdptr, handle, flags);
+}
+
+static CUresult hook_cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    if (!HOOK_READY() || !ts_real.cuIpcCloseMemHandle)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    bool handled;
+    CUresult r = ts_ipc_close(dptr, &handled);
+    return handled ? r : ts_real.cuIpcCloseMemHandle(dptr);
+}
+
+static CUresult hook_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    if (!HOOK_READY() || !ts_real.cuMemGetAddressRange_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r;
+    if (!hook_pass(ts_tls_get()) && ts_pointer_range(dptr, pbase, psize, &r))
+        return r;
+    return ts_real.cuMemGetAddressRange_v2(pbase, psize, dptr);
+}
+
+static CUresult hook_cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+                                           CUdeviceptr ptr)
+{
+    if (!HOOK_READY() || !ts_real.cuPointerGetAttribute)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r;
+    if (!hook_pass(ts_tls_get()) && ts_pointer_attribute(data, attribute, ptr, &r))
+        return r;
+    return ts_real.cuPointerGetAttribute(data, attribute, ptr);
+}
+
+static CUresult hook_cuPointerGetAttributes(unsigned int numAttributes,
+                                            CUpointer_attribute *attributes, void **data,
+                                            CUdeviceptr ptr)
+{
+    if (!HOOK_READY() || !ts_real.cuPointerGetAttributes)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r;
+    if (!hook_pass(ts_tls_get()) &&
+        ts_pointer_attributes(numAttributes, attributes, data, ptr, &r))
+        return r;
+    return ts_real.cuPointerGetAttributes(numAttributes, attributes, data, ptr);
+}
+
+/* The physical handle under a tessera block is tessera's, shared with other blocks: the program
+ * gets the driver's answer for cudaMalloc memory, which has none. */
+static CUresult hook_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    if (!HOOK_READY() || !ts_real.cuMemRetainAllocationHandle)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hook_pass(ts_tls_get()) &&
+        ts_ctx_owner((uintptr_t)addr, NULL, NULL, NULL, NULL) == TS_OK)
+        return CUDA_ERROR_INVALID_VALUE;
+    return ts_real.cuMemRetainAllocationHandle(handle, addr);
 }
 
 /* --- cuGetProcAddress ---------------------------------------------------------------------------- */

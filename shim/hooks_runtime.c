@@ -77,6 +77,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     ts_allocator *a = runtime_allocator();
     if (!a)
         return real(devPtr, size);
+    ts_ipc_tick();
     uintptr_t p = 0;
     ts_oom_info oom;
     if (ts_malloc_ex(a, size, 0, &p, &oom) == TS_OK) {

@@ -139,6 +139,10 @@ TS_HIDDEN void ts_ctx_note_thread(CUcontext ctx);
 TS_HIDDEN void ts_ctx_stream_created(CUcontext ctx, CUstream s, unsigned int flags);
 /* Look a pointer up in every allocator. */
 TS_HIDDEN int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk);
+/* The allocator whose segments hold ptr: TS_OK with its allocator, context and table index (any
+ * output may be NULL), and the block in *blk (may be NULL); TS_ENOTFOUND when none does. */
+TS_HIDDEN int ts_ctx_owner(uintptr_t ptr, ts_allocator **a, CUcontext *ctx, int *index,
+                           ts_block_info *blk);
 /* A context or a device's primary context is going away: forget its allocator's memory. */
 TS_HIDDEN void ts_ctx_forget(CUcontext ctx);
 /* The current context, on device `from`, was given peer access to the memory of context peer:
@@ -199,6 +203,46 @@ TS_HIDDEN void ts_cuda_backend_rebind(ts_cuda_backend *b, CUcontext ctx, CUdevic
 /* A stream was created in the backend's context (current in this thread): register it and, for
  * a non-blocking one, order its work after everything issued before (stream-ordered reuse). */
 TS_HIDDEN void ts_cuda_backend_stream_created(ts_cuda_backend *b, CUstream s, unsigned int flags);
+
+/* --- ipc.c: CUDA IPC of tessera's blocks ------------------------------------------------------ */
+
+/* What a free of an exported block found (ts_ipc_on_free). */
+enum { TS_IPC_NOT_EXPORTED = 0, TS_IPC_HELD = 1, TS_IPC_INVALID = 2 };
+extern TS_HIDDEN unsigned ts_ipc_exported; /* exports alive (atomic) */
+extern TS_HIDDEN unsigned ts_ipc_held;     /* of which freed by the program, held (atomic) */
+/* A handle for the live block of a that contains ptr (cuIpcGetMemHandle). */
+TS_HIDDEN CUresult ts_ipc_export(CUipcMemHandle *h, ts_allocator *a, uintptr_t ptr);
+/* The program frees ptr: TS_IPC_HELD when another process still has the block open (the free
+ * succeeds, the block stays allocated until they close it), TS_IPC_INVALID when the block was
+ * already freed and is held, else TS_IPC_NOT_EXPORTED (free it as usual). */
+TS_HIDDEN int ts_ipc_on_free(uintptr_t ptr, size_t *requested);
+/* Give the core back the held blocks no process has open any more. */
+TS_HIDDEN void ts_ipc_reap(void);
+/* a's memory vanished (its context went away): drop its exports. */
+TS_HIDDEN void ts_ipc_forget(ts_allocator *a);
+/* Is h one of tessera's handles (else it is the driver's)? */
+TS_HIDDEN bool ts_ipc_is_ours(const CUipcMemHandle *h);
+/* cuIpcOpenMemHandle of one of tessera's handles, in the current context. */
+TS_HIDDEN CUresult ts_ipc_open(CUdeviceptr *out, const CUipcMemHandle *h, unsigned int flags);
+/* cuIpcCloseMemHandle: *handled is false when p is not a tessera import (forward it). */
+TS_HIDDEN CUresult ts_ipc_close(CUdeviceptr p, bool *handled);
+/* On the allocation and free paths: one relaxed load while nothing is held. */
+static inline void ts_ipc_tick(void)
+{
+    if (__builtin_expect(__atomic_load_n(&ts_ipc_held, __ATOMIC_RELAXED) != 0, 0))
+        ts_ipc_reap();
+}
+
+/* --- pointer.c: pointer queries answered for tessera's blocks --------------------------------- */
+
+/* Each returns false when ptr is not in tessera's memory (forward the call), else true with the
+ * call's result in *r: for a live block, what the driver answers for a cudaMalloc of its size;
+ * for memory tessera holds but has not handed out, what it answers for unallocated memory. */
+TS_HIDDEN bool ts_pointer_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *size, CUresult *r);
+TS_HIDDEN bool ts_pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
+                                    CUresult *r);
+TS_HIDDEN bool ts_pointer_attributes(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                     CUdeviceptr ptr, CUresult *r);
 
 /* --- log.c ------------------------------------------------------------------------------------- */
 

@@ -228,7 +228,10 @@ struct sim_vhandle {
     size_t size;
     size_t pages;
     int device;
-    bool released;
+    int refs;        /* cuMemCreate/cuMemImportFromShareableHandle and each
+                      * cuMemRetainAllocationHandle: one each, until cuMemRelease */
+    bool imported;   /* from cuMemImportFromShareableHandle: another process's memory,
+                      * not counted against this process's device */
     int map_count;   /* live cuMemMap ranges */
     uint64_t serial;
     unsigned long long htypes; /* requestedHandleTypes */
@@ -265,6 +268,10 @@ CUresult sim_vmm_free(CUdeviceptr ptr, size_t size);
 CUresult sim_vmm_create(CUmemGenericAllocationHandle *h, size_t size,
                         const CUmemAllocationProp *prop, unsigned long long flags);
 CUresult sim_vmm_release(CUmemGenericAllocationHandle h);
+CUresult sim_vmm_export(void *out, CUmemGenericAllocationHandle h, int type,
+                        unsigned long long flags);
+CUresult sim_vmm_import(CUmemGenericAllocationHandle *h, void *os_handle, int type);
+CUresult sim_vmm_retain(CUmemGenericAllocationHandle *h, void *addr);
 CUresult sim_vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
                      CUmemGenericAllocationHandle h, unsigned long long flags);
 CUresult sim_vmm_unmap(CUdeviceptr ptr, size_t size);

@@ -580,6 +580,23 @@ SIM_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_
     return sim_vmm_create(handle, size, prop, flags);
 }
 SIM_API CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) { return sim_vmm_release(handle); }
+SIM_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
+                                                      CUmemGenericAllocationHandle handle,
+                                                      CUmemAllocationHandleType handleType,
+                                                      unsigned long long flags)
+{
+    return sim_vmm_export(shareableHandle, handle, (int)handleType, flags);
+}
+SIM_API CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                        void *osHandle,
+                                                        CUmemAllocationHandleType shHandleType)
+{
+    return sim_vmm_import(handle, osHandle, (int)shHandleType);
+}
+SIM_API CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    return sim_vmm_retain(handle, addr);
+}
 SIM_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                                   CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -760,6 +777,9 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuMemAddressFree", 10020, cuMemAddressFree),
     ROW("cuMemCreate", 10020, cuMemCreate),
     ROW("cuMemRelease", 10020, cuMemRelease),
+    ROW("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle),
+    ROW("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle),
+    ROW("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle),
     ROW("cuMemMap", 10020, cuMemMap),
     ROW("cuMemUnmap", 10020, cuMemUnmap),
     ROW("cuMemSetAccess", 10020, cuMemSetAccess),

@@ -7,11 +7,18 @@
  * GPU); two ranges mapping one handle share their bytes; cuMemUnmap puts anonymous
  * PROT_NONE memory back; the memory of a handle lives until it is released and unmapped.
  * cuMemSetAccess and cuMemUnmap take whole cuMemMap ranges (one or several adjacent ones),
- * as the real driver does. */
+ * as the real driver does. A handle created with requestedHandleTypes POSIX_FILE_DESCRIPTOR
+ * exports as a descriptor of its memfd; another process imports that descriptor (received with
+ * pidfd_getfd or SCM_RIGHTS) as a handle of its own onto the same memory, which lives until
+ * every process has released and unmapped it. cuMemRetainAllocationHandle takes one more
+ * reference, as on a GPU; it refuses memory that cuMemMap did not map. */
 #include "sim.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -52,7 +59,7 @@ struct sim_mapping *sim_vmm_find_map(struct sim_resv *r, uintptr_t p)
 static struct sim_vhandle *handle_lookup(CUmemGenericAllocationHandle h)
 {
     for (struct sim_vhandle *v = handles; v; v = v->next)
-        if ((CUmemGenericAllocationHandle)(uintptr_t)v == h && !v->released)
+        if ((CUmemGenericAllocationHandle)(uintptr_t)v == h && v->refs > 0)
             return v;
     return NULL;
 }
@@ -66,7 +73,8 @@ static void handle_destroy(struct sim_vhandle *v)
         }
     }
     close(v->memfd);
-    sim_device_account(&sim_g.dev[v->device], -(long)v->pages, 0, -1);
+    if (!v->imported)
+        sim_device_account(&sim_g.dev[v->device], -(long)v->pages, 0, -1);
     free(v);
 }
 
@@ -190,7 +198,10 @@ CUresult sim_vmm_create(CUmemGenericAllocationHandle *h, size_t size,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     struct sim_vhandle *v = calloc(1, sizeof *v);
-    int fd = v ? memfd_create("tessera-sim-vmm", MFD_CLOEXEC) : -1;
+    /* the name carries the device, for a process that imports the memory */
+    char name[32];
+    snprintf(name, sizeof name, "tessera-sim-vmm.%d", d->ordinal);
+    int fd = v ? memfd_create(name, MFD_CLOEXEC) : -1;
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
         sim_log("cuMemCreate: memfd: %s", strerror(errno));
         if (fd >= 0)
@@ -205,6 +216,7 @@ CUresult sim_vmm_create(CUmemGenericAllocationHandle *h, size_t size,
     v->device = d->ordinal;
     v->serial = ++sim_g.serial;
     v->htypes = prop->requestedHandleTypes;
+    v->refs = 1;
     v->next = handles;
     handles = v;
     d->ctr.create_calls++;
@@ -224,9 +236,9 @@ CUresult sim_vmm_release(CUmemGenericAllocationHandle h)
     if (!v) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else {
-        v->released = true;
+        v->refs--;
         sim_g.dev[v->device].ctr.release_calls++;
-        if (v->map_count == 0) /* still mapped: the memory lives until the last unmap */
+        if (v->refs == 0 && v->map_count == 0) /* mapped: the memory lives until the last unmap */
             handle_destroy(v);
     }
     sim_unlock();
@@ -335,7 +347,7 @@ CUresult sim_vmm_unmap(CUdeviceptr ptr, size_t size)
         free(rv->maps[j]);
         v->map_count--;
         sim_g.dev[v->device].ctr.unmap_calls++;
-        if (v->released && v->map_count == 0)
+        if (v->refs == 0 && v->map_count == 0)
             handle_destroy(v); /* released earlier: its memory goes with the last mapping */
     }
     memmove(&rv->maps[first], &rv->maps[last + 1], (rv->nmaps - (size_t)last - 1) * sizeof *rv->maps);
@@ -412,6 +424,103 @@ CUresult sim_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc 
         m->prot = prot;
     }
 out:
+    sim_unlock();
+    return r;
+}
+
+/* ---- sharing a handle with another process ------------------------------------------ */
+
+CUresult sim_vmm_export(void *out, CUmemGenericAllocationHandle h, int type,
+                        unsigned long long flags)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out || flags || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_vhandle *v = handle_lookup(h);
+    if (!v) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (!(v->htypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+        r = CUDA_ERROR_NOT_PERMITTED; /* not requested at cuMemCreate */
+    } else {
+        int fd = fcntl(v->memfd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+            r = errno == EMFILE ? CUDA_ERROR_TOO_MANY_PEERS : CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            *(int *)out = fd;
+    }
+    sim_unlock();
+    return r;
+}
+
+/* the device a simulated handle's memfd belongs to, from its name; -1 when fd is none of ours */
+static int memfd_device(int fd)
+{
+    char path[48], link[96];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n <= 0)
+        return -1;
+    link[n] = '\0';
+    int dev = -1;
+    if (sscanf(link, "/memfd:tessera-sim-vmm.%d", &dev) != 1 || dev < 0)
+        return -1;
+    return dev;
+}
+
+CUresult sim_vmm_import(CUmemGenericAllocationHandle *h, void *os_handle, int type)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!h || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    int src = (int)(intptr_t)os_handle;
+    int dev = memfd_device(src);
+    struct stat st;
+    if (dev < 0 || dev >= sim_g.ndev || fstat(src, &st) != 0 || st.st_size <= 0 ||
+        (size_t)st.st_size % SIM_PAGE)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct sim_vhandle *v = calloc(1, sizeof *v);
+    int fd = v ? fcntl(src, F_DUPFD_CLOEXEC, 0) : -1;
+    if (fd < 0) {
+        free(v);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    sim_lock();
+    v->memfd = fd;
+    v->size = (size_t)st.st_size;
+    v->pages = v->size / SIM_PAGE;
+    v->device = dev;
+    v->serial = ++sim_g.serial;
+    v->htypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    v->refs = 1;
+    v->imported = true;
+    v->next = handles;
+    handles = v;
+    sim_unlock();
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_vmm_retain(CUmemGenericAllocationHandle *h, void *addr)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!h)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_resv *rv = sim_vmm_find_resv((uintptr_t)addr);
+    struct sim_mapping *m = rv ? sim_vmm_find_map(rv, (uintptr_t)addr) : NULL;
+    if (!m) {
+        r = CUDA_ERROR_INVALID_VALUE; /* cuMemAlloc memory, host memory, nothing mapped */
+    } else {
+        m->h->refs++;
+        *h = (CUmemGenericAllocationHandle)(uintptr_t)m->h;
+    }
     sim_unlock();
     return r;
 }
