@@ -1443,6 +1443,24 @@ void ts_config_defaults(ts_config *cfg)
         set_default(cfg, &keys[i]);
 }
 
+/* tessera's default policy, for a string (or no string) that says nothing about expandable
+ * segments, stitching or defragment: defragment with coarse handles, stitching only under
+ * pressure, chosen by the rule in docs/BENCHMARKS.md ("The default, after IPC"). Any of those
+ * three keys, in any variable, gives the policy it names instead: expandable_segments:False is
+ * PyTorch's policy, expandable_segments:True PyTorch's expandable segments. */
+static void default_policy(parser *p)
+{
+    const uint64_t names_policy = (UINT64_C(1) << KEY_EXPANDABLE_SEGMENTS) |
+                                  (UINT64_C(1) << KEY_STITCHING) | (UINT64_C(1) << KEY_DEFRAGMENT);
+    if (p->given & names_policy)
+        return;
+    p->cfg.defragment = p->cfg.expandable_segments = p->cfg.stitching = true;
+    if (!(p->given & (UINT64_C(1) << KEY_HANDLE_POLICY)))
+        p->cfg.handle_policy = TS_HANDLES_COARSE;
+    if (!(p->given & (UINT64_C(1) << KEY_STITCH_WHEN)))
+        p->cfg.stitch_when = TS_STITCH_PRESSURE;
+}
+
 int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_config_mode mode,
                     ts_config_diag *diag, ts_config_warn_fn warn, void *user)
 {
@@ -1467,6 +1485,7 @@ int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_co
     if (walk(&p) != 0)
         return -1;
 
+    default_policy(&p);
     if (p.cfg.defragment && (p.given & (UINT64_C(1) << KEY_DEFRAGMENT))) {
         if (!(p.given & (UINT64_C(1) << KEY_EXPANDABLE_SEGMENTS)))
             p.cfg.expandable_segments = true;
@@ -1535,8 +1554,7 @@ int ts_config_from_env(ts_config *out, const char **source, ts_config_diag *diag
             *source = vars[i].name;
         return ts_config_parse(out, v, vars[i].name, vars[i].mode, diag, warn, user);
     }
-    ts_config_defaults(out);
-    return 0;
+    return ts_config_parse(out, "", NULL, TS_CONFIG_STRICT, diag, warn, user);
 }
 
 static void format_divisions(sbuf *b, const uint32_t *t)

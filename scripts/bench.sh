@@ -105,7 +105,9 @@ json.dump(dict(nproc=os.cpu_count(), cpu=cpu, kernel=platform.release(), loadavg
 PY
 
 # shellcheck disable=SC2054 # the comma belongs to the configuration string
-CONFS=(default max_split_size_mb:128 max_split_size_mb:512 expandable_segments:True defragment:True
+# pytorch: PyTorch's policy; tessera's default is the last (coarse handles, stitching under pressure)
+CONFS=(pytorch expandable_segments:False,max_split_size_mb:128
+    expandable_segments:False,max_split_size_mb:512 expandable_segments:True defragment:True
     defragment:True,handle_policy:geometric defragment:True,stitch_when:pressure
     defragment:True,handle_policy:coarse defragment:True,handle_policy:coarse,stitch_when:pressure)
 
@@ -145,11 +147,11 @@ if want replay; then
         # bench-results drops it. Memory figures are deterministic; ns/op is the lower of the
         # passes.
         for pass in $(seq 1 $passes); do
-            cmd=("$B/tools/tessera-replay" "${costs[@]}" --json --compare "$t" default "${CONFS[@]}")
+            cmd=("$B/tools/tessera-replay" "${costs[@]}" --json --compare "$t" pytorch "${CONFS[@]}")
             [ "$pass" -eq 1 ] && note_cmd "replay:$name" "${cmd[*]}"
             TESSERA_REPLAY_QUIET=1 "${cmd[@]}" >"$raw/replay-$name.$pass.json" 2>"$raw/replay-$name.$pass.err"
         done
-        cmd=("$B/tools/tessera-replay" "${costs[@]}" --json --capacity 80G --compare "$t" default "${CONFS[@]}")
+        cmd=("$B/tools/tessera-replay" "${costs[@]}" --json --capacity 80G --compare "$t" pytorch "${CONFS[@]}")
         note_cmd "replay80:$name" "${cmd[*]}"
         rc=0
         TESSERA_REPLAY_QUIET=1 "${cmd[@]}" >"$raw/replay80-$name.json" 2>"$raw/replay80-$name.err" || rc=$?

@@ -43,4 +43,14 @@ int run_value_tests(void);
 int run_syntax_tests(void);
 int run_format_tests(void);
 
+/* tessera's default: what no configuration (or one that names no policy key) gives, PyTorch's
+ * table values with defragment, coarse handles and stitching under pressure. */
+static inline void tessera_default(ts_config *c)
+{
+    ts_config_defaults(c);
+    c->defragment = c->expandable_segments = c->stitching = true;
+    c->handle_policy = TS_HANDLES_COARSE;
+    c->stitch_when = TS_STITCH_PRESSURE;
+}
+
 #endif

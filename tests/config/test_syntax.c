@@ -110,7 +110,8 @@ static void test_lenient_keeps_going(void **state)
     assert_int_equal(w.count, 7);
     assert_false(c.caching);
     assert_true(c.max_split_size == SIZE_MAX);
-    assert_false(c.expandable_segments);
+    assert_true(c.expandable_segments); /* not given (no ':'): tessera's default policy */
+    assert_int_equal(c.handle_policy, TS_HANDLES_COARSE);
     assert_true(c.memory_limit == (size_t)2 << 30);
     assert_int_equal(c.stitch_max_ranges, 4096);
     assert_true(c.verbose);
@@ -239,13 +240,13 @@ static void test_env_none(void **state)
     memset(&c, 0x77, sizeof c);
     assert_int_equal(ts_config_from_env(&c, &source, &diag, NULL, NULL), 0);
     assert_null(source);
-    ts_config_defaults(&def);
+    tessera_default(&def); /* no variable: tessera's default */
     assert_true(ts_config_equal(&c, &def));
     /* PYTORCH_HIP_ALLOC_CONF is not read on CUDA */
-    setenv("PYTORCH_HIP_ALLOC_CONF", "expandable_segments:True", 1);
+    setenv("PYTORCH_HIP_ALLOC_CONF", "expandable_segments:False", 1);
     assert_int_equal(ts_config_from_env(&c, &source, NULL, NULL, NULL), 0);
     assert_null(source);
-    assert_false(c.expandable_segments);
+    assert_true(c.expandable_segments);
     /* source may be NULL */
     assert_int_equal(ts_config_from_env(&c, NULL, NULL, NULL, NULL), 0);
 }
@@ -258,31 +259,33 @@ static void test_env_precedence(void **state)
     ts_config_diag diag;
     warnings w = { 0 };
 
-    setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True", 1);
+    setenv("PYTORCH_ALLOC_CONF", "expandable_segments:False", 1);
     assert_int_equal(ts_config_from_env(&c, &source, &diag, collect_warning, &w), 0);
     assert_string_equal(source, "PYTORCH_ALLOC_CONF");
-    assert_true(c.expandable_segments);
+    assert_false(c.expandable_segments); /* the PyTorch variables name the policy too */
 
-    /* PYTORCH_CUDA_ALLOC_CONF wins and is used alone (not merged) */
+    /* PYTORCH_CUDA_ALLOC_CONF wins and is used alone (not merged): no policy key there, so
+     * tessera's default policy, not the other variable's expandable_segments:False */
     setenv("PYTORCH_CUDA_ALLOC_CONF", "stats:False", 1);
     assert_int_equal(ts_config_from_env(&c, &source, &diag, collect_warning, &w), 0);
     assert_string_equal(source, "PYTORCH_CUDA_ALLOC_CONF");
     assert_false(c.stats);
-    assert_false(c.expandable_segments);
+    assert_true(c.expandable_segments);
+    assert_int_equal(c.stitch_when, TS_STITCH_PRESSURE);
 
     /* set but empty still wins */
     setenv("PYTORCH_CUDA_ALLOC_CONF", "", 1);
     assert_int_equal(ts_config_from_env(&c, &source, &diag, collect_warning, &w), 0);
     assert_string_equal(source, "PYTORCH_CUDA_ALLOC_CONF");
     assert_true(c.stats);
-    assert_false(c.expandable_segments);
+    assert_true(c.expandable_segments); /* tessera's default, not PYTORCH_ALLOC_CONF's */
 
     /* TESSERA_ALLOC_CONF wins over both */
     setenv("PYTORCH_CUDA_ALLOC_CONF", "stats:False", 1);
     setenv("TESSERA_ALLOC_CONF", "verbose:True", 1);
     assert_int_equal(ts_config_from_env(&c, &source, &diag, collect_warning, &w), 0);
     assert_string_equal(source, "TESSERA_ALLOC_CONF");
-    assert_true(c.verbose && c.stats && !c.expandable_segments);
+    assert_true(c.verbose && c.stats && c.expandable_segments);
     setenv("TESSERA_ALLOC_CONF", "", 1);
     assert_int_equal(ts_config_from_env(&c, &source, &diag, collect_warning, &w), 0);
     assert_string_equal(source, "TESSERA_ALLOC_CONF");

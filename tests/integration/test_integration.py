@@ -114,6 +114,10 @@ class Env:
         return devs[0] if devs else None
 
 
+# PyTorch's policy, for tests that pin its segments and calls (tessera's default is another)
+PYTORCH = "expandable_segments:False"
+
+
 def prog(name, *args):
     return [os.path.join(PROGRAMS, name)] + list(args)
 
@@ -133,7 +137,9 @@ class Base(unittest.TestCase):
         self.assertEqual(run.result.get("status"), status, run)
 
     def sim_allocs(self, run):
-        return sum(d.get("alloc_calls", 0) for d in run.sim)
+        """Device allocations the (simulated) driver made: cuMemAlloc, and cuMemCreate for memory
+        tessera maps itself (what num_device_alloc counts)."""
+        return sum(d.get("alloc_calls", 0) + d.get("create_calls", 0) for d in run.sim)
 
 
 class SamplePrograms(Base):
@@ -292,7 +298,7 @@ class OutOfMemory(Base):
         # that only fits it once the cached segments go back: succeeds through the final retry,
         # counted once
         run = self.env.run(prog("seed_every5th", "--unit", "10M", "--count", "39", "--request", "20M"),
-                           memory="400M")
+                           memory="400M", conf=PYTORCH)
         self.ok(run)
         self.assertEqual(run.stats["num_alloc_retries"], 1, run)
         self.assertEqual(run.stats["num_ooms"], 0, run)
@@ -333,8 +339,9 @@ class Defragment(Base):
         # 100 x 2 MiB, the even ones freed: 100 MiB free in 2 MiB holes; 50 MiB asked for on a
         # device that holds 220 MiB
         args = ["--unit", "2M", "--count", "100", "--request", "50M"]
-        expect = {None: 2, "expandable_segments:True": 2,
-                  "expandable_segments:True,expandable_page_mb:2": 0, "defragment:True": 0}
+        expect = {PYTORCH: 2, "expandable_segments:True": 2,
+                  "expandable_segments:True,expandable_page_mb:2": 0, "defragment:True": 0,
+                  None: 0}  # tessera's default serves it
         for conf, rc in expect.items():
             with self.subTest(conf=conf):
                 run = self.env.run(prog("seed_even", *args), memory="220M", conf=conf)
@@ -344,7 +351,7 @@ class Defragment(Base):
         # 4-16 MiB tensors: those under 10 MiB share 20 MiB segments (PyTorch's rule), so freed
         # tensors leave holes inside segments that cannot be released
         args = ["--min", "4M", "--max", "16M"]
-        for conf, rc in ((None, 2), ("defragment:True", 0)):
+        for conf, rc in ((PYTORCH, 2), ("defragment:True", 0), (None, 0)):
             with self.subTest(conf=conf):
                 run = self.env.run(prog("seed_cyclic", *args), memory="256M", conf=conf)
                 self.assertEqual(run.rc, rc, run)
@@ -414,7 +421,7 @@ class Lifecycle(Base):
 
 class StatsPage(Base):
     def test_live_counters_and_cleanup(self):
-        env = self.env.base()
+        env = self.env.base(conf=PYTORCH)  # the numbers below are PyTorch's segments
         del env["TESSERA_STATS_KEEP"]
         p = subprocess.Popen(probe("stats_probe"), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -576,6 +583,38 @@ class Capture(Base):
         self.assertEqual(run.result.get("capture"), "clean", run)
 
 
+class DefaultPolicy(Base):
+    """tessera's default (no configuration) runs every program that fits the device without
+    tessera, near the device's capacity: the cases of tests/bench/live_fit.sh where PyTorch's
+    policy (two) or expandable segments (four) run out of memory (docs/BENCHMARKS.md, "The
+    default, after IPC"; SamplePrograms runs the others)."""
+
+    CASES = [
+        ("512M", "seed_cyclic", ["--min", "12M", "--max", "32M"]),
+        ("400M", "seed_every5th", ["--unit", "10M", "--count", "39", "--request", "20M"]),
+        ("220M", "seed_even", ["--unit", "2M", "--count", "100", "--request", "50M"]),
+        ("256M", "seed_cyclic", ["--min", "4M", "--max", "16M"]),
+    ]
+
+    def test_what_fits_without_tessera_fits(self):
+        for mem, name, args in self.CASES:
+            with self.subTest(program=name, args=args, memory=mem):
+                plain = self.env.run(prog(name, *args), memory=mem, preload=False)
+                self.ok(plain)
+                run = self.env.run(prog(name, *args), memory=mem)
+                self.ok(run)
+
+    def test_pytorch_variable_alone_keeps_the_default(self):
+        # a PyTorch string that names no policy key: tessera's default all the same
+        run = self.env.run(prog("seed_even", "--unit", "2M", "--count", "100", "--request", "50M"),
+                           memory="220M", extra={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"})
+        self.ok(run)
+        run = self.env.run(prog("seed_even", "--unit", "2M", "--count", "100", "--request", "50M"),
+                           memory="220M",
+                           extra={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"})
+        self.ok(run, status="oom", rc=2)  # PyTorch's policy, asked for by name
+
+
 class Ipc(Base):
     """Memory shared with another process, or asked about, behaves as the driver's under every
     policy (ipc_share): 9 blocks of 512 B to 64 MiB, several in one segment, one served from
@@ -731,8 +770,9 @@ class MultiDevice(Base):
         sim = {d["device"]: d for d in shim.sim}
         plain_sim = {d["device"]: d for d in plain.sim}
         for dev in (0, 1):
-            self.assertLess(sim[dev]["alloc_calls"], plain_sim[dev]["alloc_calls"], (dev, sim, plain_sim))
-            self.assertEqual(sim[dev]["alloc_calls"], by_dev[dev]["num_device_alloc"], (dev, sim, by_dev))
+            made = sim[dev]["alloc_calls"] + sim[dev]["create_calls"]
+            self.assertLess(made, plain_sim[dev]["alloc_calls"], (dev, sim, plain_sim))
+            self.assertEqual(made, by_dev[dev]["num_device_alloc"], (dev, sim, by_dev))
 
 
 class StaticRuntime(Base):

@@ -96,7 +96,7 @@ class PrometheusScrape(unittest.TestCase):
 
         # the program: 3 x 4 MiB + 2 x 100 KiB allocated, a 20 MiB and a 2 MiB segment; its
         # command line carries a control byte
-        p = self.start(it.probe("stats_probe") + ["label\x01test"], env=self.env.base(),
+        p = self.start(it.probe("stats_probe") + ["label\x01test"], env=self.env.base(conf=it.PYTORCH),
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
         line = p.stdout.readline()

@@ -96,7 +96,7 @@ class Base(unittest.TestCase):
 
 class SnapshotFromStat(Base):
     def test_snapshot_of_a_running_process(self):
-        env = self.env.base(conf="history_events:1000")
+        env = self.env.base(conf="expandable_segments:False,history_events:1000")
         p = subprocess.Popen(it.probe("stats_probe"), env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -181,7 +181,8 @@ class SnapshotOnOom(Base):
         tpl = os.path.join(self.env.tmp, "oom-%p-%n.pickle")
         run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
                                    "64M", "--request", "512M"), memory="256M",
-                           conf=f"history_events:256,snapshot_on_oom:{tpl}")
+                           conf=f"expandable_segments:False,history_events:256,"
+                                f"snapshot_on_oom:{tpl}")
         self.assertEqual(run.rc, 2, run)
         files = glob.glob(os.path.join(self.env.tmp, "oom-*-1.pickle"))
         self.assertEqual(len(files), 1, run)

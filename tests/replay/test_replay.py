@@ -49,7 +49,7 @@ class Replay(unittest.TestCase):
 
     def test_compare_table_oom_column_and_verdict(self):
         trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
-        confs = ("default", "defragment:True")
+        confs = ("pytorch", "defragment:True")  # PyTorch's policy against defragment
         unlimited = json.loads(replay("--json", "--compare", trace, *confs).stdout)
         base_min = unlimited[0]["min_capacity_bytes"]
         defrag_min = unlimited[1]["min_capacity_bytes"]
@@ -62,7 +62,7 @@ class Replay(unittest.TestCase):
         r = replay("--compare", trace, *confs)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("OOMs", r.stdout.splitlines()[1])
-        self.assertIn(f"defragment:True: runs in {mib(defrag_min)} where default needs "
+        self.assertIn(f"defragment:True: runs in {mib(defrag_min)} where pytorch needs "
                       f"{mib(base_min)}; ", r.stdout)
         if unlimited[0]["peak_allocated_bytes"] != unlimited[1]["peak_allocated_bytes"]:
             self.assertEqual(unlimited[0]["peak_requested_bytes"],
@@ -84,14 +84,14 @@ class Replay(unittest.TestCase):
         lines = r.stdout.splitlines()
         header = lines[1].split()
         default_row = lines[2].split()
-        self.assertEqual(default_row[0], "default")
+        self.assertEqual(default_row[0], "pytorch")
         first = "#%d" % rows[0]["first_oom_allocation"]
         # the row's OOM count sits just before the first failing allocation
         self.assertEqual(default_row[default_row.index(first) - 1], str(ooms))
         self.assertIn(mib(rows[0]["first_oom_bytes"]), lines[2])
         self.assertIn("first", header)
-        self.assertIn(f"defragment:True: runs in {mib(defrag_min)} where default needs "
-                      f"{mib(base_min)}; no OOM where default had {ooms}; ", r.stdout)
+        self.assertIn(f"defragment:True: runs in {mib(defrag_min)} where pytorch needs "
+                      f"{mib(base_min)}; no OOM where pytorch had {ooms}; ", r.stdout)
 
     def test_min_capacity_is_tight(self):
         trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
@@ -200,7 +200,7 @@ class Replay(unittest.TestCase):
             rows.append(f"1,00:00:00.00000{2 * step + 2},free,0x1000,31457280,0x0")
         trace = self.csv("\n".join(rows) + "\n")
         costs = self.csv("# per call, per MiB (microseconds)\ncudaMalloc 7 1\n")
-        r = replay("--json", "--driver-costs", costs, "--steps", "3", trace)
+        r = replay("--json", "--conf", "pytorch", "--driver-costs", costs, "--steps", "3", trace)
         self.assertEqual(r.returncode, 0, r.stderr)
         d = json.loads(r.stdout)
         self.assertEqual(d["device_calls"], 1)
@@ -209,7 +209,7 @@ class Replay(unittest.TestCase):
         self.assertAlmostEqual(d["driver_ms_after_growth"], 0)
         self.assertEqual((d["steady_steps"], d["driver_ms_per_step"]), (2, 0))
         # the defaults: the published cudaMalloc figure
-        d = json.loads(replay("--json", trace).stdout)
+        d = json.loads(replay("--json", "--conf", "pytorch", trace).stdout)
         self.assertAlmostEqual(d["driver_ms"], 0.050)
         self.assertNotIn("driver_ms_per_step", d)
         # defragment:True: growth reserves the pool's range and creates, maps and grants access
@@ -284,7 +284,7 @@ class Costs(unittest.TestCase):
                 f.write("Thread,Time,Action,Pointer,Size,Stream\n"
                         "1,00:00:00.000001,allocate,0x1000,31457280,0x0\n"
                         "1,00:00:00.000002,free,0x1000,31457280,0x0\n")
-            r = replay("--json", "--driver-costs", path, trace)
+            r = replay("--json", "--conf", "pytorch", "--driver-costs", path, trace)
             self.assertEqual(r.returncode, 0, r.stderr)
             c, m = costs["cudaMalloc"]
             self.assertAlmostEqual(json.loads(r.stdout)["driver_ms"], (c + 30 * m) / 1000, places=3)

@@ -24,14 +24,16 @@ static void usage(FILE *f)
           "memory snapshot (.pickle, read with scripts/snapshot2trace). Replays start from an\n"
           "empty device: what a snapshot held before its trace began is reported, not replayed.\n"
           "\n"
-          "  --conf STR         allocator configuration, TESSERA_ALLOC_CONF syntax (default: PyTorch's)\n"
+          "  --conf STR         allocator configuration, TESSERA_ALLOC_CONF syntax; 'default' is\n"
+          "                     tessera's default, 'pytorch' PyTorch's policy (default: 'default';\n"
+          "                     with --check-pytorch: 'pytorch')\n"
           "  --capacity SIZE    device size, e.g. 80G (default: unlimited)\n"
           "  --min-capacity     also find the smallest device (2 MiB steps) that runs the trace\n"
           "                     without an out-of-memory error\n"
           "  --compare C1 C2 .. replay under each configuration; print a side-by-side table\n"
           "                     (out-of-memory errors and the first allocation that failed\n"
           "                     included) and a verdict for each configuration against the\n"
-          "                     first ('default' is PyTorch's defaults)\n"
+          "                     first\n"
           "  --json             one JSON object (an array with --compare)\n"
           "  --driver-costs FILE  driver-call latencies for the estimated driver time: lines\n"
           "                     'CALL US_PER_CALL [US_PER_MIB]' (cuMemCreate 193.32), '#'\n"
@@ -72,10 +74,12 @@ static int parse_size(const char *s, size_t *out)
 static int conf_parse(const char *text, ts_config *cfg)
 {
     ts_config_diag diag;
-    if (strcmp(text, "default") == 0 || strcmp(text, "pytorch") == 0) {
+    if (strcmp(text, "pytorch") == 0) { /* PyTorch's policy: the table's values */
         ts_config_defaults(cfg);
         return 0;
     }
+    if (strcmp(text, "default") == 0) /* tessera's default: what no configuration gives */
+        text = "";
     if (ts_config_parse(cfg, text, "--conf", TS_CONFIG_STRICT, &diag, NULL, NULL) != 0) {
         fprintf(stderr, "tessera-replay: %s\n", diag.message);
         return -1;
@@ -275,7 +279,7 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *conf_text = "default";
+    const char *conf_text = NULL;
     size_t capacity = 0;
     bool min_cap = false, compare = false, json = false, check = false, verbose = false;
     ts_driver_costs costs;
@@ -351,7 +355,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "tessera-replay: one trace at a time (or use --compare)\n");
             return 2;
         }
-        confs[nconf++] = conf_text;
+        confs[nconf++] = conf_text ? conf_text : check ? "pytorch" : "default";
     }
 
     ts_config cfgs[MAX_CONFS];
