@@ -415,7 +415,7 @@ HAVE_LIB=0
 
 # c. sample programs -------------------------------------------------------------------------
 PROGRAMS=(seed_every5th seed_middle seed_even seed_cyclic churn reuse_race reuse_order bad_input
-    device_reset fork_child meminfo multi_device peer_access driver_api driver_linked)
+    device_reset fork_child meminfo multi_device peer_access ipc_share driver_api driver_linked)
 PDIR_shared="$BUILD_ABS/programs-shared"
 PDIR_static="$BUILD_ABS/programs-static"
 pdir() { [ "$1" = shared ] && echo "$PDIR_shared" || echo "$PDIR_static"; }
@@ -677,6 +677,17 @@ if [ "$CAP_D" -gt 0 ]; then
     for variant in nb-to-legacy legacy-to-nb two-blocking new-stream ptds-threads host-func graph; do
         pair shared reuse_order 60 "r:status=ok r:corrupt_rounds=0" -- --variant "$variant" --size "$REUSE" --copies 16
     done
+    # CUDA IPC and pointer queries for every block: the default, PyTorch's policy, expandable
+    # segments; a block freed while open; the exporter gone; an importer without tessera. The
+    # RESULT lines carry export_us/open_us, native against tessera, for the cost of sharing.
+    IPC_OK="r:status=ok r:attr_bad=0 r:opened=9 r:bytes_bad=0 r:seen_back=9"
+    pair shared ipc_share 60 "$IPC_OK" -- --mode basic
+    for ipc_conf in expandable_segments:False expandable_segments:True; do
+        TESSERA_ALLOC_CONF=$ipc_conf MIN_NEED=5 run_prog shared tessera ipc_share 60 "$IPC_OK" -- --mode basic
+    done
+    MIN_NEED=5 run_prog shared tessera ipc_share 60 "$IPC_OK r:held_ok=1" -- --mode reuse
+    MIN_NEED=5 run_prog shared tessera ipc_share 60 "r:status=ok r:opened=9" -- --mode exit
+    MIN_NEED=5 run_prog shared tessera ipc_share 60 "r:status=ok r:opened=0 r:open_failed=9" -- --plain-child
     if [ "$(grep -c '^GPU ' <<<"$SMI_L")" -ge 2 ]; then
         pair "$BOTH" multi_device 60 "r:status=ok r:wrong_device=0" -- --threads
         # a peer's kernels touch memory tessera mapped itself (granted at cudaDeviceEnablePeerAccess)

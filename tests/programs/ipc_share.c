@@ -22,11 +22,13 @@
  * RESULT fields: pid, blocks, attr_bad (pointer-query answers that are not the block's), ids (distinct
  * buffer ids), same_handle (exporting a block twice gives the same bytes), own_open (the error
  * for opening one's own handle), opened, open_failed, bytes_bad (the importer's checks),
- * seen_back (importer writes the parent saw), held_ok (reuse: the importer's bytes survived). */
+ * seen_back (importer writes the parent saw), held_ok (reuse: the importer's bytes survived),
+ * export_us and open_us (mean microseconds per cudaIpcGetMemHandle and cudaIpcOpenMemHandle). */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <getopt.h>
 #include <stdbool.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,6 +60,12 @@ static void driver_load(void) {
   get_ctx = (ctx_fn)dlsym(drv, "cuCtxGetCurrent");
   if (!get_range || !get_attr || !get_attrs || !retain || !get_ctx)
     die_msg("dlsym", "a driver entry point is missing");
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
 static unsigned char first_of(int i) { return (unsigned char)(0xa0 + i); }
@@ -158,6 +166,7 @@ static int importer(void) {
   void *ptrs[NBLOCKS];
   size_t sizes[NBLOCKS];
   int n = 0, opened = 0, failed = 0, bad = 0;
+  double open_us = 0;
   CHECK(cudaSetDevice(0));
   while (n < NBLOCKS && fgets(line, sizeof line, stdin)) {
     int i;
@@ -168,7 +177,10 @@ static int importer(void) {
     if (unhex(hx, &h, sizeof h) != 0) break;
     sizes[n] = (size_t)size;
     ptrs[n] = NULL;
-    if (cudaIpcOpenMemHandle(&ptrs[n], h, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
+    double t0 = now_us();
+    cudaError_t opened_err = cudaIpcOpenMemHandle(&ptrs[n], h, cudaIpcMemLazyEnablePeerAccess);
+    open_us += now_us() - t0;
+    if (opened_err != cudaSuccess) {
       (void)cudaGetLastError();
       ptrs[n] = NULL;
       failed++;
@@ -189,7 +201,7 @@ static int importer(void) {
     }
     n++;
   }
-  printf("opened %d failed %d bad %d\n", opened, failed, bad);
+  printf("opened %d failed %d bad %d open_us %.1f\n", opened, failed, bad, n ? open_us / n : 0.0);
   fflush(stdout);
   /* the parent's next word: check (the blocks again, then close), or exit */
   if (!fgets(line, sizeof line, stdin)) line[0] = '\0';
@@ -269,6 +281,7 @@ int main(int argc, char **argv) {
 
   /* export: the pointer, the base of a range query on its middle, or an interior pointer */
   cudaIpcMemHandle_t handles[NBLOCKS];
+  double export_us = 0;
   for (int i = 0; i < NBLOCKS; i++) {
     void *what = blocks[i];
     if (i % 3 == 1) {
@@ -280,7 +293,9 @@ int main(int argc, char **argv) {
     } else if (i % 3 == 2) {
       what = (char *)blocks[i] + bsize[i] - 1;
     }
+    double t0 = now_us();
     CHECK(cudaIpcGetMemHandle(&handles[i], what));
+    export_us += now_us() - t0;
   }
   cudaIpcMemHandle_t again;
   CHECK(cudaIpcGetMemHandle(&again, blocks[3]));
@@ -315,8 +330,10 @@ int main(int argc, char **argv) {
   fflush(out);
   char line[256];
   int opened = -1, failed = -1, bytes_bad = -1;
+  double open_us = 0;
   if (!fgets(line, sizeof line, in) ||
-      sscanf(line, "opened %d failed %d bad %d", &opened, &failed, &bytes_bad) != 3)
+      sscanf(line, "opened %d failed %d bad %d open_us %lf", &opened, &failed, &bytes_bad,
+             &open_us) != 4)
     die_msg("importer", "no report");
   int seen_back = 0;
   for (int i = 0; i < NBLOCKS; i++) seen_back += get_byte(blocks[i], bsize[i] - 1) == back_of(i);
@@ -357,8 +374,8 @@ int main(int argc, char **argv) {
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die_msg("importer", "did not exit cleanly");
   }
   printf("RESULT status=ok pid=%d blocks=%d attr_bad=%d ids=%d same_handle=%d own_open=%s opened=%d "
-         "open_failed=%d bytes_bad=%d seen_back=%d held_ok=%d\n",
+         "open_failed=%d bytes_bad=%d seen_back=%d held_ok=%d export_us=%.1f open_us=%.1f\n",
          (int)getpid(), NBLOCKS, attr_bad, distinct, same_handle, cudaGetErrorName(own_err), opened, failed,
-         bytes_bad, seen_back, held_ok);
+         bytes_bad, seen_back, held_ok, export_us / NBLOCKS, open_us);
   return 0;
 }
