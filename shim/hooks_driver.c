@@ -33,6 +33,30 @@ static bool hook_forced(ts_tls *t, CUresult *r)
     return true;
 }
 
+/* Serve size bytes from the current context's allocator: CUDA_SUCCESS, the driver's error for
+ * out of memory, or *served false when tessera cannot serve this context (forward the call). */
+static CUresult alloc_served(CUdeviceptr *dptr, size_t size, bool *served)
+{
+    ts_ipc_tick();
+    CUcontext ctx;
+    ts_allocator *a = ts_ctx_allocator(&ctx);
+    *served = a != NULL;
+    if (!a)
+        return CUDA_SUCCESS;
+    uintptr_t p = 0;
+    ts_oom_info oom;
+    int rc = ts_malloc_ex(a, size, 0, &p, &oom);
+    if (rc == TS_OK) {
+        *dptr = (CUdeviceptr)p;
+        ts_trace_alloc(p, size, false);
+        return CUDA_SUCCESS;
+    }
+    ts_trace_alloc(0, size, true);
+    ts_report_oom(&oom);
+    *dptr = 0; /* the driver stores 0 on failure (cudaMalloc's NULL comes from here) */
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
 CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size)
 {
     ts_tls *t = ts_tls_get();
@@ -46,23 +70,58 @@ CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (hook_pass(t) || !dptr || size == 0)
         return ts_real.cuMemAlloc_v2(dptr, size); /* the driver's own answer, errors included */
-    ts_ipc_tick();
-    CUcontext ctx;
-    ts_allocator *a = ts_ctx_allocator(&ctx);
-    if (!a)
-        return ts_real.cuMemAlloc_v2(dptr, size);
-    uintptr_t p = 0;
-    ts_oom_info oom;
-    int rc = ts_malloc_ex(a, size, 0, &p, &oom);
-    if (rc == TS_OK) {
-        *dptr = (CUdeviceptr)p;
-        ts_trace_alloc(p, size, false);
-        return CUDA_SUCCESS;
-    }
-    ts_trace_alloc(0, size, true);
-    ts_report_oom(&oom);
-    *dptr = 0; /* the driver stores 0 on failure (cudaMalloc's NULL comes from here) */
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    bool served;
+    CUresult r = alloc_served(dptr, size, &served);
+    return served ? r : ts_real.cuMemAlloc_v2(dptr, size);
+}
+
+/* The row alignment the driver gives pitched allocations on each device, learnt from the
+ * driver itself once (one allocation of one row, freed at once): tessera's pitch is then the
+ * driver's. 0: not learnt yet. */
+static size_t pitch_align[64];
+
+static size_t pitch_alignment(void)
+{
+    CUdevice dev = 0;
+    if (ts_real.cuCtxGetDevice(&dev) != CUDA_SUCCESS || dev < 0 || dev >= 64)
+        return 0;
+    size_t align = __atomic_load_n(&pitch_align[dev], __ATOMIC_ACQUIRE);
+    if (align)
+        return align;
+    CUdeviceptr probe = 0;
+    if (ts_real.cuMemAllocPitch_v2(&probe, &align, 1, 1, 4) != CUDA_SUCCESS)
+        return 0;
+    ts_real.cuMemFree_v2(probe);
+    if (align == 0 || (align & (align - 1)))
+        return 0; /* not a power of two: leave pitches to the driver */
+    __atomic_store_n(&pitch_align[dev], align, __ATOMIC_RELEASE);
+    return align;
+}
+
+/* cudaMallocPitch, cudaMalloc3D and cuMemAllocPitch: height rows of the driver's pitch, served
+ * like any allocation (counted, under memory_limit, freed by cudaFree/cuMemFree). Arguments the
+ * driver refuses get its own answer. */
+static CUresult hook_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                        size_t Height, unsigned int ElementSizeBytes)
+{
+    if (!HOOK_READY() || !ts_real.cuMemAllocPitch_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    ts_tls *t = ts_tls_get();
+    size_t align = 0;
+    bool valid = dptr && pPitch && WidthInBytes && Height &&
+                 (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16);
+    if (hook_pass(t) || !valid || WidthInBytes > SIZE_MAX / 2 || !(align = pitch_alignment()))
+        return ts_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    size_t pitch = (WidthInBytes + align - 1) & ~(align - 1);
+    if (Height > SIZE_MAX / pitch)
+        return ts_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    bool served;
+    CUresult r = alloc_served(dptr, pitch * Height, &served);
+    if (!served)
+        return ts_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (r == CUDA_SUCCESS)
+        *pPitch = pitch;
+    return r;
 }
 
 /* Free dptr if tessera served it: TS_OK, TS_EINVAL (inside a tessera segment but not a live

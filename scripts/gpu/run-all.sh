@@ -415,7 +415,8 @@ HAVE_LIB=0
 
 # c. sample programs -------------------------------------------------------------------------
 PROGRAMS=(seed_every5th seed_middle seed_even seed_cyclic churn reuse_race reuse_order bad_input
-    device_reset fork_child meminfo multi_device peer_access ipc_share driver_api driver_linked)
+    device_reset fork_child meminfo multi_device peer_access ipc_share pitched driver_api
+    driver_linked)
 PDIR_shared="$BUILD_ABS/programs-shared"
 PDIR_static="$BUILD_ABS/programs-static"
 pdir() { [ "$1" = shared ] && echo "$PDIR_shared" || echo "$PDIR_static"; }
@@ -682,6 +683,7 @@ if [ "$CAP_D" -gt 0 ]; then
     # RESULT lines carry export_us/open_us, native against tessera, for the cost of sharing.
     IPC_OK="r:status=ok r:attr_bad=0 r:opened=9 r:bytes_bad=0 r:seen_back=9"
     pair shared ipc_share 60 "$IPC_OK" -- --mode basic
+    pair "$BOTH" pitched 60 "r:status=ok r:rows_bad=0" -- --limit-probe
     for ipc_conf in expandable_segments:False expandable_segments:True; do
         TESSERA_ALLOC_CONF=$ipc_conf MIN_NEED=5 run_prog shared tessera ipc_share 60 "$IPC_OK" -- --mode basic
     done

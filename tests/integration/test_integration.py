@@ -615,6 +615,30 @@ class DefaultPolicy(Base):
         self.ok(run, status="oom", rc=2)  # PyTorch's policy, asked for by name
 
 
+class Pitched(Base):
+    """cudaMallocPitch, cudaMalloc3D and cuMemAllocPitch are served by tessera with the driver's
+    pitch, counted, and limited by memory_limit (pitched)."""
+
+    def test_served_with_the_drivers_pitch(self):
+        plain = self.env.run(prog("pitched", "--limit-probe"), preload=False)
+        self.ok(plain)
+        for conf in (None, PYTORCH, "defragment:True"):
+            with self.subTest(conf=conf):
+                run = self.env.run(prog("pitched", "--limit-probe"), conf=conf)
+                self.ok(run)
+                self.assertEqual(run.result, plain.result, run)
+                fit = int(run.result["fit"])
+                # the three pitched blocks and the probe's: tessera's, not the driver's
+                self.assertEqual(run.stats["allocation.all.allocated"], 3 + fit, run)
+                self.assertEqual(run.stats["allocation.all.freed"], 3 + fit, run)
+
+    def test_memory_limit_counts_them(self):
+        run = self.env.run(prog("pitched", "--limit-probe"), conf="memory_limit:128M")
+        self.ok(run)
+        self.assertEqual(run.result["fit"], "4", run)  # 4 x 32 MiB under a 128 MiB cap
+        self.assertIn("raise memory_limit", run.stderr)
+
+
 class Ipc(Base):
     """Memory shared with another process, or asked about, behaves as the driver's under every
     policy (ipc_share): 9 blocks of 512 B to 64 MiB, several in one segment, one served from

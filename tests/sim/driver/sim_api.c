@@ -168,6 +168,25 @@ SIM_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     return sim_mem_alloc(dptr, bytesize);
 }
 SIM_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) { return sim_mem_free(dptr); }
+/* Pitched allocations: each row rounded up to SIM_PITCH_ALIGN bytes, as a GPU aligns rows for
+ * coalescing; the element size must be 4, 8 or 16 (the driver's rule). */
+#define SIM_PITCH_ALIGN ((size_t)512)
+SIM_API CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                            size_t Height, unsigned int ElementSizeBytes)
+{
+    if (!dptr || !pPitch || WidthInBytes == 0 || Height == 0 ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (WidthInBytes > SIZE_MAX - SIM_PITCH_ALIGN)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pitch = (WidthInBytes + SIM_PITCH_ALIGN - 1) / SIM_PITCH_ALIGN * SIM_PITCH_ALIGN;
+    if (Height > SIZE_MAX / pitch)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = sim_mem_alloc(dptr, pitch * Height);
+    if (r == CUDA_SUCCESS)
+        *pPitch = pitch;
+    return r;
+}
 SIM_API CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
 {
     return sim_mem_get_info(free_b, total_b);
@@ -701,6 +720,7 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuCtxDisablePeerAccess", 4000, cuCtxDisablePeerAccess),
     ROW("cuMemAlloc", 2000, cuMemAlloc),
     ROW("cuMemAlloc", 3020, cuMemAlloc_v2),
+    ROW("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
     ROW("cuMemFree", 2000, cuMemFree),
     ROW("cuMemFree", 3020, cuMemFree_v2),
     ROW("cuMemGetInfo", 2000, cuMemGetInfo),

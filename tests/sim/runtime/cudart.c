@@ -46,6 +46,7 @@
     X(cuCtxEnablePeerAccess, cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 4000, 0)         \
     X(cuCtxDisablePeerAccess, cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess", 4000, 0)      \
     X(cuMemAlloc, cuMemAlloc_v2, "cuMemAlloc", 3020, 0)                                       \
+    X(cuMemAllocPitch, cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, 0)                        \
     X(cuMemFree, cuMemFree_v2, "cuMemFree", 3020, 0)                                          \
     X(cuMemGetInfo, cuMemGetInfo_v2, "cuMemGetInfo", 3020, 0)                                 \
     X(cuMemAllocAsync, cuMemAllocAsync, "cuMemAllocAsync", 11020, 0)                          \
@@ -710,6 +711,45 @@ RT_API cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size)
     _Static_assert(sizeof(CUdeviceptr) == sizeof(void *), "device pointers are host-sized");
     CUresult r = drv.cuMemAlloc((CUdeviceptr *)(void *)devPtr, size);
     return rt_cu(r);
+}
+
+/* Rows of width bytes, each at a pitch the driver chooses (cuMemAllocPitch, 16-byte elements);
+ * an empty extent succeeds with NULL, as cudaMalloc's size 0 does. */
+static cudaError_t malloc_pitched(void **devPtr, size_t *pitch, size_t width, size_t rows)
+{
+    if (!devPtr || !pitch)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    if (width == 0 || rows == 0) {
+        *devPtr = NULL;
+        *pitch = width;
+        return cudaSuccess;
+    }
+    return rt_cu(drv.cuMemAllocPitch((CUdeviceptr *)(void *)devPtr, pitch, width, rows, 16));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMallocPitch(void **devPtr, size_t *pitch, size_t width,
+                                             size_t height)
+{
+    return malloc_pitched(devPtr, pitch, width, height);
+}
+
+RT_API cudaError_t CUDARTAPI cudaMalloc3D(struct cudaPitchedPtr *p, struct cudaExtent extent)
+{
+    if (!p)
+        return rt_ret(cudaErrorInvalidValue);
+    if (extent.height && extent.depth > SIZE_MAX / extent.height)
+        return rt_ret(cudaErrorInvalidValue);
+    void *ptr = NULL;
+    size_t pitch = 0;
+    cudaError_t e = malloc_pitched(&ptr, &pitch, extent.width, extent.height * extent.depth);
+    if (e == cudaSuccess) {
+        p->ptr = ptr;
+        p->pitch = pitch;
+        p->xsize = extent.width;
+        p->ysize = extent.height;
+    }
+    return e;
 }
 
 RT_API cudaError_t CUDARTAPI cudaFree(void *devPtr)
