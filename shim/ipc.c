@@ -135,6 +135,20 @@ static unsigned imported; /* atomic: nimports, for the close path's quick test *
 unsigned ts_ipc_exported; /* atomic: nexports, for the free path's quick test */
 unsigned ts_ipc_held;     /* atomic: held exports, for the allocation path's quick test */
 
+/* Room for one more entry in a table of n (doubling; export and import time only). */
+static bool table_room(void **table, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return true;
+    size_t grown = *cap ? 2 * *cap : 16;
+    void *t = realloc(*table, grown * size);
+    if (!t)
+        return false;
+    *table = t;
+    *cap = grown;
+    return true;
+}
+
 /* --- processes ---------------------------------------------------------------------------------- */
 
 /* The start time of pid (field 22 of /proc/PID/stat, after the command's closing parenthesis). */
@@ -403,16 +417,9 @@ CUresult ts_ipc_export(CUipcMemHandle *h, ts_allocator *a, uintptr_t ptr)
     uint64_t start = 0;
     if (r == CUDA_SUCCESS && !proc_start(getpid(), &start))
         r = CUDA_ERROR_OPERATING_SYSTEM;
-    if (r == CUDA_SUCCESS && nexports == cap_exports) {
-        size_t cap = cap_exports ? 2 * cap_exports : 16;
-        ipc_export *ne = realloc(exports, cap * sizeof *ne);
-        if (ne) {
-            exports = ne;
-            cap_exports = cap;
-        } else {
-            r = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
+    if (r == CUDA_SUCCESS &&
+        !table_room((void **)&exports, &cap_exports, nexports, sizeof *exports))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     if (r != CUDA_SUCCESS) {
         if (e.m->kind == IPC_VM)
             ts_log_once(&ts_ipc_export,
@@ -690,16 +697,9 @@ CUresult ts_ipc_open(CUdeviceptr *out, const CUipcMemHandle *h, unsigned int fla
                      .ptr = base + m->offset, .refs = 1, .kind = m->kind, .base = base,
                      .map_size = m->map_size, .m = m, .msize = msize, .slot = slot};
     pthread_mutex_lock(&ipc_lock);
-    if (r == CUDA_SUCCESS && nimports == cap_imports) {
-        size_t cap = cap_imports ? 2 * cap_imports : 16;
-        ipc_import *ni = realloc(imports, cap * sizeof *ni);
-        if (ni) {
-            imports = ni;
-            cap_imports = cap;
-        } else {
-            r = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
+    if (r == CUDA_SUCCESS &&
+        !table_room((void **)&imports, &cap_imports, nimports, sizeof *imports))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS) {
         imports[nimports++] = im;
         __atomic_store_n(&imported, (unsigned)nimports, __ATOMIC_RELEASE);
