@@ -2,7 +2,8 @@
 # tessera's demo: unmodified CUDA programs with and without tessera, on the real GPU when there
 # is one, otherwise on the simulated CUDA device (tests/sim), saying which.
 #   1. allocation churn: driver calls with and without tessera (exact counts), data verified;
-#   2. fragmentation: a request PyTorch's policy cannot serve, served with defragment:True;
+#   2. fragmentation: a request PyTorch's policy and its expandable segments cannot serve,
+#      served by tessera's default and by defragment:True;
 #   3. what tessera-stat shows of a running process.
 # Builds first if needed (build/). Options: --sim (use the simulator even with a GPU).
 set -u
@@ -101,7 +102,8 @@ echo
 echo "== 2. fragmentation: 100 x 4 MiB, the even ones freed (200 MiB free in 4 MiB holes), then 100 MiB"
 echo "   on a device limited to 420 MiB (TESSERA_ALLOC_CONF memory_limit:420M)"
 args="--unit 4M --count 100 --request 100M"
-for conf in "memory_limit:420M" "memory_limit:420M,expandable_segments:True" "memory_limit:420M,defragment:True"; do
+for conf in "memory_limit:420M,expandable_segments:False" "memory_limit:420M,expandable_segments:True" \
+    "memory_limit:420M" "memory_limit:420M,defragment:True"; do
   out=$(TESSERA_STATS_KEEP=1 $TESSERA run $sim_flag --conf "$conf" -- $P/seed_even $args 2>"$stats/err" | tail -1)
   pid=$(ls "$stats" | sed -n 's/^tessera\.//p' | head -1)
   st=$(echo "$out" | field status)
@@ -111,8 +113,9 @@ for conf in "memory_limit:420M" "memory_limit:420M,expandable_segments:True" "me
   fold -s -w 92 "$stats/err" | sed 's/^/      /'
   rm -f "$stats"/tessera.* "$stats/err"
 done
-echo "   PyTorch's policy (the first two) cannot: the free memory is in holes inside segments;"
-echo "   defragment maps the holes' pages into one new range (stitching), copying nothing."
+echo "   PyTorch's policy and its expandable segments (the first two) cannot: the free memory is in"
+echo "   holes inside segments or pages. tessera's default (the third: no key but the cap) and"
+echo "   defragment map the holes' pages into one new range (stitching), copying nothing."
 
 echo
 echo "== 3. tessera-stat on a running process"
