@@ -167,6 +167,14 @@ static ts_devmodel *dm_enter(void *ctx)
     return m;
 }
 
+/* A call the driver would refuse as invalid (bad range, unknown handle, still mapped): the
+ * allocator never makes one, so the tests count them. */
+static int dm_refuse(ts_devmodel *m)
+{
+    m->c.invalid_calls++;
+    return TS_EINVAL;
+}
+
 /* --- backend functions ---------------------------------------------------------------------- */
 
 static int dm_seg_alloc(void *ctx, size_t size, uintptr_t *out)
@@ -199,7 +207,7 @@ static int dm_seg_free(void *ctx, uintptr_t ptr, size_t size)
     (void)size;
     dm_range *r = dm_find(&m->allocs, ptr);
     if (!r)
-        return TS_EINVAL;
+        return dm_refuse(m);
     dm_charge(m, TS_CALL_FREE, r->size);
     dm_give(m, r->size);
     dm_erase(&m->allocs, r);
@@ -287,7 +295,7 @@ static int dm_vm_reserve(void *ctx, size_t size, uintptr_t *out)
 {
     ts_devmodel *m = dm_enter(ctx);
     if (size == 0 || size % m->page)
-        return TS_EINVAL;
+        return dm_refuse(m);
     uintptr_t addr = dm_first_fit(&m->reserves, DEVMODEL_VA_BASE, size, m->page);
     if (addr + size > DEVMODEL_VA_LIMIT || !dm_insert(&m->reserves, addr, size, 0))
         return TS_ENOMEM;
@@ -302,7 +310,7 @@ static int dm_vm_release(void *ctx, uintptr_t va, size_t size)
     ts_devmodel *m = dm_enter(ctx);
     dm_range *r = dm_find(&m->reserves, va);
     if (!r || r->size != size || dm_overlaps(&m->maps, va, size))
-        return TS_EINVAL; /* unknown, partial, or still mapped */
+        return dm_refuse(m); /* unknown, partial, or still mapped */
     dm_erase(&m->reserves, r);
     m->c.vm_releases++;
     dm_charge(m, TS_CALL_ADDRESS_FREE, size);
@@ -313,7 +321,7 @@ static int dm_vm_create(void *ctx, size_t size, uint64_t *out)
 {
     ts_devmodel *m = dm_enter(ctx);
     if (size == 0 || size % m->page)
-        return TS_EINVAL;
+        return dm_refuse(m);
     dm_charge(m, TS_CALL_CREATE, size);
     if (dm_fail_now(&m->fail_create) || !dm_take(m, size))
         return TS_ENOMEM;
@@ -352,7 +360,7 @@ static int dm_vm_destroy(void *ctx, uint64_t handle)
     ts_devmodel *m = dm_enter(ctx);
     dm_handle *h = dm_handle_get(m, handle);
     if (!h || !h->live)
-        return TS_EINVAL;
+        return dm_refuse(m);
     dm_charge(m, TS_CALL_RELEASE, h->size);
     h->live = false;
     dm_handle_maybe_free(m, h);
@@ -367,7 +375,7 @@ static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
     dm_range *res = dm_containing(&m->reserves, va);
     if (!h || !h->live || h->size != size || !res || va + size > res->addr + res->size ||
         va % m->page || dm_overlaps(&m->maps, va, size))
-        return TS_EINVAL;
+        return dm_refuse(m);
     dm_charge(m, TS_CALL_MAP, size);
     if (dm_fail_now(&m->fail_map))
         return TS_ENOMEM;
@@ -385,7 +393,7 @@ static int dm_vm_peer_add(void *ctx, int device)
 {
     ts_devmodel *m = dm_enter(ctx);
     if (device < 0 || device >= 64)
-        return TS_EINVAL;
+        return dm_refuse(m);
     m->peers |= (uint64_t)1 << device;
     return TS_OK;
 }
@@ -395,7 +403,7 @@ static int dm_vm_access(void *ctx, uintptr_t va, size_t size)
     ts_devmodel *m = dm_enter(ctx);
     dm_range *r = dm_find(&m->maps, va);
     if (!r || r->size != size)
-        return TS_EINVAL; /* one whole mapping, as the backend interface says */
+        return dm_refuse(m); /* one whole mapping, as the backend interface says */
     dm_charge(m, TS_CALL_SET_ACCESS, size);
     r->access = m->peers;
     return TS_OK;
@@ -409,7 +417,7 @@ static int dm_vm_unmap(void *ctx, uintptr_t va, size_t size)
     while (at < va + size) {
         dm_range *r = dm_find(&m->maps, at);
         if (!r || at + r->size > va + size)
-            return TS_EINVAL;
+            return dm_refuse(m);
         at += r->size;
     }
     at = va;
