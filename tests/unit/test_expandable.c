@@ -74,6 +74,92 @@ static void test_es_partial_pages_stay_mapped(void **state)
     fx_close(&f);
 }
 
+/* PyTorch's find_expandable_block counts a free block right before the unmapped tail: 8 + 8 MiB
+ * in a 20 MiB page leave [16, 20) free; 10 MiB starts there and maps one more page, rather than
+ * starting at the next page and leaving a 4 MiB hole. */
+static void test_es_counts_free_block_before_tail(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t a = fx_alloc(&f, 8 * MiB);
+    uintptr_t b = fx_alloc(&f, 8 * MiB);
+    uintptr_t c = fx_alloc(&f, 10 * MiB);
+    assert_int_equal(c, a + 16 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_LARGE].current, 40 * MiB);
+    assert_int_equal(ts_largest_free_block(f.a), 14 * MiB); /* [26, 40): one block */
+    fx_free(&f, a);
+    fx_free(&f, b);
+    fx_free(&f, c);
+    fx_close(&f);
+}
+
+/* Best fit counts an expandable block as what it could grow to, so a segment's free tail is kept
+ * for requests that need it: with 2 MiB pages, a 10 MiB hole H at [0, 10) and a free tail T of
+ * 8 MiB at [12, 20) before the unmapped rest, 8 MiB takes H, not the exact-sized T. */
+static void test_es_best_fit_keeps_the_growing_tail(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    cfg.expandable_page = 2 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t h = fx_alloc(&f, 10 * MiB);
+    uintptr_t s = fx_alloc(&f, 2 * MiB);
+    uintptr_t t = fx_alloc(&f, 8 * MiB);
+    assert_int_equal(t, h + 12 * MiB);
+    fx_free(&f, h);
+    fx_free(&f, t);
+    assert_int_equal(fx_alloc(&f, 8 * MiB), h);
+    assert_int_equal(fx_alloc(&f, 8 * MiB), t); /* and the tail for the next */
+    fx_free(&f, h);
+    fx_free(&f, t);
+    fx_free(&f, s);
+    fx_close(&f);
+}
+
+/* The page is rounded up to the device's granularity (tessera's choice, DESIGN "differs on
+ * purpose" 4): on a device of 8 MiB granularity, the large pool's 20 MiB page is 24 MiB and the
+ * small pool's 2 MiB page is 8 MiB. */
+static void test_es_page_rounded_to_granularity(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open_page(&f, 1 * GiB, 8 * MiB, &cfg, true, false);
+    uintptr_t big = fx_alloc(&f, 12 * MiB);
+    uintptr_t small = fx_alloc(&f, 4 * KiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_LARGE].current, 24 * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_SMALL].current, 8 * MiB);
+    fx_free(&f, big);
+    fx_free(&f, small);
+    fx_close(&f);
+}
+
+/* A reservation spans 1 1/8 of the device's memory in whole pages (PyTorch): on a 1 GiB device,
+ * 1152 MiB, which is 58 pages of 20 MiB (1160 MiB) and 576 of 2 MiB. */
+static void test_es_reservation_size(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t big = fx_alloc(&f, 12 * MiB);
+    uintptr_t small = fx_alloc(&f, 4 * KiB);
+    ts_segment_info si;
+    assert_int_equal(ts_lookup(f.a, big, &si, NULL), TS_OK);
+    assert_int_equal(si.size, 1160 * MiB);
+    assert_int_equal(si.mapped, 20 * MiB);
+    assert_int_equal(ts_lookup(f.a, small, &si, NULL), TS_OK);
+    assert_int_equal(si.size, 1152 * MiB);
+    fx_free(&f, big);
+    fx_free(&f, small);
+    fx_close(&f);
+}
+
 /* Three ways to run the seed cases: PyTorch's plain segments, expandable segments with PyTorch's
  * pages (20 MiB in the large pool), and with pages at the driver's granularity (2 MiB). */
 enum { MODE_PLAIN, MODE_ES_20M, MODE_ES_2M };
@@ -449,6 +535,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_es_tiles_one_reservation),
         cmocka_unit_test(test_es_partial_pages_stay_mapped),
+        cmocka_unit_test(test_es_counts_free_block_before_tail),
+        cmocka_unit_test(test_es_best_fit_keeps_the_growing_tail),
+        cmocka_unit_test(test_es_page_rounded_to_granularity),
+        cmocka_unit_test(test_es_reservation_size),
         cmocka_unit_test(test_es_seed_middle),
         cmocka_unit_test(test_es_seed_even),
         cmocka_unit_test(test_es_map_failure_rolls_back),
