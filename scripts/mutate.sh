@@ -36,7 +36,10 @@ backup=$(mktemp -d)
 current=
 restore() {
   if [ -n "$current" ] && [ -f "$backup/orig" ]; then
-    cp -p "$backup/orig" "$current"
+    # Not cp -p: the restored file must look newer than the mutant's objects, or the build
+    # would keep them.
+    cat "$backup/orig" >"$current"
+    touch "$current"
     current=
   fi
 }
@@ -72,6 +75,19 @@ run_tests() {
   nice meson test -C "$build" --no-rebuild -q "${args[@]}" >"$backup/test.log" 2>&1
 }
 
+# The tests must pass on the tree as it is, or every mutant would look caught.
+declare -A baseline_ok=()
+baseline() {
+  [ -n "${baseline_ok[$1]:-}" ] && return 0
+  if ! run_tests "$1"; then
+    echo "mutate.sh: the unmutated tree fails [$1]:" >&2
+    tail -20 "$backup/test.log" >&2
+    exit 1
+  fi
+  baseline_ok[$1]=1
+}
+nice ninja -C "$build" >"$backup/build.log" 2>&1 || { echo "mutate.sh: $build does not build" >&2; exit 1; }
+
 total=0 killed=0 invalid=0 n=0
 survivors=()
 while IFS= read -r line || [ -n "$line" ]; do
@@ -87,7 +103,8 @@ while IFS= read -r line || [ -n "$line" ]; do
   if [ ! -f "$file" ]; then
     echo "[$n] MISSING FILE  $label"; invalid=$((invalid + 1)); continue
   fi
-  cp -p "$file" "$backup/orig"
+  baseline "$tests"
+  cp "$file" "$backup/orig"
   current=$file
   if ! apply "$file" "$old" "$new"; then
     restore

@@ -74,25 +74,33 @@ static void test_es_partial_pages_stay_mapped(void **state)
     fx_close(&f);
 }
 
-/* PyTorch's find_expandable_block counts a free block right before the unmapped tail: 8 + 8 MiB
- * in a 20 MiB page leave [16, 20) free; 10 MiB starts there and maps one more page, rather than
- * starting at the next page and leaving a 4 MiB hole. */
-static void test_es_counts_free_block_before_tail(void **state)
+/* PyTorch's find_expandable_block counts a free block right before an unmapped range. 20 MiB
+ * pages: A 8 MiB and A2 12 MiB fill page 0, B page 1, C page 2. A2 and B are freed and the cache
+ * emptied: page 1 is unmapped, [8, 20) stays mapped and free (page 0 is partly used). 30 MiB: the
+ * free 12 MiB plus the unmapped 20 MiB after it hold it, so it starts at 8 MiB and maps page 1
+ * again; without counting the free block, the unmapped page alone is too small and the request
+ * would go to the segment's end (two more pages). */
+static void test_es_counts_free_block_before_unmapped_range(void **state)
 {
     (void)state;
     fixture f;
     ts_config cfg = es_config();
     fx_open(&f, 1 * GiB, &cfg, true, false);
     uintptr_t a = fx_alloc(&f, 8 * MiB);
-    uintptr_t b = fx_alloc(&f, 8 * MiB);
-    uintptr_t c = fx_alloc(&f, 10 * MiB);
-    assert_int_equal(c, a + 16 * MiB);
-    const tessera_device_stats *st = fx_stats(&f);
-    assert_int_equal(st->reserved_bytes[TESSERA_POOL_LARGE].current, 40 * MiB);
-    assert_int_equal(ts_largest_free_block(f.a), 14 * MiB); /* [26, 40): one block */
-    fx_free(&f, a);
+    uintptr_t a2 = fx_alloc(&f, 12 * MiB);
+    uintptr_t b = fx_alloc(&f, 20 * MiB);
+    uintptr_t c = fx_alloc(&f, 20 * MiB);
+    fx_free(&f, a2);
     fx_free(&f, b);
+    ts_empty_cache(f.a);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_LARGE].current, 40 * MiB);
+    uintptr_t d = fx_alloc(&f, 30 * MiB);
+    assert_int_equal(d, a + 8 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_LARGE].current, 60 * MiB);
+    fx_free(&f, a);
     fx_free(&f, c);
+    fx_free(&f, d);
     fx_close(&f);
 }
 
@@ -535,7 +543,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_es_tiles_one_reservation),
         cmocka_unit_test(test_es_partial_pages_stay_mapped),
-        cmocka_unit_test(test_es_counts_free_block_before_tail),
+        cmocka_unit_test(test_es_counts_free_block_before_unmapped_range),
         cmocka_unit_test(test_es_best_fit_keeps_the_growing_tail),
         cmocka_unit_test(test_es_page_rounded_to_granularity),
         cmocka_unit_test(test_es_reservation_size),
