@@ -571,6 +571,84 @@ class Recording(Base):
         self.assertTrue(all(r[3].startswith("0x") for r in rows), rows)
 
 
+    def paused_trace_run(self, trace, while_paused=None):
+        """fork_pause with TESSERA_TRACE: 8 MiB allocated, a child forked that exits at once (its
+        atexit handlers run), then, while the parent waits, while_paused(); then 8 MiB more and
+        both freed. Returns (returncode, stdout, stderr)."""
+        env = self.env.base(extra={"TESSERA_TRACE": trace})
+        p = subprocess.Popen(probe("fork_pause"), env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            while line and not line.startswith("CHILD_DONE"):
+                line = p.stdout.readline()
+            self.assertTrue(line.startswith("CHILD_DONE"), line)
+            if while_paused:
+                while_paused()
+            out, err = p.communicate("go\n", timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        return p.returncode, out, err
+
+    def test_trace_forked_child_records_nothing(self):
+        # the child inherits the parent's unwritten lines: it must neither write them again at
+        # its exit nor add its own
+        trace = os.path.join(self.env.tmp, "fork.csv")
+        rc, out, err = self.paused_trace_run(trace)
+        self.assertEqual(rc, 0, out + err)
+        rows = open(trace).read().splitlines()
+        self.assertEqual(rows[0], "Thread,Time,Action,Pointer,Size,Stream")
+        body = [r.split(",") for r in rows[1:]]
+        self.assertEqual([r[2] for r in body], ["allocate", "allocate", "free", "free"], rows)
+        self.assertEqual(len({r[0] for r in body}), 1, rows)  # one thread: the parent's
+
+    def test_trace_file_replaced_is_left_alone(self):
+        # the file recorded into is replaced while the program runs: the new file is not written
+        # (the identity taken at start no longer matches) and recording stops with one line
+        trace = os.path.join(self.env.tmp, "replaced.csv")
+
+        def replace():
+            os.rename(trace, trace + ".old")
+            with open(trace, "w") as f:
+                f.write("someone else's file\n")
+
+        rc, out, err = self.paused_trace_run(trace, replace)
+        self.assertEqual(rc, 0, out + err)
+        with open(trace) as f:
+            self.assertEqual(f.read(), "someone else's file\n")
+        self.assertIn("the file was removed or replaced", err)
+        self.assertEqual(open(trace + ".old").read(), "")  # nothing was flushed before the swap
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to give a file to another user")
+    def test_trace_refuses_another_users_file(self):
+        trace = os.path.join(self.env.tmp, "theirs.csv")
+        with open(trace, "w") as f:
+            f.write("not yours\n")
+        os.chown(trace, 65534, 65534)
+        run = self.env.run(prog("seed_middle", "--first", "2M", "--middle", "2M", "--last", "2M",
+                                "--request", "4M"), extra={"TESSERA_TRACE": trace})
+        self.ok(run)
+        with open(trace) as f:
+            self.assertEqual(f.read(), "not yours\n")  # not truncated, not appended to
+        self.assertIn("belongs to another user; not recording", run.stderr)
+
+    def test_oom_snapshots_capped_at_eight(self):
+        # a program that keeps running into out of memory gets 8 snapshots, then one line
+        tpl = os.path.join(self.env.tmp, "oom-%n.pickle")
+        run = self.env.run(prog("churn", "--iters", "400", "--live", "8", "--max-size", "48M",
+                                "--large-pct", "100", "--tolerate-oom"), memory="64M",
+                           conf=f"snapshot_on_oom:{tpl}")
+        self.ok(run)
+        self.assertGreater(int(run.result["ooms"]), 8, run)
+        files = sorted(os.listdir(self.env.tmp))
+        snaps = [f for f in files if f.startswith("oom-") and f.endswith(".pickle")]
+        self.assertEqual(sorted(snaps), sorted(f"oom-{n}.pickle" for n in range(1, 9)), files)
+        self.assertEqual(run.stderr.count("snapshot_on_oom: 8 snapshots written; no more"), 1,
+                         run.stderr)
+
+
 class Capture(Base):
     def test_capture_not_broken(self):
         run = self.env.run(probe("capture_alloc"))
