@@ -6,7 +6,8 @@
 #
 # The list (default scripts/mutants.txt) has one mutant per line, four fields separated by " @@ ":
 #   file @@ original text @@ replacement @@ tests
-# The original text must occur exactly once in the file. tests is a space-separated list of
+# The original text must occur exactly once in the file; {NL} in either text stands for a line
+# break. tests is a space-separated list of
 # meson test names or suites ("core", "suite:config"); "quick" means the whole main-build
 # run, as `scripts/test.sh --quick`. Lines starting with # and blank lines are ignored.
 # --only runs the mutants whose line contains TEXT. The build directory (default build) must be
@@ -55,7 +56,7 @@ trap 'finish; exit 130' INT TERM HUP
 apply() {
   python3 - "$1" "$2" "$3" <<'EOF'
 import sys
-path, old, new = sys.argv[1], sys.argv[2], sys.argv[3]
+path, old, new = sys.argv[1], sys.argv[2].replace("{NL}", "\n"), sys.argv[3].replace("{NL}", "\n")
 text = open(path).read()
 if text.count(old) != 1:
     sys.exit(3)
