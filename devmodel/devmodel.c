@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/peers.h"
 #include "core/tree.h"
 
 #define DEVMODEL_SEG_BASE ((uintptr_t)0x7f0000000000ull) /* plain allocations */
@@ -368,6 +369,18 @@ static int dm_vm_destroy(void *ctx, uint64_t handle)
     return TS_OK;
 }
 
+/* The devices a new access grant names, as the CUDA backend computes them (core/peers.h): the
+ * model is device 0. */
+static uint64_t dm_granted(const ts_devmodel *m)
+{
+    int dev[TS_PEER_MAX];
+    const unsigned n = ts_peer_grantees(m->peers, 0, dev);
+    uint64_t access = 0;
+    for (unsigned i = 0; i < n; i++)
+        access |= (uint64_t)1 << dev[i];
+    return access;
+}
+
 static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
 {
     ts_devmodel *m = dm_enter(ctx);
@@ -383,7 +396,7 @@ static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
     if (!r)
         return TS_ENOMEM;
     dm_charge(m, TS_CALL_SET_ACCESS, size); /* the backend grants access after each map */
-    r->access = m->peers;
+    r->access = dm_granted(m);
     h->maps++;
     m->c.vm_maps++;
     return TS_OK;
@@ -392,10 +405,7 @@ static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
 static int dm_vm_peer_add(void *ctx, int device)
 {
     ts_devmodel *m = dm_enter(ctx);
-    if (device < 0 || device >= 64)
-        return dm_refuse(m);
-    m->peers |= (uint64_t)1 << device;
-    return TS_OK;
+    return ts_peer_add(&m->peers, device) == TS_OK ? TS_OK : dm_refuse(m);
 }
 
 static int dm_vm_access(void *ctx, uintptr_t va, size_t size)
@@ -405,7 +415,7 @@ static int dm_vm_access(void *ctx, uintptr_t va, size_t size)
     if (!r || r->size != size)
         return dm_refuse(m); /* one whole mapping, as the backend interface says */
     dm_charge(m, TS_CALL_SET_ACCESS, size);
-    r->access = m->peers;
+    r->access = dm_granted(m);
     return TS_OK;
 }
 
