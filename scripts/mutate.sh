@@ -80,6 +80,8 @@ run_tests() {
 declare -A baseline_ok=()
 baseline() {
   [ -n "${baseline_ok[$1]:-}" ] && return 0
+  # the previous mutant's objects must not be what is tested
+  nice ninja -C "$build" >"$backup/build.log" 2>&1 || { echo "mutate.sh: $build does not build" >&2; exit 1; }
   if ! run_tests "$1"; then
     echo "mutate.sh: the unmutated tree fails [$1]:" >&2
     tail -20 "$backup/test.log" >&2

@@ -104,6 +104,32 @@ static void test_es_counts_free_block_before_unmapped_range(void **state)
     fx_close(&f);
 }
 
+/* Stream order across a growth: a free block that a growth merges into the newly mapped range
+ * keeps its epoch (the merged block is as recent as its latest part). Several streams, 20 MiB
+ * pages: 8 + 8 MiB, the second freed: [8, 20) is free since the last order point. 30 MiB starts
+ * there and maps one more page: handing it out makes an order point, though most of it is new. */
+static void test_es_growth_keeps_the_latest_free_epoch(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, true);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
+    uintptr_t a = fx_alloc(&f, 8 * MiB);
+    uintptr_t b = fx_alloc(&f, 8 * MiB);
+    fx_free(&f, b);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.order_points, 0);
+    uintptr_t c = fx_alloc(&f, 30 * MiB);
+    assert_int_equal(c, b);
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.order_points, 1);
+    fx_free(&f, a);
+    fx_free(&f, c);
+    fx_close(&f);
+}
+
 /* Best fit counts an expandable block as what it could grow to, so a segment's free tail is kept
  * for requests that need it: with 2 MiB pages, a 10 MiB hole H at [0, 10) and a free tail T of
  * 8 MiB at [12, 20) before the unmapped rest, 8 MiB takes H, not the exact-sized T. */
@@ -544,6 +570,7 @@ int main(void)
         cmocka_unit_test(test_es_tiles_one_reservation),
         cmocka_unit_test(test_es_partial_pages_stay_mapped),
         cmocka_unit_test(test_es_counts_free_block_before_unmapped_range),
+        cmocka_unit_test(test_es_growth_keeps_the_latest_free_epoch),
         cmocka_unit_test(test_es_best_fit_keeps_the_growing_tail),
         cmocka_unit_test(test_es_page_rounded_to_granularity),
         cmocka_unit_test(test_es_reservation_size),
