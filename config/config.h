@@ -84,7 +84,7 @@ typedef struct ts_config {
                                                * out of memory (%p pid, %n count); "": none */
 
     /* Keys PyTorch accepts that do not apply to tessera: remembered only to be reported. */
-    uint32_t not_applicable_mask; /* bit i: not_applicable key i was given (see config.c) */
+    uint32_t not_applicable_mask; /* bit i: not_applicable key i was given (see keys.c) */
     /* Their values, kept only so that ts_config_format can print them back; never interpreted. */
     struct ts_config_not_applicable {
         uint32_t bools;                       /* bit i: boolean key i was given as True */

@@ -589,61 +589,11 @@ size_t ts_cached_bytes(ts_allocator *a)
     return cached;
 }
 
-size_t ts_reserved_bytes(ts_allocator *a)
-{
-    allocator_lock(a);
-    size_t r = a->total_allocated_memory;
-    allocator_unlock(a);
-    return r;
-}
-
 void ts_get_stats(ts_allocator *a, tessera_device_stats *out)
 {
     allocator_lock(a);
     allocator_update_largest_free(a);
     *out = *a->st;
-    allocator_unlock(a);
-}
-
-void ts_reset_peak_stats(ts_allocator *a)
-{
-    allocator_lock(a);
-    st_open(a);
-    tessera_device_stats *st = a->st;
-#define RESET_PEAK_ARRAY(name, unit, help)                                                         \
-    for (int i = 0; i < TESSERA_POOL_COUNT; i++)                                                   \
-        st_store(&st->name[i].peak, st->name[i].current);
-    TESSERA_STAT_ARRAYS(RESET_PEAK_ARRAY)
-#undef RESET_PEAK_ARRAY
-#define RESET_PEAK_SINGLE(name, help) st_store(&st->name.peak, st->name.current);
-    TESSERA_STAT_SINGLES(RESET_PEAK_SINGLE)
-#undef RESET_PEAK_SINGLE
-    allocator_unlock(a);
-}
-
-void ts_reset_accumulated_stats(ts_allocator *a)
-{
-    allocator_lock(a);
-    st_open(a);
-    tessera_device_stats *st = a->st;
-#define RESET_ACC_ARRAY(name, unit, help)                                                          \
-    for (int i = 0; i < TESSERA_POOL_COUNT; i++) {                                                 \
-        st_store(&st->name[i].allocated, 0);                                                       \
-        st_store(&st->name[i].freed, 0);                                                           \
-    }
-    TESSERA_STAT_ARRAYS(RESET_ACC_ARRAY)
-#undef RESET_ACC_ARRAY
-#define RESET_ACC_SINGLE(name, help)                                                               \
-    st_store(&st->name.allocated, 0);                                                              \
-    st_store(&st->name.freed, 0);
-    TESSERA_STAT_SINGLES(RESET_ACC_SINGLE)
-#undef RESET_ACC_SINGLE
-    /* The counters PyTorch's reset_accumulated_memory_stats clears. */
-    st_store(&st->num_alloc_retries, 0);
-    st_store(&st->num_ooms, 0);
-    st_store(&st->num_sync_all_streams, 0);
-    st_store(&st->num_device_alloc, 0);
-    st_store(&st->num_device_free, 0);
     allocator_unlock(a);
 }
 
@@ -662,7 +612,7 @@ void ts_allocator_set_observer_request(ts_allocator *a, const uint64_t *word)
     allocator_lock(a);
     a->observe_request = word;
     a->observe_served = word ? __atomic_load_n(word, __ATOMIC_RELAXED) : 0;
-    pthread_mutex_unlock(&a->lock);
+    allocator_unlock(a);
 }
 
 const ts_config *ts_allocator_config(const ts_allocator *a)

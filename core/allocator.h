@@ -117,15 +117,8 @@ void ts_allocator_mem_info(ts_allocator *a, size_t dev_free, size_t dev_total, s
 /* Bytes reserved from the device but not allocated. */
 size_t ts_cached_bytes(ts_allocator *a);
 
-/* Bytes currently reserved from the device (reserved_bytes.all.current). */
-size_t ts_reserved_bytes(ts_allocator *a);
-
 /* Copy of the counters (consistent: taken under the mutex). */
 void ts_get_stats(ts_allocator *a, tessera_device_stats *out);
-
-/* torch.cuda.reset_peak_memory_stats / reset_accumulated_memory_stats. */
-void ts_reset_peak_stats(ts_allocator *a);
-void ts_reset_accumulated_stats(ts_allocator *a);
 
 /* What tessera knows about an address. */
 typedef enum ts_block_state {

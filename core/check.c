@@ -40,11 +40,169 @@ static void totals_add(int64_t *arr, const ts_pool *p, int64_t v)
     arr[p->stat_index] += v;
 }
 
+/* A block's place in its segment: it follows the previous one exactly, in whole 512-byte units,
+ * linked both ways, on its segment's stream (a stitched range may serve any stream). */
+static int check_block_tiling(const ts_segment *seg, const ts_block *b, uintptr_t expect,
+                              char *why, size_t whylen)
+{
+    if (b->seg != seg)
+        return check_fail(why, whylen, "block %#" PRIxPTR ": wrong segment", b->addr);
+    if (b->addr != expect)
+        return check_fail(why, whylen, "block %#" PRIxPTR ": expected at %#" PRIxPTR
+                          " (gap or overlap)", b->addr, expect);
+    if (b->size == 0 || b->size % TS_MIN_BLOCK != 0)
+        return check_fail(why, whylen, "block %#" PRIxPTR ": size %zu", b->addr, b->size);
+    if (b->next && b->next->prev != b)
+        return check_fail(why, whylen, "block %#" PRIxPTR ": broken links", b->addr);
+    if (b->stream != seg->stream && seg->kind != TS_SEGMENT_STITCHED)
+        return check_fail(why, whylen, "block %#" PRIxPTR ": stream differs", b->addr);
+    return 0;
+}
+
+/* A LENT block: in a virtual-memory segment, listed by the stitched range it backs, lent only
+ * to a newer range (no lending cycle), and exactly whole handles. */
+static int check_lent_block(ts_segment *seg, const ts_block *b, char *why, size_t whylen)
+{
+    if (seg->kind == TS_SEGMENT_PLAIN || !b->lent_to || b->lent_to->kind != TS_SEGMENT_STITCHED)
+        return check_fail(why, whylen, "lent block %#" PRIxPTR " in a wrong place", b->addr);
+    bool listed = false;
+    for (size_t i = 0; i < b->lent_to->nlenders; i++)
+        listed |= b->lent_to->lenders[i] == b;
+    if (!listed)
+        return check_fail(why, whylen, "lent block %#" PRIxPTR " not listed by its "
+                          "stitched segment", b->addr);
+    if (b->lent_to->stitch_serial <= seg->stitch_serial)
+        return check_fail(why, whylen, "lent block %#" PRIxPTR " lent to a range "
+                          "not newer than its own segment (a lending cycle)", b->addr);
+    uintptr_t lo, hi;
+    if (!segment_whole_handles(seg, b->addr, b->addr + b->size, &lo, &hi) || lo != b->addr ||
+        hi != b->addr + b->size)
+        return check_fail(why, whylen, "lent block %#" PRIxPTR " not whole handles", b->addr);
+    return 0;
+}
+
+/* A block by its state: in the structure that state requires (free set, unmapped tree, live
+ * map, lender list), never next to a free (unmapped) neighbour it should have merged with; its
+ * bytes added to the totals the counters are checked against. */
+static int check_block_state(ts_allocator *a, ts_segment *seg, ts_block *b, bool split,
+                             check_totals *t, char *why, size_t whylen)
+{
+    ts_pool *p = seg->pool;
+    const int pi = p->small ? 0 : 1;
+    switch (b->state) {
+    case TS_BLOCK_FREE: {
+        t->free_blocks[pi]++;
+        if (b->next && b->next->state == TS_BLOCK_FREE)
+            return check_fail(why, whylen, "free blocks %#" PRIxPTR " and %#" PRIxPTR
+                              " not merged", b->addr, b->next->addr);
+        ts_node *n = ts_freeidx_lower_bound(&p->free, b->stream, b->size, b->addr);
+        if (n != &b->node)
+            return check_fail(why, whylen, "free block %#" PRIxPTR " not in its free set",
+                              b->addr);
+        if (split && seg->kind == TS_SEGMENT_PLAIN) {
+            totals_add(t->inactive_split, p, 1);
+            totals_add(t->inactive_split_bytes, p, (int64_t)b->size);
+        }
+        return 0;
+    }
+    case TS_BLOCK_UNMAPPED: {
+        t->unmapped_blocks[pi]++;
+        if (b->next && b->next->state == TS_BLOCK_UNMAPPED)
+            return check_fail(why, whylen, "unmapped blocks %#" PRIxPTR " not merged", b->addr);
+        ts_node *n = ts_tree_lower_bound(&p->unmapped, b->stream, b->addr, 0);
+        if (n != &b->node)
+            return check_fail(why, whylen, "unmapped block %#" PRIxPTR " not indexed", b->addr);
+        return 0;
+    }
+    case TS_BLOCK_ALLOCATED:
+        t->allocated++;
+        if (ts_ptrmap_get(&a->live, b->addr) != b)
+            return check_fail(why, whylen, "allocated block %#" PRIxPTR " not in live map",
+                              b->addr);
+        totals_add(t->allocation, p, 1);
+        totals_add(t->allocated_bytes, p, (int64_t)b->size);
+        if (b->size >= a->cfg.max_split_size)
+            t->oversize_allocations++;
+        totals_add(t->active, p, 1);
+        totals_add(t->active_bytes, p, (int64_t)b->size);
+        totals_add(t->requested_bytes, p, (int64_t)b->requested);
+        return 0;
+    case TS_BLOCK_LENT: {
+        int rc = check_lent_block(seg, b, why, whylen);
+        t->lent_bytes += b->size;
+        return rc;
+    }
+    case TS_BLOCK_PENDING:
+        t->pending++;
+        totals_add(t->active, p, 1);
+        totals_add(t->active_bytes, p, (int64_t)b->size);
+        totals_add(t->requested_bytes, p, (int64_t)b->requested);
+        return 0;
+    default:
+        return check_fail(why, whylen, "block %#" PRIxPTR ": bad state %u", b->addr,
+                          (unsigned)b->state);
+    }
+}
+
+/* A virtual-memory segment's handles: sorted, inside the segment, never overlapping, covering
+ * exactly the mapped bytes, and behind every mapped block and no unmapped one. */
+static int check_segment_handles(const ts_segment *seg, char *why, size_t whylen)
+{
+    size_t handle_bytes = 0;
+    uintptr_t prev_end = seg->addr;
+    for (ts_node *hn = ts_tree_first(&seg->handles); hn; hn = ts_tree_next(hn)) {
+        ts_handle_rec *h = handle_of_node(hn);
+        if (h->addr < prev_end || h->addr + h->size > seg->addr + seg->size || !h->handle)
+            return check_fail(why, whylen, "segment %#" PRIxPTR ": bad handle at %#" PRIxPTR,
+                              seg->addr, h->addr);
+        prev_end = h->addr + h->size;
+        handle_bytes += h->size;
+    }
+    if (handle_bytes != seg->mapped)
+        return check_fail(why, whylen, "segment %#" PRIxPTR ": handles cover %zu, mapped %zu",
+                          seg->addr, handle_bytes, seg->mapped);
+    for (ts_block *b = seg->first; b; b = b->next) {
+        ts_handle_rec *h = handle_of_node(
+            ts_tree_floor(&seg->handles, b->addr + b->size - 1, UINT64_MAX, UINT64_MAX));
+        bool backed = h && h->addr + h->size >= b->addr + b->size && h->addr < b->addr + b->size;
+        if ((b->state == TS_BLOCK_UNMAPPED) == backed)
+            return check_fail(why, whylen, "block %#" PRIxPTR ": %s", b->addr,
+                              backed ? "unmapped block has memory" : "mapped block has none");
+    }
+    return 0;
+}
+
+/* A stitched range: fully mapped, its reservation whole pages and at least its size, and exactly
+ * covered by the blocks it lists as lent to it. */
+static int check_stitched_segment(const ts_segment *seg, char *why, size_t whylen)
+{
+    if (seg->mapped != seg->size)
+        return check_fail(why, whylen, "stitched segment %#" PRIxPTR " not fully mapped",
+                          seg->addr);
+    if (seg->va_size < seg->size || seg->va_size % seg->page_size != 0)
+        return check_fail(why, whylen, "stitched segment %#" PRIxPTR ": %zu bytes reserved "
+                          "for %zu", seg->addr, seg->va_size, seg->size);
+    size_t lent = 0;
+    for (size_t i = 0; i < seg->nlenders; i++) {
+        if (seg->lenders[i]->state != TS_BLOCK_LENT || seg->lenders[i]->lent_to != seg)
+            return check_fail(why, whylen, "stitched segment %#" PRIxPTR " lists a block "
+                              "that is not lent to it", seg->addr);
+        lent += seg->lenders[i]->size;
+    }
+    if (lent != seg->size)
+        return check_fail(why, whylen, "stitched segment %#" PRIxPTR ": %zu bytes lent, "
+                          "%zu mapped", seg->addr, lent, seg->size);
+    return 0;
+}
+
+/* One segment: its blocks tile it (check_block_tiling) and each is where its state says
+ * (check_block_state); its handles (check_segment_handles) and, for a stitched range, its
+ * lenders (check_stitched_segment) agree; its block count and mapped bytes are the recorded
+ * ones. Adds what it holds to the totals. */
 static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char *why,
                          size_t whylen)
 {
     ts_pool *p = seg->pool;
-    const int pi = p->small ? 0 : 1;
     if (seg->pool != &a->small && seg->pool != &a->large)
         return check_fail(why, whylen, "segment %#" PRIxPTR ": bad pool", seg->addr);
     if (!seg->first || seg->first->prev)
@@ -52,125 +210,21 @@ static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char
     uintptr_t expect = seg->addr;
     size_t nblocks = 0, mapped = 0;
     const bool split = seg->first->next != NULL;
+    int rc;
     for (ts_block *b = seg->first; b; b = b->next) {
         nblocks++;
-        if (b->seg != seg)
-            return check_fail(why, whylen, "block %#" PRIxPTR ": wrong segment", b->addr);
-        if (b->addr != expect)
-            return check_fail(why, whylen, "block %#" PRIxPTR ": expected at %#" PRIxPTR
-                              " (gap or overlap)", b->addr, expect);
-        if (b->size == 0 || b->size % TS_MIN_BLOCK != 0)
-            return check_fail(why, whylen, "block %#" PRIxPTR ": size %zu", b->addr, b->size);
-        if (b->next && b->next->prev != b)
-            return check_fail(why, whylen, "block %#" PRIxPTR ": broken links", b->addr);
-        if (b->stream != seg->stream && seg->kind != TS_SEGMENT_STITCHED)
-            return check_fail(why, whylen, "block %#" PRIxPTR ": stream differs", b->addr);
+        if ((rc = check_block_tiling(seg, b, expect, why, whylen)) != 0 ||
+            (rc = check_block_state(a, seg, b, split, t, why, whylen)) != 0)
+            return rc;
         expect = b->addr + b->size;
         if (b->state != TS_BLOCK_UNMAPPED)
             mapped += b->size;
-        switch (b->state) {
-        case TS_BLOCK_FREE: {
-            t->free_blocks[pi]++;
-            if (b->next && b->next->state == TS_BLOCK_FREE)
-                return check_fail(why, whylen, "free blocks %#" PRIxPTR " and %#" PRIxPTR
-                                  " not merged", b->addr, b->next->addr);
-            ts_node *n = ts_freeidx_lower_bound(&p->free, b->stream, b->size, b->addr);
-            if (n != &b->node)
-                return check_fail(why, whylen, "free block %#" PRIxPTR " not in its free set",
-                                  b->addr);
-            if (split && seg->kind == TS_SEGMENT_PLAIN) {
-                totals_add(t->inactive_split, p, 1);
-                totals_add(t->inactive_split_bytes, p, (int64_t)b->size);
-            }
-            break;
-        }
-        case TS_BLOCK_UNMAPPED: {
-            t->unmapped_blocks[pi]++;
-            if (b->next && b->next->state == TS_BLOCK_UNMAPPED)
-                return check_fail(why, whylen, "unmapped blocks %#" PRIxPTR " not merged",
-                                  b->addr);
-            ts_node *n = ts_tree_lower_bound(&p->unmapped, b->stream, b->addr, 0);
-            if (n != &b->node)
-                return check_fail(why, whylen, "unmapped block %#" PRIxPTR " not indexed",
-                                  b->addr);
-            break;
-        }
-        case TS_BLOCK_ALLOCATED:
-            t->allocated++;
-            if (ts_ptrmap_get(&a->live, b->addr) != b)
-                return check_fail(why, whylen, "allocated block %#" PRIxPTR " not in live map",
-                                  b->addr);
-            totals_add(t->allocation, p, 1);
-            totals_add(t->allocated_bytes, p, (int64_t)b->size);
-            if (b->size >= a->cfg.max_split_size)
-                t->oversize_allocations++;
-            totals_add(t->active, p, 1);
-            totals_add(t->active_bytes, p, (int64_t)b->size);
-            totals_add(t->requested_bytes, p, (int64_t)b->requested);
-            break;
-        case TS_BLOCK_LENT:
-            if (seg->kind == TS_SEGMENT_PLAIN || !b->lent_to ||
-                b->lent_to->kind != TS_SEGMENT_STITCHED)
-                return check_fail(why, whylen, "lent block %#" PRIxPTR " in a wrong place",
-                                  b->addr);
-            else {
-                bool listed = false;
-                for (size_t i = 0; i < b->lent_to->nlenders; i++)
-                    listed |= b->lent_to->lenders[i] == b;
-                if (!listed)
-                    return check_fail(why, whylen, "lent block %#" PRIxPTR " not listed by its "
-                                      "stitched segment", b->addr);
-                if (b->lent_to->stitch_serial <= seg->stitch_serial)
-                    return check_fail(why, whylen, "lent block %#" PRIxPTR " lent to a range "
-                                      "not newer than its own segment (a lending cycle)",
-                                      b->addr);
-                uintptr_t lo, hi;
-                if (!segment_whole_handles(seg, b->addr, b->addr + b->size, &lo, &hi) ||
-                    lo != b->addr || hi != b->addr + b->size)
-                    return check_fail(why, whylen, "lent block %#" PRIxPTR " not whole handles",
-                                      b->addr);
-            }
-            t->lent_bytes += b->size;
-            break;
-        case TS_BLOCK_PENDING:
-            t->pending++;
-            totals_add(t->active, p, 1);
-            totals_add(t->active_bytes, p, (int64_t)b->size);
-            totals_add(t->requested_bytes, p, (int64_t)b->requested);
-            break;
-        default:
-            return check_fail(why, whylen, "block %#" PRIxPTR ": bad state %u", b->addr,
-                              (unsigned)b->state);
-        }
     }
     if (expect != seg->addr + seg->size)
         return check_fail(why, whylen, "segment %#" PRIxPTR ": blocks end at %#" PRIxPTR
                           " not %#" PRIxPTR, seg->addr, expect, seg->addr + seg->size);
-    if (seg->kind != TS_SEGMENT_PLAIN) {
-        /* handles: sorted, inside the segment, never overlapping, covering exactly the mapped
-         * blocks (checked block by block below through segment_whole_handles' contiguity) */
-        size_t handle_bytes = 0;
-        uintptr_t prev_end = seg->addr;
-        for (ts_node *hn = ts_tree_first(&seg->handles); hn; hn = ts_tree_next(hn)) {
-            ts_handle_rec *h = handle_of_node(hn);
-            if (h->addr < prev_end || h->addr + h->size > seg->addr + seg->size || !h->handle)
-                return check_fail(why, whylen, "segment %#" PRIxPTR ": bad handle at %#" PRIxPTR,
-                                  seg->addr, h->addr);
-            prev_end = h->addr + h->size;
-            handle_bytes += h->size;
-        }
-        if (handle_bytes != seg->mapped)
-            return check_fail(why, whylen, "segment %#" PRIxPTR ": handles cover %zu, mapped %zu",
-                              seg->addr, handle_bytes, seg->mapped);
-        for (ts_block *b = seg->first; b; b = b->next) {
-            ts_handle_rec *h = handle_of_node(
-                ts_tree_floor(&seg->handles, b->addr + b->size - 1, UINT64_MAX, UINT64_MAX));
-            bool backed = h && h->addr + h->size >= b->addr + b->size && h->addr < b->addr + b->size;
-            if ((b->state == TS_BLOCK_UNMAPPED) == backed)
-                return check_fail(why, whylen, "block %#" PRIxPTR ": %s", b->addr,
-                                  backed ? "unmapped block has memory" : "mapped block has none");
-        }
-    }
+    if (seg->kind != TS_SEGMENT_PLAIN && (rc = check_segment_handles(seg, why, whylen)) != 0)
+        return rc;
     if (nblocks != seg->nblocks)
         return check_fail(why, whylen, "segment %#" PRIxPTR ": %zu blocks, recorded %zu",
                           seg->addr, nblocks, seg->nblocks);
@@ -184,27 +238,11 @@ static int check_segment(ts_allocator *a, ts_segment *seg, check_totals *t, char
     }
     if (seg->kind != TS_SEGMENT_STITCHED) {
         totals_add(t->reserved_bytes, p, (int64_t)seg->mapped);
-    } else {
-        t->stitched_bytes += seg->size;
-        t->stitched_segments++;
-        if (seg->mapped != seg->size)
-            return check_fail(why, whylen, "stitched segment %#" PRIxPTR " not fully mapped",
-                              seg->addr);
-        if (seg->va_size < seg->size || seg->va_size % seg->page_size != 0)
-            return check_fail(why, whylen, "stitched segment %#" PRIxPTR ": %zu bytes reserved "
-                              "for %zu", seg->addr, seg->va_size, seg->size);
-        size_t lent = 0;
-        for (size_t i = 0; i < seg->nlenders; i++) {
-            if (seg->lenders[i]->state != TS_BLOCK_LENT || seg->lenders[i]->lent_to != seg)
-                return check_fail(why, whylen, "stitched segment %#" PRIxPTR " lists a block "
-                                  "that is not lent to it", seg->addr);
-            lent += seg->lenders[i]->size;
-        }
-        if (lent != seg->size)
-            return check_fail(why, whylen, "stitched segment %#" PRIxPTR ": %zu bytes lent, "
-                              "%zu mapped", seg->addr, lent, seg->size);
+        return 0;
     }
-    return 0;
+    t->stitched_bytes += seg->size;
+    t->stitched_segments++;
+    return check_stitched_segment(seg, why, whylen);
 }
 
 static int check_stat_array(const char *name, const tessera_stat *s, const int64_t *want,

@@ -113,7 +113,9 @@ static size_t es_handle_sizes(const ts_allocator *a, const ts_segment *seg, size
 /* Back [addr, addr + size) (whole pages, unmapped) with new memory. All or nothing. */
 static bool es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size)
 {
-    /* per page: exactly size / page handles; coarse: size / coarse + 1; geometric: <= 64 + 2 */
+    /* per page: exactly size / page handles; coarse: size / coarse + 1; geometric: about
+     * log2(size / page) + 1, fewer than 64 + 2 for any size_t, so a table of 128 never fills
+     * (es_handle_sizes puts the rest in the last entry if it did) */
     const size_t max = a->handle_per_page ? size / seg->page_size
                        : a->cfg.handle_policy == TS_HANDLES_COARSE
                            ? size / es_coarse_handle(a, seg->page_size) + 1

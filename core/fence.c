@@ -30,6 +30,9 @@ static ts_fence_rec *fence_front(ts_allocator *a)
 
 static void fence_pop(ts_allocator *a)
 {
+    /* Completing the blocks a fence covers opened the stats window; releasing the fence can
+     * reach the driver (cuEventDestroy), and no device call is made with the window open. */
+    backend_enter(a);
     a->be.fence_release(a->be.ctx, fence_front(a)->fence);
     a->fence_head = (a->fence_head + 1) % TS_MAX_FENCES;
     a->fence_count--;
@@ -70,8 +73,8 @@ void fences_defer_free(ts_allocator *a, ts_block *b)
 static bool fence_wait_front(ts_allocator *a)
 {
     ts_fence_rec *f = fence_front(a);
-    backend_enter(a);
     counter_add(a, &a->st->num_fence_waits, 1);
+    backend_enter(a); /* after the count: counting opens the stats window */
     if (a->be.fence_wait(a->be.ctx, f->fence) != TS_OK)
         return false;
     pending_complete_through(a, f->epoch);

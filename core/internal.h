@@ -307,9 +307,13 @@ static inline void backend_enter(ts_allocator *a)
     st_close(a);
 }
 
-static inline bool backend_capturing(const ts_allocator *a)
+/* A backend call like any other: the stats window is closed first. */
+static inline bool backend_capturing(ts_allocator *a)
 {
-    return a->be.capture_active && a->be.capture_active(a->be.ctx);
+    if (!a->be.capture_active)
+        return false;
+    backend_enter(a);
+    return a->be.capture_active(a->be.ctx);
 }
 
 #endif /* TS_INTERNAL_H */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/peers.h"
 #include "core/tree.h"
 
 #define DEVMODEL_SEG_BASE ((uintptr_t)0x7f0000000000ull) /* plain allocations */
@@ -40,6 +41,7 @@ struct ts_devmodel {
     void *script_user;
     ts_driver_costs costs;
     ts_devmodel_counters c;
+    const uint64_t *seq; /* the allocator's stats sequence lock, watched at every call */
 };
 
 static size_t dm_round(const ts_devmodel *m, size_t size)
@@ -156,11 +158,29 @@ static bool dm_fail_now(uint64_t *countdown)
     return --*countdown == 0;
 }
 
+/* Every backend entry point starts here: a call made while the allocator's stats window is open
+ * (the sequence lock odd) would keep a reader spinning through a device call. */
+static ts_devmodel *dm_enter(void *ctx)
+{
+    ts_devmodel *m = ctx;
+    if (m->seq && (__atomic_load_n(m->seq, __ATOMIC_RELAXED) & 1))
+        m->c.calls_in_stats_window++;
+    return m;
+}
+
+/* A call the driver would refuse as invalid (bad range, unknown handle, still mapped): the
+ * allocator never makes one, so the tests count them. */
+static int dm_refuse(ts_devmodel *m)
+{
+    m->c.invalid_calls++;
+    return TS_EINVAL;
+}
+
 /* --- backend functions ---------------------------------------------------------------------- */
 
 static int dm_seg_alloc(void *ctx, size_t size, uintptr_t *out)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     size_t bytes = dm_round(m, size);
     dm_charge(m, TS_CALL_MALLOC, size);
     if (dm_fail_now(&m->fail_seg) || !dm_take(m, bytes)) {
@@ -184,11 +204,11 @@ static int dm_seg_alloc(void *ctx, size_t size, uintptr_t *out)
 
 static int dm_seg_free(void *ctx, uintptr_t ptr, size_t size)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     (void)size;
     dm_range *r = dm_find(&m->allocs, ptr);
     if (!r)
-        return TS_EINVAL;
+        return dm_refuse(m);
     dm_charge(m, TS_CALL_FREE, r->size);
     dm_give(m, r->size);
     dm_erase(&m->allocs, r);
@@ -199,7 +219,7 @@ static int dm_seg_free(void *ctx, uintptr_t ptr, size_t size)
 
 static int dm_mem_info(void *ctx, size_t *free_bytes, size_t *total)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     *free_bytes = m->capacity - m->in_use;
     *total = m->capacity;
     return TS_OK;
@@ -207,7 +227,7 @@ static int dm_mem_info(void *ctx, size_t *free_bytes, size_t *total)
 
 static int dm_synchronize(void *ctx)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     m->c.synchronizes++;
     dm_charge(m, TS_CALL_SYNCHRONIZE, 0);
     m->fence_done = m->fence_next;
@@ -216,7 +236,7 @@ static int dm_synchronize(void *ctx)
 
 static int dm_fence_record(void *ctx, ts_fence *out)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     *out = ++m->fence_next;
     if (!m->manual_fences)
         m->fence_done = m->fence_next;
@@ -227,13 +247,13 @@ static int dm_fence_record(void *ctx, ts_fence *out)
 
 static int dm_fence_query(void *ctx, ts_fence f)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     return f <= m->fence_done ? TS_OK : TS_EAGAIN;
 }
 
 static int dm_fence_wait(void *ctx, ts_fence f)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     m->c.fence_waits++;
     if (f > m->fence_done)
         m->fence_done = f;
@@ -242,13 +262,13 @@ static int dm_fence_wait(void *ctx, ts_fence f)
 
 static void dm_fence_release(void *ctx, ts_fence f)
 {
-    (void)ctx;
+    (void)dm_enter(ctx);
     (void)f;
 }
 
 static int dm_reuse_order(void *ctx, int *issued)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     *issued = 0;
     if (m->order == TS_DEVMODEL_CAPTURING)
         return TS_EAGAIN;
@@ -267,16 +287,16 @@ void ts_devmodel_set_order(ts_devmodel *m, ts_devmodel_order mode)
 
 static int dm_vm_granularity(void *ctx, size_t *g)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     *g = m->page;
     return TS_OK;
 }
 
 static int dm_vm_reserve(void *ctx, size_t size, uintptr_t *out)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     if (size == 0 || size % m->page)
-        return TS_EINVAL;
+        return dm_refuse(m);
     uintptr_t addr = dm_first_fit(&m->reserves, DEVMODEL_VA_BASE, size, m->page);
     if (addr + size > DEVMODEL_VA_LIMIT || !dm_insert(&m->reserves, addr, size, 0))
         return TS_ENOMEM;
@@ -288,10 +308,10 @@ static int dm_vm_reserve(void *ctx, size_t size, uintptr_t *out)
 
 static int dm_vm_release(void *ctx, uintptr_t va, size_t size)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     dm_range *r = dm_find(&m->reserves, va);
     if (!r || r->size != size || dm_overlaps(&m->maps, va, size))
-        return TS_EINVAL; /* unknown, partial, or still mapped */
+        return dm_refuse(m); /* unknown, partial, or still mapped */
     dm_erase(&m->reserves, r);
     m->c.vm_releases++;
     dm_charge(m, TS_CALL_ADDRESS_FREE, size);
@@ -300,9 +320,9 @@ static int dm_vm_release(void *ctx, uintptr_t va, size_t size)
 
 static int dm_vm_create(void *ctx, size_t size, uint64_t *out)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     if (size == 0 || size % m->page)
-        return TS_EINVAL;
+        return dm_refuse(m);
     dm_charge(m, TS_CALL_CREATE, size);
     if (dm_fail_now(&m->fail_create) || !dm_take(m, size))
         return TS_ENOMEM;
@@ -338,10 +358,10 @@ static void dm_handle_maybe_free(ts_devmodel *m, dm_handle *h)
 
 static int dm_vm_destroy(void *ctx, uint64_t handle)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     dm_handle *h = dm_handle_get(m, handle);
     if (!h || !h->live)
-        return TS_EINVAL;
+        return dm_refuse(m);
     dm_charge(m, TS_CALL_RELEASE, h->size);
     h->live = false;
     dm_handle_maybe_free(m, h);
@@ -349,14 +369,26 @@ static int dm_vm_destroy(void *ctx, uint64_t handle)
     return TS_OK;
 }
 
+/* The devices a new access grant names, as the CUDA backend computes them (core/peers.h): the
+ * model is device 0. */
+static uint64_t dm_granted(const ts_devmodel *m)
+{
+    int dev[TS_PEER_MAX];
+    const unsigned n = ts_peer_grantees(m->peers, 0, dev);
+    uint64_t access = 0;
+    for (unsigned i = 0; i < n; i++)
+        access |= (uint64_t)1 << dev[i];
+    return access;
+}
+
 static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     dm_handle *h = dm_handle_get(m, handle);
     dm_range *res = dm_containing(&m->reserves, va);
     if (!h || !h->live || h->size != size || !res || va + size > res->addr + res->size ||
         va % m->page || dm_overlaps(&m->maps, va, size))
-        return TS_EINVAL;
+        return dm_refuse(m);
     dm_charge(m, TS_CALL_MAP, size);
     if (dm_fail_now(&m->fail_map))
         return TS_ENOMEM;
@@ -364,7 +396,7 @@ static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
     if (!r)
         return TS_ENOMEM;
     dm_charge(m, TS_CALL_SET_ACCESS, size); /* the backend grants access after each map */
-    r->access = m->peers;
+    r->access = dm_granted(m);
     h->maps++;
     m->c.vm_maps++;
     return TS_OK;
@@ -372,33 +404,30 @@ static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
 
 static int dm_vm_peer_add(void *ctx, int device)
 {
-    ts_devmodel *m = ctx;
-    if (device < 0 || device >= 64)
-        return TS_EINVAL;
-    m->peers |= (uint64_t)1 << device;
-    return TS_OK;
+    ts_devmodel *m = dm_enter(ctx);
+    return ts_peer_add(&m->peers, device) == TS_OK ? TS_OK : dm_refuse(m);
 }
 
 static int dm_vm_access(void *ctx, uintptr_t va, size_t size)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     dm_range *r = dm_find(&m->maps, va);
     if (!r || r->size != size)
-        return TS_EINVAL; /* one whole mapping, as the backend interface says */
+        return dm_refuse(m); /* one whole mapping, as the backend interface says */
     dm_charge(m, TS_CALL_SET_ACCESS, size);
-    r->access = m->peers;
+    r->access = dm_granted(m);
     return TS_OK;
 }
 
 static int dm_vm_unmap(void *ctx, uintptr_t va, size_t size)
 {
-    ts_devmodel *m = ctx;
+    ts_devmodel *m = dm_enter(ctx);
     /* The range must consist of whole mappings, back to back. */
     uintptr_t at = va;
     while (at < va + size) {
         dm_range *r = dm_find(&m->maps, at);
         if (!r || at + r->size > va + size)
-            return TS_EINVAL;
+            return dm_refuse(m);
         at += r->size;
     }
     at = va;
@@ -474,10 +503,6 @@ void ts_devmodel_counters_get(const ts_devmodel *m, ts_devmodel_counters *out)
     *out = m->c;
 }
 
-size_t ts_devmodel_capacity(const ts_devmodel *m)
-{
-    return m->capacity;
-}
 
 void ts_devmodel_set_costs(ts_devmodel *m, const ts_driver_costs *costs)
 {
@@ -494,6 +519,11 @@ size_t ts_devmodel_peak_bytes(const ts_devmodel *m)
     return m->c.peak_bytes_in_use;
 }
 
+void ts_devmodel_watch_seq(ts_devmodel *m, const uint64_t *seq)
+{
+    m->seq = seq;
+}
+
 void ts_devmodel_set_manual_fences(ts_devmodel *m, bool manual)
 {
     m->manual_fences = manual;
@@ -504,10 +534,6 @@ void ts_devmodel_complete_fences(ts_devmodel *m)
     m->fence_done = m->fence_next;
 }
 
-uint64_t ts_devmodel_fences_outstanding(const ts_devmodel *m)
-{
-    return m->fence_next - m->fence_done;
-}
 
 void ts_devmodel_fail_seg_alloc_after(ts_devmodel *m, uint64_t n)
 {

@@ -25,6 +25,8 @@ typedef struct ts_devmodel_counters {
     uint64_t vm_reserves, vm_releases, vm_creates, vm_destroys, vm_maps, vm_unmaps;
     uint64_t fences_recorded, fence_waits, synchronizes;
     uint64_t order_points; /* stream-order points that asked the device for something */
+    uint64_t invalid_calls; /* calls refused as invalid (a bad range or handle): must be 0 */
+    uint64_t calls_in_stats_window; /* calls made with the watched sequence lock odd (must be 0) */
     size_t bytes_in_use, peak_bytes_in_use; /* physical, page-rounded */
     size_t live_segments;
     /* Estimated driver time (costs.h), in all and per CUDA call, and how many of each call. */
@@ -41,7 +43,6 @@ void ts_devmodel_destroy(ts_devmodel *m);
 ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences);
 
 void ts_devmodel_counters_get(const ts_devmodel *m, ts_devmodel_counters *out);
-size_t ts_devmodel_capacity(const ts_devmodel *m);
 
 /* The costs every later call is charged (ts_driver_costs_defaults until set). */
 void ts_devmodel_set_costs(ts_devmodel *m, const ts_driver_costs *costs);
@@ -57,10 +58,13 @@ typedef enum ts_devmodel_order {
 } ts_devmodel_order;
 void ts_devmodel_set_order(ts_devmodel *m, ts_devmodel_order mode);
 
+/* Watch the allocator's stats sequence lock (its sink's seq): every backend call made while it is
+ * odd, a write window open, is counted in calls_in_stats_window. NULL stops watching. */
+void ts_devmodel_watch_seq(ts_devmodel *m, const uint64_t *seq);
+
 /* Fences: when manual, a fence completes only when the clock reaches it. */
 void ts_devmodel_set_manual_fences(ts_devmodel *m, bool manual);
 void ts_devmodel_complete_fences(ts_devmodel *m); /* the device catches up with everything */
-uint64_t ts_devmodel_fences_outstanding(const ts_devmodel *m);
 
 /* Failure injection: the nth next call of that kind fails (1 = the next one); 0 disarms. */
 void ts_devmodel_fail_seg_alloc_after(ts_devmodel *m, uint64_t n);

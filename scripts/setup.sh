@@ -30,7 +30,31 @@ if have_cmd dpkg-query; then
   fi
 fi
 
+# A decimal-comma locale, so that tests/config's test_locale runs (numbers must read and print
+# the same under LC_NUMERIC=de_DE): Debian's locales package, then de_DE.UTF-8 generated.
+have_comma_locale() { locale -a 2>/dev/null | grep -qiE '^(de_DE|fr_FR|ru_RU)\.utf-?8$'; }
+if have_cmd dpkg-query && ! have_comma_locale; then
+  have_pkg locales || need_pkgs+=(locales)
+fi
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif have_cmd sudo && sudo -n true 2>/dev/null; then sudo -n "$@"
+  else return 1
+  fi
+}
+
+make_comma_locale() {
+  have_comma_locale && return 0
+  have_cmd localedef || return 0
+  if ! as_root localedef -i de_DE -f UTF-8 de_DE.UTF-8 >/dev/null 2>&1; then
+    echo "tessera setup: could not generate de_DE.UTF-8 (test_locale will be skipped);" \
+         "as root: localedef -i de_DE -f UTF-8 de_DE.UTF-8" >&2
+  fi
+}
+
 if [ ${#need_pkgs[@]} -eq 0 ]; then
+  make_comma_locale
   exit 0
 fi
 
@@ -62,3 +86,5 @@ if ! $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/de
   for p in "${need_pkgs[@]}"; do [ "$p" = prometheus ] || rest+=("$p"); done
   $SUDO apt-get install -y -qq --no-install-recommends "${rest[@]}" >/dev/null
 fi
+
+make_comma_locale

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "shim/shim.h"
+#include "core/peers.h"
 
 #define FENCE_MAX_EVENTS 129 /* the legacy stream + 128 non-blocking streams */
 
@@ -486,14 +487,12 @@ static int cb_vm_destroy(void *ctx, uint64_t handle)
 /* Read-write access to [va, va + size) for the owning device and every peer, in one call. */
 static CUresult cb_set_access(const ts_cuda_backend *b, uintptr_t va, size_t size)
 {
-    CUmemAccessDesc access[64];
-    unsigned n = 0;
+    CUmemAccessDesc access[TS_PEER_MAX];
+    int dev[TS_PEER_MAX];
+    const unsigned n = ts_peer_grantees(b->peers, b->dev, dev);
     memset(access, 0, sizeof access);
-    access[n++].location.id = b->dev;
-    const uint64_t own = b->dev >= 0 && b->dev < 64 ? (uint64_t)1 << b->dev : 0;
-    for (uint64_t rest = b->peers & ~own; rest; rest &= rest - 1) /* at most 63 peers */
-        access[n++].location.id = __builtin_ctzll(rest);
     for (unsigned i = 0; i < n; i++) {
+        access[i].location.id = dev[i];
         access[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         access[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     }
@@ -524,10 +523,7 @@ static int cb_vm_unmap(void *ctx, uintptr_t va, size_t size)
 static int cb_vm_peer_add(void *ctx, int device)
 {
     ts_cuda_backend *b = ctx;
-    if (device < 0 || device >= 64)
-        return TS_EINVAL;
-    b->peers |= (uint64_t)1 << device;
-    return TS_OK;
+    return ts_peer_add(&b->peers, device);
 }
 
 static int cb_vm_access(void *ctx, uintptr_t va, size_t size)

@@ -97,12 +97,6 @@ int ts_page_judge(ts_page *pg, int status, int pid, char *why, size_t whylen)
     return TS_OWNER_UNKNOWN;
 }
 
-int ts_page_is_stale(ts_page *pg, const char *dir, int pid, char *why, size_t whylen)
-{
-    int st = ts_page_open_pid(pg, dir, pid);
-    return ts_owner_is_stale(ts_page_judge(pg, st, pid, why, whylen));
-}
-
 /* Judge the file now at path (moved aside) as the page of pid, identical to (dev, ino). */
 static int still_stale(const char *path, int pid, uint64_t dev, uint64_t ino, char *why,
                        size_t whylen)

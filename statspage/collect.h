@@ -15,10 +15,6 @@ int ts_page_list(const char *dir, int **pids, size_t *n);
  * an identity (creation never finished), judged by the pid of their name and their age. */
 int ts_page_judge(ts_page *pg, int status, int pid, char *why, size_t whylen);
 
-/* Is the page of pid in dir removable (stale)? Opens it into pg (closed by the caller).
- * Returns 1 stale, 0 not; why says which and why. */
-int ts_page_is_stale(ts_page *pg, const char *dir, int pid, char *why, size_t whylen);
-
 /* Remove the stale pages of dir: each candidate is renamed aside, judged again, and unlinked
  * only if still stale (else renamed back), so a live page is never removed. Then the history
  * rings (tessera.<pid>.history.<slot>) whose page is gone and whose process is gone: a ring is

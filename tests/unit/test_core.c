@@ -219,6 +219,12 @@ static void test_oversize_rule_b_refuses_block_beyond_rounding(void **state)
     fx_close(&f);
 }
 
+/* PyTorch's release_available_cached_blocks, with max_split_size_mb:20 on a 200 MiB device.
+ * Cached oversize blocks of 30, 40 and 50 MiB (each its own segment), 70 MiB live: 10 MiB left.
+ * A 60 MiB request fits no cached block and no block alone could serve it, so oversize blocks
+ * go from the largest down until at least 60 MiB are released: 50, then 40 (90 >= 60), and
+ * there it stops: the 30 MiB block stays cached. No release-and-retry (num_alloc_retries 0).
+ * Layout after: live 70, 30 (cached), 60 (new); device free 40 MiB. */
 static void test_oom_path_releases_oversize_blocks_largest_first(void **state)
 {
     (void)state;
@@ -227,20 +233,89 @@ static void test_oom_path_releases_oversize_blocks_largest_first(void **state)
     ts_config_defaults(&cfg);
     cfg.max_split_size = 20 * MiB;
     fx_open(&f, 200 * MiB, &cfg, false, false);
-    uintptr_t a = fx_alloc(&f, 60 * MiB);
-    uintptr_t b = fx_alloc(&f, 60 * MiB);
-    uintptr_t c = fx_alloc(&f, 60 * MiB);
-    fx_free(&f, a);
-    fx_free(&f, b);
-    /* 100 MiB: no cached block fits, the device has only 20 MiB left; release oversize blocks
-     * from the largest down until 100 MiB are released: both 60s go, no full flush. */
-    uintptr_t d = fx_alloc(&f, 100 * MiB);
+    uintptr_t live = fx_alloc(&f, 70 * MiB);
+    uintptr_t b30 = fx_alloc(&f, 30 * MiB);
+    uintptr_t b40 = fx_alloc(&f, 40 * MiB);
+    uintptr_t b50 = fx_alloc(&f, 50 * MiB);
+    fx_free(&f, b40);
+    fx_free(&f, b30);
+    fx_free(&f, b50);
+    uintptr_t d = fx_alloc(&f, 60 * MiB);
     const tessera_device_stats *st = fx_stats(&f);
     assert_int_equal(st->num_alloc_retries, 0);
-    assert_int_equal(st->num_device_free, 2);
-    assert_int_equal(st->segment[TESSERA_POOL_ALL].current, 2);
-    fx_free(&f, c);
+    assert_int_equal(st->num_device_free, 2); /* 50 and 40: enough, so 30 stays */
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, (70 + 30 + 60) * MiB);
+    ts_block_info bi;
+    assert_int_equal(ts_lookup(f.a, b30, NULL, &bi), TS_OK);
+    assert_int_equal(bi.state, TS_BLOCK_FREE);
+    assert_int_equal(bi.size, 30 * MiB);
+    assert_int_equal(fx_alloc(&f, 30 * MiB), b30); /* rule B: 30 < 30 + 20, taken whole */
+    fx_free(&f, live);
     fx_free(&f, d);
+    fx_close(&f);
+}
+
+/* The other half of release_available_cached_blocks: when one cached oversize block on the
+ * stream is at least as large as the request, that one block (the smallest such) is released
+ * and nothing else. max_split_size_mb:20, 200 MiB device: 70 and 80 MiB cached (each too large
+ * for a 40 MiB request by rule B: 70 >= 40 + 20), 40 MiB live, 10 MiB left. 40 MiB: the 70 goes,
+ * the 80 stays, and the request takes a new segment. */
+static void test_oom_path_releases_one_block_when_one_is_enough(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.max_split_size = 20 * MiB;
+    fx_open(&f, 200 * MiB, &cfg, false, false);
+    uintptr_t live = fx_alloc(&f, 40 * MiB);
+    uintptr_t b70 = fx_alloc(&f, 70 * MiB);
+    uintptr_t b80 = fx_alloc(&f, 80 * MiB);
+    fx_free(&f, b80);
+    fx_free(&f, b70);
+    uintptr_t d = fx_alloc(&f, 40 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_alloc_retries, 0);
+    assert_int_equal(st->num_device_free, 1);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, (40 + 80 + 40) * MiB);
+    ts_block_info bi;
+    assert_int_equal(ts_lookup(f.a, b80, NULL, &bi), TS_OK);
+    assert_int_equal(bi.state, TS_BLOCK_FREE);
+    assert_int_equal(bi.size, 80 * MiB);
+    fx_free(&f, live);
+    fx_free(&f, d);
+    fx_close(&f);
+}
+
+/* A block of exactly max_split_size is oversize (PyTorch compares with >=): a smaller request
+ * does not take it (rule A), a request of exactly that size is oversize too and takes it whole
+ * (rule B), and both count in the oversize stats. max_split_size_mb:40. */
+static void test_best_fit_at_exactly_max_split_size(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open_max_split_40(&f);
+    uintptr_t b = fx_alloc(&f, 40 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->oversize_segments.current, 1);
+    assert_int_equal(st->oversize_allocations.current, 1);
+    fx_free(&f, b);
+    assert_int_equal(fx_stats(&f)->oversize_allocations.current, 0);
+    uintptr_t small = fx_alloc(&f, 30 * MiB); /* rule A: a 40 MiB block is oversize */
+    assert_true(small != b);
+    assert_int_equal(fx_stats(&f)->segment[TESSERA_POOL_ALL].current, 2);
+    uintptr_t exact = fx_alloc(&f, 40 * MiB); /* oversize: taken whole, not split */
+    assert_int_equal(exact, b);
+    st = fx_stats(&f);
+    assert_int_equal(st->allocated_bytes[TESSERA_POOL_ALL].current, 70 * MiB);
+    assert_int_equal(st->oversize_allocations.current, 1);
+    /* a request just below the limit from a cached block just below it: split as usual */
+    fx_free(&f, small);
+    uintptr_t below = fx_alloc(&f, 20 * MiB);
+    assert_int_equal(below, small);
+    assert_int_equal(fx_stats(&f)->inactive_split[TESSERA_POOL_ALL].current, 1);
+    fx_free(&f, below);
+    fx_free(&f, exact);
     fx_close(&f);
 }
 
@@ -290,9 +365,14 @@ static void test_huge_request_is_oom_not_overflow(void **state)
     fixture f;
     fx_open(&f, 1 * GiB, NULL, false, false);
     uintptr_t p = 0;
+    /* Exactly 1 EiB is refused before any rule runs: no retry, no device call. */
+    assert_int_equal(ts_malloc(f.a, (size_t)1 << 60, 0, &p), TS_ENOMEM);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.seg_allocs + dc.seg_alloc_failures, 0);
+    assert_int_equal(fx_stats(&f)->num_alloc_retries, 0);
     assert_int_equal(ts_malloc(f.a, SIZE_MAX, 0, &p), TS_ENOMEM);
     assert_int_equal(ts_malloc(f.a, SIZE_MAX - 511, 0, &p), TS_ENOMEM);
-    assert_int_equal(ts_malloc(f.a, (size_t)1 << 60, 0, &p), TS_ENOMEM);
     assert_int_equal(ts_malloc(f.a, ((size_t)1 << 60) - 1, 0, &p), TS_ENOMEM);
     assert_int_equal(ts_malloc(f.a, 2 * GiB, 0, &p), TS_ENOMEM);
     assert_int_equal(ts_malloc(f.a, 0, 0, &p), TS_EINVAL);
@@ -459,6 +539,105 @@ static void test_gc_frees_oldest_blocks_above_threshold(void **state)
     fx_close(&f);
 }
 
+/* garbage_collection_threshold without a memory fraction is measured against the device's
+ * capacity (tessera's choice, DESIGN "differs on purpose" 1): 0.5 of 200 MiB is 100 MiB, so 44
+ * MiB reserved plus a 40 MiB request collect nothing. */
+static void test_gc_threshold_measured_against_capacity(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.garbage_collection_threshold = 0.5;
+    fx_open(&f, 200 * MiB, &cfg, false, false);
+    uintptr_t old = fx_alloc(&f, 30 * MiB);
+    uintptr_t young = fx_alloc(&f, 14 * MiB);
+    fx_free(&f, old);
+    fx_free(&f, young);
+    uintptr_t n = fx_alloc(&f, 40 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_device_free, 0);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, (30 + 14 + 40) * MiB);
+    fx_free(&f, n);
+    /* 0.2 of 200 MiB is 40 MiB: now 84 MiB reserved is above it and the next miss collects */
+    fx_close(&f);
+    cfg.garbage_collection_threshold = 0.2;
+    fx_open(&f, 200 * MiB, &cfg, false, false);
+    old = fx_alloc(&f, 30 * MiB);
+    young = fx_alloc(&f, 14 * MiB);
+    fx_free(&f, old);
+    fx_free(&f, young);
+    n = fx_alloc(&f, 40 * MiB);
+    assert_int_equal(fx_stats(&f)->num_device_free, 2); /* equal ages: both at the average */
+    fx_free(&f, n);
+    fx_close(&f);
+}
+
+/* The age threshold is inclusive (PyTorch: age >= average). Two blocks freed together have the
+ * same age, which is the average: both are collected in the first round, although the first
+ * one alone reaches the target (no early stop inside a round). Cap 100 MiB of 200, threshold
+ * 0.4 (40 MiB): 44 MiB reserved, target 4 MiB. */
+static void test_gc_age_threshold_is_inclusive(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.per_process_memory_fraction = 0.5;
+    cfg.garbage_collection_threshold = 0.4;
+    fx_open(&f, 200 * MiB, &cfg, false, false);
+    uintptr_t x = fx_alloc(&f, 30 * MiB);
+    uintptr_t y = fx_alloc(&f, 14 * MiB);
+    fx_free(&f, x);
+    fx_free(&f, y);
+    uintptr_t n = fx_alloc(&f, 40 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_device_free, 2);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 40 * MiB);
+    fx_free(&f, n);
+    fx_close(&f);
+}
+
+/* Collection goes round by round until the target is reclaimed, each round against the average
+ * age of what is left. Cap 100 MiB of 200, threshold 0.3 (30 MiB). X, Y, Z: 12 MiB each, W: 14
+ * MiB, each its own segment (50 MiB reserved, target 20 MiB). X is freed, then five large-pool
+ * searches (W freed and taken back), Y freed, one more search, Z freed; the 40 MiB request is one
+ * more search: ages X 7, Y 2, Z 1 (W live). Round 1: average 10/3, X goes (12 < 20). Round 2:
+ * average (2 + 1) / 2, Y goes (24 >= 20): done, Z stays cached. */
+static void test_gc_goes_round_until_target(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.per_process_memory_fraction = 0.5;
+    cfg.garbage_collection_threshold = 0.3;
+    fx_open(&f, 200 * MiB, &cfg, false, false);
+    uintptr_t x = fx_alloc(&f, 12 * MiB);
+    uintptr_t y = fx_alloc(&f, 12 * MiB);
+    uintptr_t z = fx_alloc(&f, 12 * MiB);
+    uintptr_t w = fx_alloc(&f, 14 * MiB);
+    fx_free(&f, x);
+    for (int i = 0; i < 5; i++) {
+        fx_free(&f, w);
+        assert_int_equal(fx_alloc(&f, 14 * MiB), w);
+    }
+    fx_free(&f, y);
+    fx_free(&f, w);
+    assert_int_equal(fx_alloc(&f, 14 * MiB), w);
+    fx_free(&f, z);
+    uintptr_t n = fx_alloc(&f, 40 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_device_free, 2);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, (12 + 14 + 40) * MiB);
+    ts_block_info bi;
+    assert_int_equal(ts_lookup(f.a, z, NULL, &bi), TS_OK);
+    assert_int_equal(bi.state, TS_BLOCK_FREE);
+    fx_free(&f, n);
+    fx_free(&f, w);
+    fx_close(&f);
+}
+
 /* --- bad input ---------------------------------------------------------------------------------- */
 
 static void test_bad_free_changes_nothing(void **state)
@@ -469,13 +648,15 @@ static void test_bad_free_changes_nothing(void **state)
     uintptr_t a = fx_alloc(&f, 4096);
     uintptr_t b = fx_alloc(&f, 4096);
     assert_int_equal(ts_free(f.a, a + 512), TS_EINVAL);    /* interior */
+    /* the segment's last byte is still inside it: never forwarded to the driver */
+    assert_int_equal(ts_free(f.a, a + 2 * MiB - 1), TS_EINVAL);
     assert_int_equal(ts_free(f.a, 0x1000), TS_ENOTFOUND);  /* foreign */
     assert_int_equal(ts_free(f.a, 0), TS_ENOTFOUND);       /* NULL: not ours */
     fx_free(&f, a);
     assert_int_equal(ts_free(f.a, a), TS_EINVAL);          /* double free */
     fx_check(&f);
     const tessera_device_stats *st = fx_stats(&f);
-    assert_int_equal(st->num_invalid_frees, 2);
+    assert_int_equal(st->num_invalid_frees, 3);
     assert_int_equal(st->allocation[TESSERA_POOL_ALL].current, 1);
     ts_block_info bi;
     ts_segment_info si;
@@ -1046,12 +1227,17 @@ int main(void)
         cmocka_unit_test(test_oversize_rule_b_takes_block_within_rounding_whole),
         cmocka_unit_test(test_oversize_rule_b_refuses_block_beyond_rounding),
         cmocka_unit_test(test_oom_path_releases_oversize_blocks_largest_first),
+        cmocka_unit_test(test_oom_path_releases_one_block_when_one_is_enough),
+        cmocka_unit_test(test_best_fit_at_exactly_max_split_size),
         cmocka_unit_test(test_oom_path_empties_cache_retries_then_fails),
         cmocka_unit_test(test_huge_request_is_oom_not_overflow),
         cmocka_unit_test(test_cap_bounds_reserved_memory),
         cmocka_unit_test(test_oom_advice),
         cmocka_unit_test(test_oom_advice_fragmented_cap),
         cmocka_unit_test(test_gc_frees_oldest_blocks_above_threshold),
+        cmocka_unit_test(test_gc_threshold_measured_against_capacity),
+        cmocka_unit_test(test_gc_age_threshold_is_inclusive),
+        cmocka_unit_test(test_gc_goes_round_until_target),
         cmocka_unit_test(test_bad_free_changes_nothing),
         cmocka_unit_test(test_device_failure_leaves_heap_intact),
         cmocka_unit_test(test_reuse_order_one_queue_reuses_at_once),

@@ -74,6 +74,126 @@ static void test_es_partial_pages_stay_mapped(void **state)
     fx_close(&f);
 }
 
+/* PyTorch's find_expandable_block counts a free block right before an unmapped range. 20 MiB
+ * pages: A 8 MiB and A2 12 MiB fill page 0, B page 1, C page 2. A2 and B are freed and the cache
+ * emptied: page 1 is unmapped, [8, 20) stays mapped and free (page 0 is partly used). 30 MiB: the
+ * free 12 MiB plus the unmapped 20 MiB after it hold it, so it starts at 8 MiB and maps page 1
+ * again; without counting the free block, the unmapped page alone is too small and the request
+ * would go to the segment's end (two more pages). */
+static void test_es_counts_free_block_before_unmapped_range(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t a = fx_alloc(&f, 8 * MiB);
+    uintptr_t a2 = fx_alloc(&f, 12 * MiB);
+    uintptr_t b = fx_alloc(&f, 20 * MiB);
+    uintptr_t c = fx_alloc(&f, 20 * MiB);
+    fx_free(&f, a2);
+    fx_free(&f, b);
+    ts_empty_cache(f.a);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_LARGE].current, 40 * MiB);
+    uintptr_t d = fx_alloc(&f, 30 * MiB);
+    assert_int_equal(d, a + 8 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_LARGE].current, 60 * MiB);
+    fx_free(&f, a);
+    fx_free(&f, c);
+    fx_free(&f, d);
+    fx_close(&f);
+}
+
+/* Stream order across a growth: a free block that a growth merges into the newly mapped range
+ * keeps its epoch (the merged block is as recent as its latest part). Several streams, 20 MiB
+ * pages: 8 + 8 MiB, the second freed: [8, 20) is free since the last order point. 30 MiB starts
+ * there and maps one more page: handing it out makes an order point, though most of it is new. */
+static void test_es_growth_keeps_the_latest_free_epoch(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, true);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
+    uintptr_t a = fx_alloc(&f, 8 * MiB);
+    uintptr_t b = fx_alloc(&f, 8 * MiB);
+    fx_free(&f, b);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.order_points, 0);
+    uintptr_t c = fx_alloc(&f, 30 * MiB);
+    assert_int_equal(c, b);
+    ts_devmodel_counters_get(f.dev, &dc);
+    assert_int_equal(dc.order_points, 1);
+    fx_free(&f, a);
+    fx_free(&f, c);
+    fx_close(&f);
+}
+
+/* Best fit counts an expandable block as what it could grow to, so a segment's free tail is kept
+ * for requests that need it: with 2 MiB pages, a 10 MiB hole H at [0, 10) and a free tail T of
+ * 8 MiB at [12, 20) before the unmapped rest, 8 MiB takes H, not the exact-sized T. */
+static void test_es_best_fit_keeps_the_growing_tail(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    cfg.expandable_page = 2 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t h = fx_alloc(&f, 10 * MiB);
+    uintptr_t s = fx_alloc(&f, 2 * MiB);
+    uintptr_t t = fx_alloc(&f, 8 * MiB);
+    assert_int_equal(t, h + 12 * MiB);
+    fx_free(&f, h);
+    fx_free(&f, t);
+    assert_int_equal(fx_alloc(&f, 8 * MiB), h);
+    assert_int_equal(fx_alloc(&f, 8 * MiB), t); /* and the tail for the next */
+    fx_free(&f, h);
+    fx_free(&f, t);
+    fx_free(&f, s);
+    fx_close(&f);
+}
+
+/* The page is rounded up to the device's granularity (tessera's choice, DESIGN "differs on
+ * purpose" 4): on a device of 8 MiB granularity, the large pool's 20 MiB page is 24 MiB and the
+ * small pool's 2 MiB page is 8 MiB. */
+static void test_es_page_rounded_to_granularity(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open_page(&f, 1 * GiB, 8 * MiB, &cfg, true, false);
+    uintptr_t big = fx_alloc(&f, 12 * MiB);
+    uintptr_t small = fx_alloc(&f, 4 * KiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_LARGE].current, 24 * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_SMALL].current, 8 * MiB);
+    fx_free(&f, big);
+    fx_free(&f, small);
+    fx_close(&f);
+}
+
+/* A reservation spans 1 1/8 of the device's memory in whole pages (PyTorch): on a 1 GiB device,
+ * 1152 MiB, which is 58 pages of 20 MiB (1160 MiB) and 576 of 2 MiB. */
+static void test_es_reservation_size(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t big = fx_alloc(&f, 12 * MiB);
+    uintptr_t small = fx_alloc(&f, 4 * KiB);
+    ts_segment_info si;
+    assert_int_equal(ts_lookup(f.a, big, &si, NULL), TS_OK);
+    assert_int_equal(si.size, 1160 * MiB);
+    assert_int_equal(si.mapped, 20 * MiB);
+    assert_int_equal(ts_lookup(f.a, small, &si, NULL), TS_OK);
+    assert_int_equal(si.size, 1152 * MiB);
+    fx_free(&f, big);
+    fx_free(&f, small);
+    fx_close(&f);
+}
+
 /* Three ways to run the seed cases: PyTorch's plain segments, expandable segments with PyTorch's
  * pages (20 MiB in the large pool), and with pages at the driver's granularity (2 MiB). */
 enum { MODE_PLAIN, MODE_ES_20M, MODE_ES_2M };
@@ -449,6 +569,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_es_tiles_one_reservation),
         cmocka_unit_test(test_es_partial_pages_stay_mapped),
+        cmocka_unit_test(test_es_counts_free_block_before_unmapped_range),
+        cmocka_unit_test(test_es_growth_keeps_the_latest_free_epoch),
+        cmocka_unit_test(test_es_best_fit_keeps_the_growing_tail),
+        cmocka_unit_test(test_es_page_rounded_to_granularity),
+        cmocka_unit_test(test_es_reservation_size),
         cmocka_unit_test(test_es_seed_middle),
         cmocka_unit_test(test_es_seed_even),
         cmocka_unit_test(test_es_map_failure_rolls_back),
