@@ -15,7 +15,14 @@
  *                              'state': 'active_allocated'|'active_pending_free'|'inactive',
  *                              'frames': []}]}],
  *    'device_traces': [[{'action', 'addr', 'size', 'stream', 'time_us', 'frames'}], ...],
- *    'allocator_settings': {...}, 'tessera': {'source', 'consistency', ...}}
+ *    'allocator_settings': {'PYTORCH_CUDA_ALLOC_CONF', 'max_split_size',
+ *                           'garbage_collection_threshold', 'expandable_segments',
+ *                           'roundup_power2_divisions': {'1': n, ..., '32768': n}},
+ *    'tessera': {'source', 'consistency', 'pid',
+ *                'devices': [{'device', 'total_bytes', 'memory_limit_bytes'}]}}
+ * allocator_settings is in every snapshot (PYTORCH_CUDA_ALLOC_CONF holds tessera's effective
+ * configuration, in that syntax); 'devices' says what each device had, so that a replay of a
+ * run that died uses the capacity the run had (tools/replay).
  */
 #ifndef TS_SNAPSHOT_H
 #define TS_SNAPSHOT_H
@@ -51,6 +58,12 @@ typedef struct ts_snap_mapping {
     char path[240];
 } ts_snap_mapping;
 
+/* What a device had: its total and the allocator's cap (0: none). */
+typedef struct ts_snap_device {
+    int device;
+    uint64_t total, limit;
+} ts_snap_device;
+
 typedef struct ts_snap {
     ts_snap_segment *segs;
     size_t nsegs, cap_segs;
@@ -60,10 +73,15 @@ typedef struct ts_snap {
     size_t ntraces;
     ts_snap_mapping *maps;
     size_t nmaps;
-    bool have_settings;
+    ts_snap_device devices[TESSERA_PAGE_MAX_SLOT_COUNT];
+    size_t ndevices;
+    bool have_settings;     /* the numbers below are known (else only conf, when set) */
     int64_t max_split_size; /* -1: unlimited */
     double garbage_collection_threshold;
     bool expandable_segments;
+    bool have_divisions;
+    uint32_t divisions[16]; /* roundup_power2_divisions per power of two MiB, 1 .. 32768 */
+    char conf[2048];        /* the effective configuration (ts_config_format), "" unknown */
     char source[64];        /* "tessera-stat", "snapshot_on_oom" */
     char consistency[320];  /* how current the block layout is, in words */
     int pid;
@@ -82,6 +100,13 @@ int ts_snap_add_block(ts_snap *s, uint64_t addr, uint64_t size, uint64_t request
 
 /* Take over a copy of events (oldest first) as the trace of device. */
 int ts_snap_add_trace(ts_snap *s, int device, tessera_history_event *events, size_t n);
+
+/* Record what device had (once per device: a second call is ignored). */
+void ts_snap_add_device(ts_snap *s, int device, uint64_t total, uint64_t limit);
+
+/* Fill the settings from an effective configuration string (ts_config_format's canonical
+ * output: expandable_segments, garbage_collection_threshold, max_split_size_mb). */
+void ts_snap_settings_from_conf(ts_snap *s, const char *conf);
 
 /* Load /proc/<pid>/maps (pid 0: self) to name native frames. Failure leaves frames unnamed. */
 void ts_snap_load_mappings(ts_snap *s, int pid);

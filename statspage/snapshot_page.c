@@ -9,6 +9,10 @@ int ts_snap_add_page_slot(ts_snap *s, const tessera_page_slot_head *head,
                           const tessera_page_segment *segs, const tessera_page_block *blocks)
 {
     const tessera_page_map *m = &head->map;
+    /* what the device had, for a replay at the capacity the process ran on */
+    ts_snap_add_device(s, head->device,
+                       head->stats.device_total_bytes > 0 ? (uint64_t)head->stats.device_total_bytes : 0,
+                       head->stats.memory_limit_bytes > 0 ? (uint64_t)head->stats.memory_limit_bytes : 0);
     for (uint32_t i = 0; i < m->nsegments; i++) {
         const tessera_page_segment *g = &segs[i];
         /* Stitched ranges alias pages their expandable segments already count: a snapshot

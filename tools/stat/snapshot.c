@@ -82,6 +82,7 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
     uint64_t req = request_maps(&pg, pg.path, why, sizeof why);
     const uint64_t deadline = now_ns() + (uint64_t)(wait_s * 1e9);
     snprintf(s.source, sizeof s.source, "tessera-stat");
+    ts_snap_settings_from_conf(&s, pg.hdr.config); /* allocator_settings, from the page */
     s.pid = pid;
     ts_snap_load_mappings(&s, pid);
     size_t nslots = 0;
