@@ -197,10 +197,14 @@ class SnapshotOnOom(Base):
         self.assertEqual(acts[-1], "oom", acts)
         self.assertEqual(data["device_traces"][0][-1]["size"], 512 * MiB)
         self.assertIn("segment_free", acts)
-        # replay: the same peak as the process's counters, every block at its address
+        # replay: on the device the run had, the request that failed fails again (status 3);
+        # the same peak as the process's counters, every block at its address
         rep = subprocess.run([it.REPLAY, "--json", files[0]], capture_output=True, text=True)
-        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertEqual(rep.returncode, 3, rep.stderr)
         doc = json.loads(rep.stdout)
+        self.assertEqual(doc["capacity_bytes"], 256 * MiB)
+        self.assertEqual(doc["run_failed_requests"], 1)
+        self.assertFalse(doc["run_first_failed_served"])
         self.assertEqual(doc["peak_allocated_bytes"], stats["allocated_bytes.all.peak"])
         self.assertEqual(doc["allocations"], 3)
         self.assertEqual(doc["frees"], 1)

@@ -129,6 +129,7 @@ class CsvTests(TempDirCase):
             "0,22:09:51.819441,allocate,0x10000000,1000,0x0\n"
             "0,22:09:51.819442,allocate,0x10000400,3000,0x7f00ab\n"
             "0,22:09:51.819443,free,0x10000000,1000,0x0\n"
+            "0,22:09:51.819445,allocate failure,0x0,4194304,0x0\n"
             "0,22:09:52.819447,free,0x10000400,3000,0x7f00ab\n"))
         s = parse_summary(err)
         self.assertEqual(s["events read"], 10)
@@ -137,7 +138,9 @@ class CsvTests(TempDirCase):
         self.assertEqual(s["skipped frees of unknown addresses"], 0)
         self.assertEqual(s["pre-existing segments"], 0)
         self.assertEqual(s["allocations never freed"], 0)
-        self.assertIn("events not emitted (free_completed, segment_*, oom, snapshot): 6", err)
+        # the request that failed is a row, as RMM writes one; never dropped
+        self.assertIn("failed requests (oom, written as allocate failure): 1", err)
+        self.assertIn("events not emitted (free_completed, segment_*, snapshot): 5", err)
 
     def test_time_of_day_is_utc(self):
         for t in (0, 999999, 86399999999, 86400000000, 1738780408787504, 1748732594962743):

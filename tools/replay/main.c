@@ -188,10 +188,13 @@ static void print_run_verdict(const char *conf, const replay_result *r)
     char size[32], spare[32];
     print_size(size, sizeof size, (size_t)r->run_first_size);
     printf("%s: ", conf);
-    if (r->run_first_served) {
+    if (r->run_first_served && r->run_first_bounded) {
         print_size(spare, sizeof spare, (size_t)r->run_first_spare);
         printf("would have served the request that failed (#%zu, %s), with %s to spare",
                r->run_first_failed, size, spare);
+    } else if (r->run_first_served) {
+        printf("would have served the request that failed (#%zu, %s) on an unlimited device",
+               r->run_first_failed, size);
     } else {
         printf("would not have served the request that failed (#%zu, %s)", r->run_first_failed,
                size);
@@ -270,7 +273,7 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
                 "\"run_first_failed_served\": %s",
                 r->run_first_failed, (unsigned long long)r->run_first_size,
                 r->run_first_served ? "true" : "false");
-        if (r->run_first_served)
+        if (r->run_first_served && r->run_first_bounded)
             fprintf(f, ", \"run_first_failed_spare_bytes\": %llu",
                     (unsigned long long)r->run_first_spare);
     }
@@ -479,12 +482,12 @@ int main(int argc, char **argv)
     device_text(device, sizeof device, capacity, limit, recorded);
 
     replay_result res[MAX_CONFS];
-    size_t mins[MAX_CONFS] = {0};
+    size_t mins[MAX_CONFS] = {0}, limits[MAX_CONFS] = {0};
     for (int i = 0; i < nconf; i++) {
         /* The run's cap applies to a configuration that sets none of its own, as it did live. */
         ts_config run_cfg = cfgs[i];
         if (limit && !conf_has_cap(&run_cfg))
-            run_cfg.memory_limit = limit;
+            run_cfg.memory_limit = limits[i] = limit;
         if (replay_run(&t, &run_cfg, capacity, &ro, &res[i]) != 0) {
             fprintf(stderr, "tessera-replay: out of host memory\n");
             trace_free(&t);
@@ -506,8 +509,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < nconf; i++) {
             if (i)
                 fputs(",\n ", stdout);
-            print_json(stdout, &t, confs[i], capacity,
-                       limit && !conf_has_cap(&cfgs[i]) ? limit : 0, capacity_source, &res[i],
+            print_json(stdout, &t, confs[i], capacity, limits[i], capacity_source, &res[i],
                        mins[i]);
         }
         puts(compare ? "]" : "");

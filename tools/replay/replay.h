@@ -30,8 +30,10 @@ typedef struct replay_result {
     size_t run_first_failed;    /* the first one: its allocation number (1-based), 0 if none */
     uint64_t run_first_size;    /* its requested bytes */
     bool run_first_served;      /* served here */
-    uint64_t run_first_spare;   /* if served: the capacity left right after it (the device, or
-                                 * the cap when smaller, less reserved_bytes.all.current) */
+    bool run_first_bounded;     /* the replay had a device size or a cap (else no spare) */
+    uint64_t run_first_spare;   /* if served and bounded: the capacity left right after it (the
+                                 * device, or the cap when smaller, less
+                                 * reserved_bytes.all.current) */
     size_t ops;             /* allocations plus frees replayed */
     double ns_per_op;       /* host time per replayed operation */
     /* Estimated driver time (devmodel/costs.h). Growth: up to the end of the event that last

@@ -90,6 +90,7 @@ static void run_failure_note(replay_result *r, ts_allocator *a, size_t capacity,
     uint64_t room = capacity ? capacity : REPLAY_UNLIMITED;
     if (st.memory_limit_bytes > 0 && (uint64_t)st.memory_limit_bytes < room)
         room = (uint64_t)st.memory_limit_bytes;
+    r->run_first_bounded = room != REPLAY_UNLIMITED;
     uint64_t reserved = (uint64_t)st.reserved_bytes[TESSERA_POOL_ALL].current;
     r->run_first_spare = room > reserved ? room - reserved : 0;
 }
