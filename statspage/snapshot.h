@@ -120,6 +120,17 @@ int ts_snap_write_pickle(const ts_snap *s, int fd);
 int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *err,
                        size_t errlen);
 
+struct ts_history_copy;
+
+/* Add the events of c (the slot's history ring, read after the slot's map) as the trace of the
+ * slot's device, cut at the map's instant (tessera_page_map.history_written): layout and
+ * history then describe one moment. *past receives how many later events were left out.
+ * Returns 0 (cut), 1 (the map carries no history mark, from an older tessera: the events go in
+ * uncut and may run past the layout), or a negative errno value (c untouched). On success the
+ * snapshot owns c's events. */
+int ts_snap_add_page_trace(ts_snap *s, const tessera_page_slot_head *head,
+                           struct ts_history_copy *c, uint64_t *past);
+
 /* Fill s from one slot of a stats page copy (segs/blocks as ts_page_snapshot returns them). */
 int ts_snap_add_page_slot(ts_snap *s, const tessera_page_slot_head *head,
                           const tessera_page_segment *segs, const tessera_page_block *blocks);

@@ -236,5 +236,51 @@ class SnapshotOnOom(Base):
         self.assertEqual(glob.glob(path + ".tmp*"), [])
 
 
+class SnapshotWhileBusy(Base):
+    """A snapshot of a process that keeps allocating: layout and history are one instant."""
+
+    def test_layout_and_history_agree(self):
+        env = self.env.base(memory="1G", conf="history_events:20000")
+        p = subprocess.Popen(it.prog("churn", "--iters", "1000000", "--max-size", "64K"), env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out = os.path.join(self.env.tmp, "busy.pickle")
+            for _ in range(200):  # until the page exists and has a map
+                pages = [f for f in os.listdir(self.env.stats_dir) if f == "tessera.%d" % p.pid]
+                if pages:
+                    break
+                time.sleep(0.05)
+            time.sleep(0.5)  # well into the loop
+            snap = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "snapshot", str(p.pid),
+                                   "-o", out, "--wait", "20"], capture_output=True, text=True)
+            self.assertEqual(snap.returncode, 0, snap.stderr)
+            self.assertIsNone(p.poll(), "the program must still be running")
+        finally:
+            p.kill()
+            p.wait()
+        self.assertIn("device 0: exact", snap.stdout)
+        data = self.check_layout(out)
+        events = data["device_traces"][0]
+        self.assertGreater(len(events), 100)
+        # the last event of each address says what the layout must show there
+        last = {}
+        for e in events:
+            if e["action"] in ("alloc", "free_requested", "free_completed"):
+                last[e["addr"]] = e
+        allocated = {b["address"]: b["size"] for seg in data["segments"] for b in seg["blocks"]
+                     if b["state"] == "active_allocated"}
+        live = {a: e["size"] for a, e in last.items() if e["action"] == "alloc"}
+        freed = {a for a, e in last.items() if e["action"] != "alloc"}
+        self.assertGreater(len(live), 0)
+        for a, size in live.items():
+            self.assertEqual(allocated.get(a), size,
+                             "0x%x: allocated in the history, not in the layout" % a)
+        for a in freed:
+            self.assertNotIn(a, allocated, "0x%x: freed in the history, allocated in the layout" % a)
+        # the viewer's allocated total at the last event is the layout's
+        self.assertEqual(sum(s["allocated_size"] for s in data["segments"]),
+                         sum(allocated.values()))
+
+
 if __name__ == "__main__":
     unittest_main.run(sys.modules[__name__], sys.argv[1:])

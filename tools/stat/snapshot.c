@@ -128,8 +128,15 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
         char err[600];
         int e = ts_history_read(dir, pid, i, &c, err, sizeof err);
         if (e == 0) {
-            if (ts_snap_add_trace(&s, head->device, c.events, c.n) != 0)
+            /* cut at the layout's instant: events after the map are not in the snapshot */
+            uint64_t past = 0;
+            int cut = ts_snap_add_page_trace(&s, head, &c, &past);
+            if (cut < 0)
                 ts_history_copy_free(&c);
+            else if (cut == 1 && strncmp(consistency, "exact", 5) == 0)
+                snprintf(consistency, sizeof consistency,
+                         "not exact: the history may run past the block layout (a page without "
+                         "the history mark)");
             if (c.dropped)
                 printf("device %d: %" PRIu64 " older events no longer in the history ring\n",
                        head->device, c.dropped);
