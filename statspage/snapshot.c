@@ -3,6 +3,7 @@
 #include "statspage/snapshot.h"
 
 #include "statspage/history_read.h"
+#include "statspage/symbols.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -370,20 +371,44 @@ static void write_segment(pk *p, const ts_snap *s, const ts_snap_segment *g)
     pk_dict_end(p);
 }
 
-/* A native frame as PyTorch writes one: name, filename, line. The name is the offset in the
- * file (symbols are resolved offline, e.g. with addr2line -e FILE OFFSET). */
+/* The mapping a native frame points into, or NULL. */
+static const ts_snap_mapping *frame_mapping(const ts_snap *s, uint64_t pc)
+{
+    for (size_t i = 0; i < s->nmaps; i++)
+        if (pc >= s->maps[i].start && pc < s->maps[i].end)
+            return &s->maps[i];
+    return NULL;
+}
+
+/* Is the frame tessera's own (libtessera.so: the interposer and the allocator)? A stack then
+ * starts where the program called CUDA, as in PyTorch's snapshots. */
+static bool frame_is_tessera(const ts_snap *s, uint64_t pc)
+{
+    const ts_snap_mapping *m = frame_mapping(s, pc);
+    if (!m)
+        return false;
+    const char *base = strrchr(m->path, '/');
+    base = base ? base + 1 : m->path;
+    return strncmp(base, "libtessera", 10) == 0;
+}
+
+/* A native frame as PyTorch writes one: name, filename, line. The name is the function, when
+ * the snapshot is symbolised (s->symbols) and the file's symbol tables know it, else the
+ * offset in the file (addr2line -e FILE OFFSET gives it offline). */
 static void write_frame(pk *p, const ts_snap *s, uint64_t pc)
 {
-    char name[48];
+    char name[256];
     const char *file = "??";
     uint64_t off = pc;
-    for (size_t i = 0; i < s->nmaps; i++)
-        if (pc >= s->maps[i].start && pc < s->maps[i].end) {
-            file = s->maps[i].path;
-            off = pc - s->maps[i].start + s->maps[i].offset;
-            break;
-        }
-    snprintf(name, sizeof name, "0x%" PRIx64, off);
+    const ts_snap_mapping *m = frame_mapping(s, pc);
+    if (m) {
+        file = m->path;
+        off = pc - m->start + m->offset;
+    }
+    /* a return address: the call is the instruction before it */
+    if (!m || !s->symbols || off == 0 || !ts_symbols_lookup(s->symbols, file, off - 1, name,
+                                                            sizeof name))
+        snprintf(name, sizeof name, "0x%" PRIx64, off);
     pk_dict_begin(p);
     pk_key_str(p, "name", name);
     pk_key_str(p, "filename", file);
@@ -407,7 +432,8 @@ static void write_event(pk *p, const ts_snap *s, const tessera_history_event *e)
     pk_str(p, "frames");
     pk_list_begin(p);
     for (uint32_t i = 0; i < e->nframes && i < TESSERA_HISTORY_MAX_FRAMES; i++)
-        write_frame(p, s, e->frames[i]);
+        if (!frame_is_tessera(s, e->frames[i]))
+            write_frame(p, s, e->frames[i]);
     pk_list_end(p);
     pk_dict_end(p);
 }

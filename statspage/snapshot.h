@@ -82,6 +82,9 @@ typedef struct ts_snap {
     bool have_divisions;
     uint32_t divisions[16]; /* roundup_power2_divisions per power of two MiB, 1 .. 32768 */
     char conf[2048];        /* the effective configuration (ts_config_format), "" unknown */
+    struct ts_symbols *symbols; /* set: frames get function names (a reader's snapshot, never
+                                 * the allocation path's); tessera's own frames are left out
+                                 * either way. Owned by whoever set it. */
     char source[64];        /* "tessera-stat", "snapshot_on_oom" */
     char consistency[320];  /* how current the block layout is, in words */
     int pid;

@@ -143,6 +143,36 @@ class SnapshotFromStat(Base):
         allocs = [e for e in events if e["action"] == "alloc"]
         self.assertEqual(sorted(e["size"] for e in allocs), [102400] * 2 + [4 * MiB] * 3)
 
+    def test_frames_are_symbolised(self):
+        # history_frames:True records return addresses; tessera-stat names them from the ELF
+        # symbol tables when it writes the snapshot, and leaves tessera's own frames out
+        env = self.env.base(conf="history_events:1000,history_frames:True")
+        p = subprocess.Popen(it.probe("stats_probe"), env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            pid = int(line.split()[1])
+            out = os.path.join(self.env.tmp, "frames.pickle")
+            snap = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "snapshot", str(pid),
+                                   "-o", out, "--wait", "0.2"], capture_output=True, text=True)
+            self.assertEqual(snap.returncode, 0, snap.stderr)
+        finally:
+            p.kill()
+            p.wait()
+        data = self.check_layout(out)
+        allocs = [e for e in data["device_traces"][0] if e["action"] == "alloc"]
+        # the idle probe's map was taken at its fourth allocation: the history stops there too
+        self.assertEqual(len(allocs), 4)
+        for e in allocs:
+            frames = e["frames"]
+            self.assertTrue(frames, e)
+            files = [os.path.basename(f["filename"]) for f in frames]
+            self.assertFalse([f for f in files if f.startswith("libtessera")], frames)
+            # the stack starts where the program called CUDA (tessera's cudaMalloc is left
+            # out): in main, named from the program's symbol table
+            self.assertEqual(frames[0], {"name": "main", "line": 0, "filename":
+                                         os.path.realpath(it.probe("stats_probe")[0])}, frames)
+
     def test_snapshot_of_an_idle_process_says_how_current_it_is(self):
         env = self.env.base()
         p = subprocess.Popen(it.probe("stats_probe"), env=env, stdin=subprocess.PIPE,

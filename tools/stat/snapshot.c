@@ -22,6 +22,7 @@
 
 #include "statspage/history_read.h"
 #include "statspage/snapshot.h"
+#include "statspage/symbols.h"
 
 static uint64_t now_ns(void)
 {
@@ -83,6 +84,7 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
     const uint64_t deadline = now_ns() + (uint64_t)(wait_s * 1e9);
     snprintf(s.source, sizeof s.source, "tessera-stat");
     ts_snap_settings_from_conf(&s, pg.hdr.config); /* allocator_settings, from the page */
+    s.symbols = ts_symbols_create(); /* frames named here, at read time (NULL: offsets) */
     s.pid = pid;
     ts_snap_load_mappings(&s, pid);
     size_t nslots = 0;
@@ -166,6 +168,7 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
         }
     }
 done:
+    ts_symbols_free(s.symbols);
     ts_snap_free(&s);
     free(head);
     free(segs);
