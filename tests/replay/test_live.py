@@ -39,7 +39,7 @@ class LiveAgainstReplay(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="tessera-live-")
         self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
 
-    def live(self, name, conf, memory, limit=None):
+    def live(self, name, conf, memory, limit=None, history=100000):
         """Run the program under conf; returns (served, snapshot path or None, trace path)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "PYTORCH_"))}
         runtime = os.environ.get("TS_SANITIZER_RUNTIME", "")
@@ -51,7 +51,7 @@ class LiveAgainstReplay(unittest.TestCase):
         env["TESSERA_SIM_MEMORY"] = memory
         trace = os.path.join(self.tmp, name + ".csv")
         env["TESSERA_TRACE"] = trace
-        parts = ["history_events:100000",
+        parts = ["history_events:%d" % history,
                  "snapshot_on_oom:" + os.path.join(self.tmp, name + "-oom-%n.pickle")]
         if conf != "default":
             parts.append(conf)
@@ -133,6 +133,23 @@ class LiveAgainstReplay(unittest.TestCase):
             with self.subTest(path=os.path.basename(path)):
                 rows, text = self.replay(path)
                 self.check(rows, text, live, 2 * GiB, GiB)
+
+    def test_late_history_is_said(self):
+        # a ring too small for the run: the blocks held before it began are not replayed, and
+        # the replay says so instead of a verdict that looks sure
+        served, snapshot, _ = self.live("late", "default", "1G", history=40)
+        self.assertFalse(served)
+        r = subprocess.run([REPLAY, "--json", snapshot], capture_output=True, text=True,
+                           timeout=120)
+        row = json.loads(r.stdout)
+        self.assertEqual(row["preexisting_blocks"], 50)
+        self.assertEqual(row["preexisting_bytes"], 50 * (8 << 20))
+        self.assertIn("50 blocks in use (400.0 MiB) at the snapshot were allocated before its "
+                      "history began: not replayed", r.stderr)
+        text = subprocess.run([REPLAY, "--compare", snapshot] + CONFS, capture_output=True,
+                              text=True, timeout=120).stdout
+        self.assertIn("(the history began late: 50 blocks the run held are not replayed, so "
+                      "these verdicts may be too hopeful)", text)
 
     def test_capacity_overrides(self):
         # --capacity replaces what the run recorded: on 2 GiB the default serves it too

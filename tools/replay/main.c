@@ -265,6 +265,8 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
             (unsigned long long)r->num_alloc_retries, (unsigned long long)r->num_ooms,
             (unsigned long long)r->num_stitches, (unsigned long long)r->vm_maps,
             (unsigned long long)r->vm_unmaps, (unsigned long long)r->device_calls);
+    fprintf(f, ", \"preexisting_blocks\": %zu, \"preexisting_bytes\": %llu", t->preexisting_blocks,
+            (unsigned long long)t->preexisting_bytes);
     fprintf(f, ", \"failed_allocations\": %zu, \"run_failed_requests\": %zu, "
             "\"run_failed_requests_served\": %zu",
             r->failed_allocs, r->run_failures, r->run_failures_served);
@@ -462,6 +464,16 @@ int main(int argc, char **argv)
                 "never allocated skipped, %zu allocations never freed\n",
                 path, t.allocations, t.frees, t.skipped_frees, t.never_freed);
 
+    if (t.preexisting_blocks) {
+        char b[32];
+        print_size(b, sizeof b, (size_t)t.preexisting_bytes);
+        fprintf(stderr,
+                "tessera-replay: %s: %zu block%s in use (%s) at the snapshot were allocated "
+                "before its history began: not replayed, so the replay holds less than the run "
+                "did (record it with a larger history_events)\n",
+                path, t.preexisting_blocks, plural(t.preexisting_blocks), b);
+    }
+
     /* The device: --capacity, else what a run that died ran on, else unlimited. */
     size_t limit = 0;
     bool recorded = false;
@@ -558,6 +570,10 @@ int main(int argc, char **argv)
                    capacity ? device : "unlimited device the replay assumed");
             for (int i = 0; i < nconf; i++)
                 print_run_verdict(confs[i], &res[i]);
+            if (t.preexisting_blocks)
+                printf("  (the history began late: %zu block%s the run held are not replayed, so "
+                       "these verdicts may be too hopeful)\n",
+                       t.preexisting_blocks, plural(t.preexisting_blocks));
         }
         if (nconf > 1)
             printf("verdict (min capacity: the smallest device that runs the trace, in 2 MiB "

@@ -643,6 +643,11 @@ static int trace_from_snapshot(trace *t, const snapshot *s)
         else if (e->action == SNAP_OOM)
             rc = trace_on_failed(t, e->size, e->stream);
     }
+    for (size_t i = 0; i < s->nblocks; i++)
+        if (s->blocks[i].state != 0 && !ts_ptrmap_get(&sm.map, (uintptr_t)s->blocks[i].addr)) {
+            t->preexisting_blocks++;
+            t->preexisting_bytes += s->blocks[i].size;
+        }
     if (s->has_capacity) {
         t->has_capacity = true;
         t->run_device_total = s->device_total;

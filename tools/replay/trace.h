@@ -38,6 +38,10 @@ typedef struct trace {
     size_t skipped_frees;       /* frees of addresses never allocated in the trace */
     size_t run_failures;        /* TRACE_FAILED events: requests the recorded run failed */
     size_t never_freed;         /* allocations still live at the end */
+    /* A snapshot's blocks in use that its history never allocated (it began late): they are
+     * not replayed, and the replay says so. */
+    size_t preexisting_blocks;
+    uint64_t preexisting_bytes;
     /* What the recorded run ran on, when the trace says (TESSERA_TRACE's Note column, a
      * snapshot's 'tessera' entry): at its first failed request, else at its start. */
     bool has_capacity;
