@@ -135,6 +135,12 @@ class SnapshotFromStat(Base):
         self.assertEqual(large["allocated_size"], 8 * MiB)
         self.assertEqual(small["allocated_size"], 2 * 102400)
         self.assertEqual(data["tessera"]["source"], "tessera-stat")
+        # settings in every snapshot (PyTorch's viewer shows them), and what the device had
+        settings = data["allocator_settings"]
+        self.assertIn("history_events:1000", settings["PYTORCH_CUDA_ALLOC_CONF"])
+        self.assertEqual((settings["max_split_size"], settings["expandable_segments"]), (-1, False))
+        self.assertEqual(data["tessera"]["devices"],
+                         [{"device": 0, "total_bytes": 512 * MiB, "memory_limit_bytes": 0}])
         events = data["device_traces"][0]
         acts = [e["action"] for e in events]
         self.assertEqual(acts.count("alloc"), 5, acts)
