@@ -234,8 +234,9 @@ static void trace_line(const char *action, uintptr_t ptr, size_t size, bool fail
     /* Only the first row and failures carry a note: the steady path formats none. */
     char note[TS_CONFIG_FORMAT_MAX + 128];
     note[0] = '\0'; /* not "" in the declaration: that would clear the whole array each time */
-    if (failure || !__atomic_exchange_n(&trace_start_noted, true, __ATOMIC_RELAXED))
-        trace_note(note, sizeof note);
+    if (failure || (!__atomic_load_n(&trace_start_noted, __ATOMIC_RELAXED) &&
+                    !__atomic_exchange_n(&trace_start_noted, true, __ATOMIC_RELAXED)))
+        trace_note(note, sizeof note); /* a plain load first: no shared write per line */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     long sod = (long)(ts.tv_sec % 86400); /* UTC time of day, as RMM's %H:%M:%S.%f */

@@ -35,11 +35,18 @@ class Restricted(pickle.Unpickler):
 
 
 class LiveAgainstReplay(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="tessera-live-")
-        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+    # Live runs take seconds each (the program writes and checks 800 MiB): each set of three is
+    # run once for the class and shared by the tests that read it.
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="tessera-live-")
+        cls.runs = {}
 
-    def live(self, name, conf, memory, limit=None, history=100000):
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def live(self, name, conf, memory, limit=None, history=1000, args=ARGS):
         """Run the program under conf; returns (served, snapshot path or None, trace path)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "PYTORCH_"))}
         runtime = os.environ.get("TS_SANITIZER_RUNTIME", "")
@@ -58,7 +65,7 @@ class LiveAgainstReplay(unittest.TestCase):
         if limit:
             parts.append("memory_limit:" + limit)
         env["TESSERA_ALLOC_CONF"] = ",".join(parts)
-        p = subprocess.run([PROGRAM] + ARGS, env=env, capture_output=True, text=True, timeout=120)
+        p = subprocess.run([PROGRAM] + args, env=env, capture_output=True, text=True, timeout=120)
         result = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
         self.assertTrue(result, p.stdout + p.stderr)
         status = dict(f.split("=", 1) for f in result[-1].split()[1:] if "=" in f)["status"]
@@ -101,16 +108,21 @@ class LiveAgainstReplay(unittest.TestCase):
                                   "(#101, 64.0 MiB)" % conf, text)
 
     def run_all(self, memory, limit=None):
+        key = (memory, limit)
+        if key in self.runs:
+            return self.runs[key]
         live, snapshot, trace = {}, None, None
         for i, conf in enumerate(CONFS):
-            served, snap, log = self.live("run%d" % i, conf, memory, limit)
+            served, snap, log = self.live("run%s%s%d" % (memory, limit or "", i), conf, memory,
+                                          limit)
             live[conf] = served
             if conf == "default":
                 snapshot, trace = snap, log
         # the scenario this test needs: the default dies, the others live
         self.assertEqual(live, {"default": False, "expandable_segments:True": True,
                                 "defragment:True": True})
-        return live, snapshot, trace
+        self.runs[key] = (live, snapshot, trace)
+        return self.runs[key]
 
     def test_oom_snapshot_and_trace(self):
         live, snapshot, trace = self.run_all("1G")
@@ -137,23 +149,25 @@ class LiveAgainstReplay(unittest.TestCase):
     def test_late_history_is_said(self):
         # a ring too small for the run: the blocks held before it began are not replayed, and
         # the replay says so instead of a verdict that looks sure
-        served, snapshot, _ = self.live("late", "default", "1G", history=40)
+        # (a smaller run of the same program: 20 x 2 MiB on 64 MiB, every other freed, 64 MiB)
+        served, snapshot, _ = self.live("late", "default", "64M", history=10,
+                                        args=["--unit", "2M", "--count", "20", "--request", "64M"])
         self.assertFalse(served)
         r = subprocess.run([REPLAY, "--json", snapshot], capture_output=True, text=True,
                            timeout=120)
         row = json.loads(r.stdout)
-        self.assertEqual(row["preexisting_blocks"], 50)
-        self.assertEqual(row["preexisting_bytes"], 50 * (8 << 20))
-        self.assertIn("50 blocks in use (400.0 MiB) at the snapshot were allocated before its "
+        self.assertEqual(row["preexisting_blocks"], 10)
+        self.assertEqual(row["preexisting_bytes"], 10 * (2 << 20))
+        self.assertIn("10 blocks in use (20.0 MiB) at the snapshot were allocated before its "
                       "history began: not replayed", r.stderr)
         text = subprocess.run([REPLAY, "--compare", snapshot] + CONFS, capture_output=True,
                               text=True, timeout=120).stdout
-        self.assertIn("(the history began late: 50 blocks the run held are not replayed, so "
+        self.assertIn("(the history began late: 10 blocks the run held are not replayed, so "
                       "these verdicts may be too hopeful)", text)
 
     def test_capacity_overrides(self):
         # --capacity replaces what the run recorded: on 2 GiB the default serves it too
-        _, snapshot, _ = self.live("big", "default", "1G")
+        _, snapshot, _ = self.run_all("1G")
         r = subprocess.run([REPLAY, "--json", "--capacity", "2G", "--compare", snapshot] + CONFS,
                            capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr)
