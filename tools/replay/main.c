@@ -314,9 +314,9 @@ static void print_report(const trace *t, const char *conf, const char *device,
     printf("trace              %s\n", t->source);
     printf("configuration      %s\n", conf);
     printf("device             %s\n", device);
-    printf("events             %zu (%zu allocations, %zu frees; %zu frees of unknown addresses "
-           "skipped)\n",
-           t->n, t->allocations, t->frees, t->skipped_frees);
+    printf("events             %zu (%zu allocations, %zu frees, %zu requests the run failed; "
+           "%zu frees of unknown addresses skipped)\n",
+           t->n, t->allocations, t->frees, t->run_failures, t->skipped_frees);
     printf("peak allocated     %s\n", a);
     printf("peak reserved      %s\n", b);
     printf("utilization        %.2f%% (peak allocated / peak reserved)\n", 100 * r->utilization);
@@ -526,8 +526,9 @@ int main(int argc, char **argv)
         }
         puts(compare ? "]" : "");
     } else if (compare) {
-        printf("%s: %zu events, %zu allocations (replayed from an empty device, %s)\n", path,
-               t.n, t.allocations, device);
+        printf("%s: %zu events, %zu allocations, %zu request%s the run failed (replayed from an "
+               "empty device, %s)\n",
+               path, t.n, t.allocations, t.run_failures, plural(t.run_failures), device);
         /* the configuration column is as wide as the longest name: names are never cut */
         int w = (int)strlen("configuration");
         for (int i = 0; i < nconf; i++)
