@@ -388,6 +388,18 @@ static void oom_fill(ts_allocator *a, ts_oom_info *oom, size_t orig, size_t roun
     oom->max_split_size = a->cfg.max_split_size;
 }
 
+/* Free device memory for the history's oom event: oom_fill's reading when there is one. */
+static size_t oom_device_free(ts_allocator *a, const ts_oom_info *oom)
+{
+    if (oom)
+        return oom->device_free;
+    size_t free_bytes = 0, total = 0;
+    backend_enter(a);
+    if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK)
+        return free_bytes;
+    return 0;
+}
+
 int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
                  ts_oom_info *oom)
 {
@@ -461,8 +473,10 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     if (!b) {
         a->spare = spare;
         counter_add(a, &st->num_ooms, 1);
-        TS_HISTORY_NOTE(a, TESSERA_EV_OOM, 0, size, stream, size);
         oom_fill(a, oom, size, rounded, alloc_size);
+        /* After oom_fill: the event carries the free memory the driver reports after the
+         * failure (PyTorch's device_free), as the out-of-memory line does. */
+        TS_HISTORY_NOTE(a, TESSERA_EV_OOM, oom_device_free(a, oom), size, stream, size);
         a->observe_now = true;
         allocator_unlock(a);
         return TS_ENOMEM;

@@ -348,6 +348,8 @@ static ctx_entry *table_create(CUcontext ctx)
             ts_allocator_set_observer_request(e->a,
                                               &ts_statspage_slot(page, e->slot)->head.map_request);
             e->history = history_start(e->a, e->slot, (int)dev);
+            if (e->history) /* maps say where the history stood when they were taken */
+                ts_statspage_set_history(page, e->slot, ts_history_ring(e->history));
         }
         e->used = true;
         __atomic_store_n(&table_used, table_used + 1, __ATOMIC_RELEASE);

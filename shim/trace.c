@@ -1,6 +1,12 @@
 /* TESSERA_TRACE=path: every allocation event in RMM's CSV log format
- *     Thread,Time,Action,Pointer,Size,Stream
- * so RMM's REPLAY_BENCH reads tessera's logs and tessera-replay reads RMM's.
+ *     Thread,Time,Action,Pointer,Size,Stream,Note
+ * so RMM's REPLAY_BENCH reads tessera's logs and tessera-replay reads RMM's. RMM's parser reads
+ * the columns it knows by name, so the Note column is tessera's own: on the first row and on
+ * each "allocate failure" row it says what the allocator ran on,
+ *     "device=D total=BYTES limit=BYTES conf=TEXT"
+ * (the device's total, the allocator's cap or 0, the effective configuration), so that a replay
+ * of a run that died uses the device the run had. Other rows leave it out (RMM's parser takes
+ * rows with fewer fields than the header as long as its own columns are there).
  *
  * Lines are formatted on the stack and appended to a 256 KiB buffer under a mutex; the buffer is
  * written when full and at exit. The file is bounded by TESSERA_TRACE_LIMIT (bytes, K/M/G/T
@@ -180,32 +186,69 @@ static void trace_init(void)
     }
     if (!trace_open_file(path))
         return;
-    static const char header[] = "Thread,Time,Action,Pointer,Size,Stream\n";
+    static const char header[] = "Thread,Time,Action,Pointer,Size,Stream,Note\n";
     memcpy(trace_buf, header, sizeof header - 1);
     trace_len = sizeof header - 1;
     trace_on = true;
     atexit(trace_at_exit);
 }
 
-static void trace_line(const char *action, uintptr_t ptr, size_t size)
+/* The Note field (see the top) for the calling thread's current allocator, quoted as CSV
+ * quotes a field: ",\"device=0 total=... conf=...\"". Empty when there is no allocator. Called
+ * outside trace_lock: it takes the allocator's mutex (ts_get_stats). */
+static void trace_note(char *buf, size_t len)
+{
+    buf[0] = '\0';
+    CUcontext ctx = NULL;
+    ts_allocator *a = ts_ctx_allocator(&ctx);
+    if (!a)
+        return;
+    tessera_device_stats st;
+    ts_get_stats(a, &st);
+    char conf[TS_CONFIG_FORMAT_MAX];
+    ts_config_format(ts_allocator_config(a), conf, sizeof conf);
+    int n = snprintf(buf, len, ",\"device=%d total=%lld limit=%lld conf=", ts_allocator_device(a),
+                     (long long)st.device_total_bytes, (long long)st.memory_limit_bytes);
+    if (n <= 0 || (size_t)n >= len)
+        return (void)(buf[0] = '\0');
+    size_t k = (size_t)n;
+    /* a path in the configuration (snapshot_on_oom) may hold a quote: doubled, as CSV does */
+    for (const char *c = conf; *c && k + 4 < len; c++) {
+        if (*c == '"')
+            buf[k++] = '"';
+        buf[k++] = (unsigned char)*c < 0x20 ? '?' : *c;
+    }
+    buf[k++] = '"';
+    buf[k] = '\0';
+}
+
+static bool trace_start_noted; /* atomic: the first row carries a note */
+
+static void trace_line(const char *action, uintptr_t ptr, size_t size, bool failure)
 {
     pthread_once(&trace_once, trace_init);
     if (!__atomic_load_n(&trace_on, __ATOMIC_ACQUIRE))
         return;
     if (!trace_tid)
         trace_tid = (long)syscall(SYS_gettid);
+    /* Only the first row and failures carry a note: the steady path formats none. */
+    char note[TS_CONFIG_FORMAT_MAX + 128];
+    note[0] = '\0'; /* not "" in the declaration: that would clear the whole array each time */
+    if (failure || (!__atomic_load_n(&trace_start_noted, __ATOMIC_RELAXED) &&
+                    !__atomic_exchange_n(&trace_start_noted, true, __ATOMIC_RELAXED)))
+        trace_note(note, sizeof note); /* a plain load first: no shared write per line */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     long sod = (long)(ts.tv_sec % 86400); /* UTC time of day, as RMM's %H:%M:%S.%f */
-    char line[160];
+    char line[TS_CONFIG_FORMAT_MAX + 320];
     int n;
     /* RMM's columns: the pointer as hex with its 0x (also for a failed allocation: "0x0", which
      * RMM's parser reads, where glibc's %p would write "(nil)"), the stream as hex without one
      * (tessera records stream 0) */
-    n = snprintf(line, sizeof line, "%ld,%02ld:%02ld:%02ld.%06ld,%s,0x%lx,%zu,0\n", trace_tid,
+    n = snprintf(line, sizeof line, "%ld,%02ld:%02ld:%02ld.%06ld,%s,0x%lx,%zu,0%s\n", trace_tid,
                  sod / 3600, sod / 60 % 60, sod % 60, ts.tv_nsec / 1000, action,
-                 (unsigned long)ptr, size);
-    if (n <= 0)
+                 (unsigned long)ptr, size, note);
+    if (n <= 0 || (size_t)n >= sizeof line)
         return;
     pthread_mutex_lock(&trace_lock);
     if (trace_on) {
@@ -229,12 +272,12 @@ static void trace_line(const char *action, uintptr_t ptr, size_t size)
 
 void ts_trace_alloc(uintptr_t ptr, size_t size, bool failed)
 {
-    trace_line(failed ? "allocate failure" : "allocate", failed ? 0 : ptr, size);
+    trace_line(failed ? "allocate failure" : "allocate", failed ? 0 : ptr, size, failed);
 }
 
 void ts_trace_free(uintptr_t ptr, size_t size)
 {
-    trace_line("free", ptr, size); /* RMM's replay passes this size to deallocate */
+    trace_line("free", ptr, size, false); /* RMM's replay passes this size to deallocate */
 }
 
 void ts_trace_after_fork(void)
@@ -242,4 +285,5 @@ void ts_trace_after_fork(void)
     pthread_mutex_init(&trace_lock, NULL);
     trace_on = false; /* the parent's buffer is the parent's to write */
     trace_len = 0;
+    trace_start_noted = false;
 }

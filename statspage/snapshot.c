@@ -3,6 +3,7 @@
 #include "statspage/snapshot.h"
 
 #include "statspage/history_read.h"
+#include "statspage/symbols.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -84,6 +85,57 @@ int ts_snap_add_trace(ts_snap *s, int device, tessera_history_event *events, siz
     t->events = events;
     t->nevents = n;
     return 0;
+}
+
+void ts_snap_add_device(ts_snap *s, int device, uint64_t total, uint64_t limit)
+{
+    for (size_t i = 0; i < s->ndevices; i++)
+        if (s->devices[i].device == device)
+            return;
+    if (s->ndevices == TESSERA_PAGE_MAX_SLOT_COUNT)
+        return;
+    s->devices[s->ndevices++] = (ts_snap_device){device, total, limit};
+}
+
+/* The value of key in a canonical "k:v,k:v" string, copied into out; false when absent. */
+static bool conf_value(const char *conf, const char *key, char *out, size_t len)
+{
+    size_t klen = strlen(key);
+    for (const char *p = conf; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        if (strncmp(p, key, klen) == 0 && p[klen] == ':') {
+            const char *v = p + klen + 1;
+            size_t n = strcspn(v, ",");
+            if (n >= len)
+                return false;
+            memcpy(out, v, n);
+            out[n] = '\0';
+            return true;
+        }
+    }
+    return false;
+}
+
+void ts_snap_settings_from_conf(ts_snap *s, const char *text)
+{
+    /* Bounded and printable ASCII: the text may come from a page another process wrote, and
+     * the pickle's strings must be valid UTF-8. */
+    size_t n = strnlen(text, sizeof s->conf - 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        s->conf[i] = c > 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    s->conf[n] = '\0';
+    const char *conf = s->conf;
+    char v[64];
+    s->have_settings = true;
+    s->expandable_segments = conf_value(conf, "expandable_segments", v, sizeof v) &&
+                             strcmp(v, "True") == 0;
+    s->garbage_collection_threshold = 0;
+    if (conf_value(conf, "garbage_collection_threshold", v, sizeof v) && strcmp(v, "off") != 0)
+        s->garbage_collection_threshold = strtod(v, NULL);
+    s->max_split_size = -1;
+    if (conf_value(conf, "max_split_size_mb", v, sizeof v) && strcmp(v, "unlimited") != 0)
+        s->max_split_size = (int64_t)(strtoull(v, NULL, 10) << 20);
 }
 
 void ts_snap_load_mappings(ts_snap *s, int pid)
@@ -319,20 +371,44 @@ static void write_segment(pk *p, const ts_snap *s, const ts_snap_segment *g)
     pk_dict_end(p);
 }
 
-/* A native frame as PyTorch writes one: name, filename, line. The name is the offset in the
- * file (symbols are resolved offline, e.g. with addr2line -e FILE OFFSET). */
+/* The mapping a native frame points into, or NULL. */
+static const ts_snap_mapping *frame_mapping(const ts_snap *s, uint64_t pc)
+{
+    for (size_t i = 0; i < s->nmaps; i++)
+        if (pc >= s->maps[i].start && pc < s->maps[i].end)
+            return &s->maps[i];
+    return NULL;
+}
+
+/* Is the frame tessera's own (libtessera.so: the interposer and the allocator)? A stack then
+ * starts where the program called CUDA, as in PyTorch's snapshots. */
+static bool frame_is_tessera(const ts_snap *s, uint64_t pc)
+{
+    const ts_snap_mapping *m = frame_mapping(s, pc);
+    if (!m)
+        return false;
+    const char *base = strrchr(m->path, '/');
+    base = base ? base + 1 : m->path;
+    return strncmp(base, "libtessera", 10) == 0;
+}
+
+/* A native frame as PyTorch writes one: name, filename, line. The name is the function, when
+ * the snapshot is symbolised (s->symbols) and the file's symbol tables know it, else the
+ * offset in the file (addr2line -e FILE OFFSET gives it offline). */
 static void write_frame(pk *p, const ts_snap *s, uint64_t pc)
 {
-    char name[48];
+    char name[256];
     const char *file = "??";
     uint64_t off = pc;
-    for (size_t i = 0; i < s->nmaps; i++)
-        if (pc >= s->maps[i].start && pc < s->maps[i].end) {
-            file = s->maps[i].path;
-            off = pc - s->maps[i].start + s->maps[i].offset;
-            break;
-        }
-    snprintf(name, sizeof name, "0x%" PRIx64, off);
+    const ts_snap_mapping *m = frame_mapping(s, pc);
+    if (m) {
+        file = m->path;
+        off = pc - m->start + m->offset;
+    }
+    /* a return address: the call is the instruction before it */
+    if (!m || !s->symbols || off == 0 || !ts_symbols_lookup(s->symbols, file, off - 1, name,
+                                                            sizeof name))
+        snprintf(name, sizeof name, "0x%" PRIx64, off);
     pk_dict_begin(p);
     pk_key_str(p, "name", name);
     pk_key_str(p, "filename", file);
@@ -356,7 +432,8 @@ static void write_event(pk *p, const ts_snap *s, const tessera_history_event *e)
     pk_str(p, "frames");
     pk_list_begin(p);
     for (uint32_t i = 0; i < e->nframes && i < TESSERA_HISTORY_MAX_FRAMES; i++)
-        write_frame(p, s, e->frames[i]);
+        if (!frame_is_tessera(s, e->frames[i]))
+            write_frame(p, s, e->frames[i]);
     pk_list_end(p);
     pk_dict_end(p);
 }
@@ -399,23 +476,45 @@ int ts_snap_write_pickle(const ts_snap *s, int fd)
     }
     pk_list_end(p);
 
+    /* In every snapshot: PyTorch's viewer shows it in its settings tab. */
+    pk_str(p, "allocator_settings");
+    pk_dict_begin(p);
+    pk_key_str(p, "PYTORCH_CUDA_ALLOC_CONF", s->conf);
     if (s->have_settings) {
-        pk_str(p, "allocator_settings");
-        pk_dict_begin(p);
         pk_str(p, "max_split_size");
         pk_int(p, s->max_split_size);
         pk_str(p, "garbage_collection_threshold");
         pk_float(p, s->garbage_collection_threshold);
         pk_str(p, "expandable_segments");
         pk_bool(p, s->expandable_segments);
+    }
+    if (s->have_divisions) {
+        pk_str(p, "roundup_power2_divisions");
+        pk_dict_begin(p);
+        for (int i = 0; i < 16; i++) {
+            char key[8];
+            snprintf(key, sizeof key, "%d", 1 << i);
+            pk_key_uint(p, key, s->divisions[i]);
+        }
         pk_dict_end(p);
     }
+    pk_dict_end(p);
 
     pk_str(p, "tessera");
     pk_dict_begin(p);
     pk_key_str(p, "source", s->source);
     pk_key_str(p, "consistency", s->consistency);
     pk_key_uint(p, "pid", (uint64_t)(s->pid > 0 ? s->pid : 0));
+    pk_str(p, "devices");
+    pk_list_begin(p);
+    for (size_t i = 0; i < s->ndevices; i++) {
+        pk_dict_begin(p);
+        pk_key_uint(p, "device", (uint64_t)s->devices[i].device);
+        pk_key_uint(p, "total_bytes", s->devices[i].total);
+        pk_key_uint(p, "memory_limit_bytes", s->devices[i].limit);
+        pk_dict_end(p);
+    }
+    pk_list_end(p);
     pk_dict_end(p);
 
     pk_dict_end(p);

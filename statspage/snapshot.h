@@ -15,7 +15,14 @@
  *                              'state': 'active_allocated'|'active_pending_free'|'inactive',
  *                              'frames': []}]}],
  *    'device_traces': [[{'action', 'addr', 'size', 'stream', 'time_us', 'frames'}], ...],
- *    'allocator_settings': {...}, 'tessera': {'source', 'consistency', ...}}
+ *    'allocator_settings': {'PYTORCH_CUDA_ALLOC_CONF', 'max_split_size',
+ *                           'garbage_collection_threshold', 'expandable_segments',
+ *                           'roundup_power2_divisions': {'1': n, ..., '32768': n}},
+ *    'tessera': {'source', 'consistency', 'pid',
+ *                'devices': [{'device', 'total_bytes', 'memory_limit_bytes'}]}}
+ * allocator_settings is in every snapshot (PYTORCH_CUDA_ALLOC_CONF holds tessera's effective
+ * configuration, in that syntax); 'devices' says what each device had, so that a replay of a
+ * run that died uses the capacity the run had (tools/replay).
  */
 #ifndef TS_SNAPSHOT_H
 #define TS_SNAPSHOT_H
@@ -51,6 +58,12 @@ typedef struct ts_snap_mapping {
     char path[240];
 } ts_snap_mapping;
 
+/* What a device had: its total and the allocator's cap (0: none). */
+typedef struct ts_snap_device {
+    int device;
+    uint64_t total, limit;
+} ts_snap_device;
+
 typedef struct ts_snap {
     ts_snap_segment *segs;
     size_t nsegs, cap_segs;
@@ -60,10 +73,18 @@ typedef struct ts_snap {
     size_t ntraces;
     ts_snap_mapping *maps;
     size_t nmaps;
-    bool have_settings;
+    ts_snap_device devices[TESSERA_PAGE_MAX_SLOT_COUNT];
+    size_t ndevices;
+    bool have_settings;     /* the numbers below are known (else only conf, when set) */
     int64_t max_split_size; /* -1: unlimited */
     double garbage_collection_threshold;
     bool expandable_segments;
+    bool have_divisions;
+    uint32_t divisions[16]; /* roundup_power2_divisions per power of two MiB, 1 .. 32768 */
+    char conf[2048];        /* the effective configuration (ts_config_format), "" unknown */
+    struct ts_symbols *symbols; /* set: frames get function names (a reader's snapshot, never
+                                 * the allocation path's); tessera's own frames are left out
+                                 * either way. Owned by whoever set it. */
     char source[64];        /* "tessera-stat", "snapshot_on_oom" */
     char consistency[320];  /* how current the block layout is, in words */
     int pid;
@@ -83,6 +104,13 @@ int ts_snap_add_block(ts_snap *s, uint64_t addr, uint64_t size, uint64_t request
 /* Take over a copy of events (oldest first) as the trace of device. */
 int ts_snap_add_trace(ts_snap *s, int device, tessera_history_event *events, size_t n);
 
+/* Record what device had (once per device: a second call is ignored). */
+void ts_snap_add_device(ts_snap *s, int device, uint64_t total, uint64_t limit);
+
+/* Fill the settings from an effective configuration string (ts_config_format's canonical
+ * output: expandable_segments, garbage_collection_threshold, max_split_size_mb). */
+void ts_snap_settings_from_conf(ts_snap *s, const char *conf);
+
 /* Load /proc/<pid>/maps (pid 0: self) to name native frames. Failure leaves frames unnamed. */
 void ts_snap_load_mappings(ts_snap *s, int pid);
 
@@ -94,6 +122,17 @@ int ts_snap_write_pickle(const ts_snap *s, int fd);
  * errno value with a reason in err. */
 int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *err,
                        size_t errlen);
+
+struct ts_history_copy;
+
+/* Add the events of c (the slot's history ring, read after the slot's map) as the trace of the
+ * slot's device, cut at the map's instant (tessera_page_map.history_written): layout and
+ * history then describe one moment. *past receives how many later events were left out.
+ * Returns 0 (cut), 1 (the map carries no history mark, from an older tessera: the events go in
+ * uncut and may run past the layout), or a negative errno value (c untouched). On success the
+ * snapshot owns c's events. */
+int ts_snap_add_page_trace(ts_snap *s, const tessera_page_slot_head *head,
+                           struct ts_history_copy *c, uint64_t *past);
 
 /* Fill s from one slot of a stats page copy (segs/blocks as ts_page_snapshot returns them). */
 int ts_snap_add_page_slot(ts_snap *s, const tessera_page_slot_head *head,

@@ -69,12 +69,20 @@ int ts_snapshot_own(ts_snap *s, ts_allocator *const *allocs, ts_history *const *
             ts_history_copy_free(&w.copy);
         if (w.err)
             return w.err;
+        tessera_device_stats st;
+        ts_get_stats(allocs[i], &st);
+        ts_snap_add_device(s, device, (uint64_t)st.device_total_bytes,
+                           (uint64_t)st.memory_limit_bytes);
         if (!s->have_settings) {
             const ts_config *cfg = ts_allocator_config(allocs[i]);
             s->have_settings = true;
             s->max_split_size = cfg->max_split_size == SIZE_MAX ? -1 : (int64_t)cfg->max_split_size;
             s->garbage_collection_threshold = cfg->garbage_collection_threshold;
             s->expandable_segments = cfg->expandable_segments;
+            s->have_divisions = true;
+            for (int k = 0; k < 16 && k < TS_ROUNDUP_INTERVALS; k++)
+                s->divisions[k] = cfg->roundup_power2_divisions[k];
+            ts_config_format(cfg, s->conf, sizeof s->conf);
         }
     }
     return 0;

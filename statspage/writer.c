@@ -75,6 +75,9 @@ struct ts_slotref {
     uint32_t pad;
     tessera_page_segment *seg_scratch; /* map built here, then copied in a short write section */
     tessera_page_block *blk_scratch;
+    const tessera_history_header *history; /* the slot's ring (atomic), or NULL: its `written`
+                                            * is read with the map, under the allocator's
+                                            * mutex, which also orders the ring's writes */
 };
 
 /* Invariant: no descriptor is held once create returns. The host program may close any fd it
@@ -413,8 +416,16 @@ void ts_statspage_release(ts_statspage *p, int slot)
     struct ts_slotref *r = &p->refs[slot];
     if (!__atomic_exchange_n(&r->claimed, 0, __ATOMIC_ACQ_REL))
         return;
+    __atomic_store_n(&r->history, NULL, __ATOMIC_RELEASE); /* the next owner has its own ring */
     __atomic_store_n(&slot_at(p, (uint32_t)slot)->head.state, TESSERA_SLOT_FREE,
                      __ATOMIC_RELEASE);
+}
+
+void ts_statspage_set_history(ts_statspage *p, int slot, const tessera_history_header *ring)
+{
+    if (!p || slot < 0 || (uint32_t)slot >= p->slot_count)
+        return;
+    __atomic_store_n(&p->refs[slot].history, ring, __ATOMIC_RELEASE);
 }
 
 void *ts_statspage_observer_user(ts_statspage *p, int slot)
@@ -560,6 +571,12 @@ void ts_statspage_publish_walk(ts_statspage *p, int slot, ts_statspage_walk_fn w
     b.map.ops = (uint64_t)__atomic_load_n(&s->head.stats.num_ops, __ATOMIC_RELAXED);
     b.map.time_ns = now_realtime_ns();
     b.map.flags = TESSERA_MAP_VALID | (b.truncated ? TESSERA_MAP_TRUNCATED : 0u);
+    const tessera_history_header *hist = __atomic_load_n(&r->history, __ATOMIC_ACQUIRE);
+    if (hist) {
+        /* the layout's instant in the history: both are written under the allocator's mutex */
+        b.map.history_written = __atomic_load_n(&hist->written, __ATOMIC_ACQUIRE);
+        b.map.flags |= TESSERA_MAP_HISTORY;
+    }
     b.map.checksum = 0;
     b.map.checksum = tessera_page_map_checksum(&b.map, b.segs, b.blocks);
 

@@ -32,6 +32,7 @@
 
 #include "core/allocator.h"
 #include "statspage/common.h"
+#include "tessera/history.h"
 #include "tessera/stats_page.h"
 
 typedef struct ts_statspage ts_statspage;
@@ -54,6 +55,10 @@ int ts_statspage_claim(ts_statspage *p, int device, uint64_t context_id, ts_stat
 
 /* Give a slot back (context destroyed). Only after the allocator using it was destroyed. */
 void ts_statspage_release(ts_statspage *p, int slot);
+
+/* The slot's history ring (the shim's history_events:N): each map published from now on
+ * records the ring's `written` count at its instant (tessera_page_map.history_written). */
+void ts_statspage_set_history(ts_statspage *p, int slot, const tessera_history_header *ring);
 
 /* The observer to register with ts_allocator_set_observer, and its user argument for a slot.
  * The observer refreshes the slot's segment map (ts_statspage_publish_map). */

@@ -72,6 +72,7 @@
 /* tessera_page_map.flags */
 #define TESSERA_MAP_VALID 1u     /* a map has been published (else the map is empty) */
 #define TESSERA_MAP_TRUNCATED 2u /* more segments or blocks existed than were recorded */
+#define TESSERA_MAP_HISTORY 4u   /* history_written is set: the slot has a history ring */
 
 /* tessera_page_segment.pool: a tessera_pool_index (never TESSERA_POOL_ALL). */
 /* tessera_page_segment.kind */
@@ -155,7 +156,12 @@ typedef struct tessera_page_map {
     uint32_t free_blocks;     /*  96: number of free blocks */
     uint32_t flags;           /* 100: TESSERA_MAP_* */
     uint64_t request_served;  /* 104: the slot's map_request value this map was taken for */
-    uint64_t reserved[2];     /* 112 */
+    uint64_t history_written; /* 112: with TESSERA_MAP_HISTORY, the `written` count of the
+                               * slot's history ring when the map was taken: events numbered
+                               * below it happened before the layout, the others after (a reader
+                               * cuts the history there, so that layout and history are one
+                               * instant); 0 in pages written before tessera 0.3 */
+    uint64_t reserved[1];     /* 120 */
 } tessera_page_map;
 
 /* The part of a slot a reader copies for the counters alone (2240 bytes). */

@@ -97,7 +97,7 @@ class ClosedDescriptors(Base):
         slots = self.env.page_slots()
         self.assertEqual(sorted(int(s["device"]) for s in slots.values()), [0, 1], run)
         rows = open(trace).read().splitlines()
-        self.assertEqual(rows[0], "Thread,Time,Action,Pointer,Size,Stream")
+        self.assertEqual(rows[0], "Thread,Time,Action,Pointer,Size,Stream,Note")
         self.assertEqual(sum(1 for r in rows[1:] if r.split(",")[2] == "allocate"), 15002, run)
         self.assertEqual(tessera_lines(run.stderr), [], run)
 

@@ -545,7 +545,8 @@ class Recording(Base):
                            extra={"TESSERA_TRACE": trace})
         self.ok(run)
         rows = open(trace).read().splitlines()
-        self.assertEqual(rows[0], "Thread,Time,Action,Pointer,Size,Stream")
+        # RMM's columns, then tessera's Note (what the run ran on; RMM's parser ignores it)
+        self.assertEqual(rows[0], "Thread,Time,Action,Pointer,Size,Stream,Note")
         # the stream as RMM's logging adaptor writes it: hex without a prefix
         self.assertEqual({r.split(",")[5] for r in rows[1:]}, {"0"})
         allocs = [r for r in rows[1:] if r.split(",")[2] == "allocate"]
@@ -574,7 +575,10 @@ class Recording(Base):
         rows = [r.split(",") for r in open(trace).read().splitlines()[1:]]
         failed = [r for r in rows if r[2] == "allocate failure"]
         self.assertEqual(len(failed), 1, rows)
-        self.assertEqual(failed[0][3:], ["0x0", str(512 << 20), "0"])
+        self.assertEqual(failed[0][3:6], ["0x0", str(512 << 20), "0"])
+        # the Note says what the run ran on, for a replay on the same device
+        self.assertTrue(failed[0][6].startswith('"device=0 total=%d limit=0 conf=' % (256 << 20)),
+                        failed[0])
         self.assertTrue(all(r[3].startswith("0x") for r in rows), rows)
 
 
@@ -608,7 +612,7 @@ class Recording(Base):
         self.ok(run)
         self.assertIn("child: cudaMalloc ->", run.stdout)
         rows = open(trace).read().splitlines()
-        self.assertEqual(rows.count("Thread,Time,Action,Pointer,Size,Stream"), 1, rows)
+        self.assertEqual(rows.count("Thread,Time,Action,Pointer,Size,Stream,Note"), 1, rows)
         body = [r.split(",") for r in rows[1:]]
         self.assertEqual(sorted(r[2] for r in body), ["allocate"] * 6 + ["free"] * 6, rows)
         self.assertEqual(len({r[0] for r in body}), 1, rows)  # one thread: the parent's

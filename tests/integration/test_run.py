@@ -51,10 +51,6 @@ def summary_of(stderr):
         m = re.match(r"tessera:\s+[a-z ]+?\s+(-?[\d.]+)\s.*\(([a-z_.]+)[):]", line)
         if m and dev is not None:
             dev[m.group(2)] = float(m.group(1))
-        m = re.search(r"\(num_device_alloc \+ num_device_free: (\d+) \+ (\d+)\)", line)
-        if m and dev is not None:
-            dev["num_device_alloc"], dev["num_device_free"] = int(m.group(1)), int(m.group(2))
-            dev["driver calls"] = float(line.split()[3])
     return devices
 
 
@@ -90,7 +86,9 @@ class Base(unittest.TestCase):
                          p.stderr)
         self.assertEqual(d["num_device_free"], sim[0]["free_calls"] + sim[0]["release_calls"],
                          p.stderr)
-        self.assertEqual(d["driver calls"], d["num_device_alloc"] + d["num_device_free"], p.stderr)
+        # "driver calls" means every driver call for memory (tessera-replay's column), which
+        # the page does not count: the summary names the two counters it shows instead
+        self.assertNotIn("driver calls", p.stderr)
         self.assertGreater(sim[0]["alloc_calls"] + sim[0]["create_calls"], 0)
         self.assertEqual(d["reserved_bytes.all.peak"], sim[0]["peak_bytes_in_use"], p.stderr)
         self.assertGreater(d["allocated_bytes.all.peak"], 0)
@@ -100,7 +98,8 @@ class Base(unittest.TestCase):
         self.assertEqual(d["num_alloc_retries"], 0)
         self.assertEqual(d["num_ooms"], 0)
         for name in ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "num_alloc_calls",
-                     "num_device_alloc + num_device_free", "num_alloc_retries", "num_ooms"):
+                     "num_device_alloc", "num_device_free", "num_stitches", "num_alloc_retries",
+                     "num_ooms"):
             self.assertIn("(" + name, p.stderr)
         # the private stats directory is gone, and nothing but the program wrote to stdout
         self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("tessera-run.")], [])
@@ -111,6 +110,17 @@ class Base(unittest.TestCase):
 class Summary(Base):
     def test_churn_from_the_build_tree(self):
         self.check_churn_summary()
+
+    def test_stitch_count(self):
+        # 100 x 8 MiB on 1 GiB, every other freed, then 64 MiB: defragment serves the request by
+        # stitching free pages, and the summary counts it
+        seed_even = os.path.join(BUILD, "tests", "programs", "seed_even")
+        p = self.run_tool(["--summary", "--sim", "--conf", "defragment:True", "--", seed_even,
+                           "--unit", "8M", "--count", "100", "--request", "64M"],
+                          extra={"TESSERA_SIM_MEMORY": "1G", "TMPDIR": self.tmp})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        d = summary_of(p.stderr)[0]
+        self.assertGreaterEqual(d["num_stitches"], 1, p.stderr)
 
     def test_no_cuda_program(self):
         p = self.run_tool(["--summary", "--", "true"], extra={"TMPDIR": self.tmp})

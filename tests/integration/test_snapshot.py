@@ -135,6 +135,12 @@ class SnapshotFromStat(Base):
         self.assertEqual(large["allocated_size"], 8 * MiB)
         self.assertEqual(small["allocated_size"], 2 * 102400)
         self.assertEqual(data["tessera"]["source"], "tessera-stat")
+        # settings in every snapshot (PyTorch's viewer shows them), and what the device had
+        settings = data["allocator_settings"]
+        self.assertIn("history_events:1000", settings["PYTORCH_CUDA_ALLOC_CONF"])
+        self.assertEqual((settings["max_split_size"], settings["expandable_segments"]), (-1, False))
+        self.assertEqual(data["tessera"]["devices"],
+                         [{"device": 0, "total_bytes": 512 * MiB, "memory_limit_bytes": 0}])
         events = data["device_traces"][0]
         acts = [e["action"] for e in events]
         self.assertEqual(acts.count("alloc"), 5, acts)
@@ -142,6 +148,36 @@ class SnapshotFromStat(Base):
         self.assertGreaterEqual(acts.count("free_requested"), 1, acts)
         allocs = [e for e in events if e["action"] == "alloc"]
         self.assertEqual(sorted(e["size"] for e in allocs), [102400] * 2 + [4 * MiB] * 3)
+
+    def test_frames_are_symbolised(self):
+        # history_frames:True records return addresses; tessera-stat names them from the ELF
+        # symbol tables when it writes the snapshot, and leaves tessera's own frames out
+        env = self.env.base(conf="history_events:1000,history_frames:True")
+        p = subprocess.Popen(it.probe("stats_probe"), env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            pid = int(line.split()[1])
+            out = os.path.join(self.env.tmp, "frames.pickle")
+            snap = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "snapshot", str(pid),
+                                   "-o", out, "--wait", "0.2"], capture_output=True, text=True)
+            self.assertEqual(snap.returncode, 0, snap.stderr)
+        finally:
+            p.kill()
+            p.wait()
+        data = self.check_layout(out)
+        allocs = [e for e in data["device_traces"][0] if e["action"] == "alloc"]
+        # the idle probe's map was taken at its fourth allocation: the history stops there too
+        self.assertEqual(len(allocs), 4)
+        for e in allocs:
+            frames = e["frames"]
+            self.assertTrue(frames, e)
+            files = [os.path.basename(f["filename"]) for f in frames]
+            self.assertFalse([f for f in files if f.startswith("libtessera")], frames)
+            # the stack starts where the program called CUDA (tessera's cudaMalloc is left
+            # out): in main, named from the program's symbol table
+            self.assertEqual(frames[0], {"name": "main", "line": 0, "filename":
+                                         os.path.realpath(it.probe("stats_probe")[0])}, frames)
 
     def test_snapshot_of_an_idle_process_says_how_current_it_is(self):
         env = self.env.base()
@@ -198,10 +234,14 @@ class SnapshotOnOom(Base):
         self.assertEqual(acts[-1], "oom", acts)
         self.assertEqual(data["device_traces"][0][-1]["size"], 512 * MiB)
         self.assertIn("segment_free", acts)
-        # replay: the same peak as the process's counters, every block at its address
+        # replay: on the device the run had, the request that failed fails again (status 3);
+        # the same peak as the process's counters, every block at its address
         rep = subprocess.run([it.REPLAY, "--json", files[0]], capture_output=True, text=True)
-        self.assertEqual(rep.returncode, 0, rep.stderr)
+        self.assertEqual(rep.returncode, 3, rep.stderr)
         doc = json.loads(rep.stdout)
+        self.assertEqual(doc["capacity_bytes"], 256 * MiB)
+        self.assertEqual(doc["run_failed_requests"], 1)
+        self.assertFalse(doc["run_first_failed_served"])
         self.assertEqual(doc["peak_allocated_bytes"], stats["allocated_bytes.all.peak"])
         self.assertEqual(doc["allocations"], 3)
         self.assertEqual(doc["frees"], 1)
@@ -231,6 +271,52 @@ class SnapshotOnOom(Base):
             self.assertEqual(f.read(), "keep me")
         self.assertIn("tessera: snapshot_on_oom: cannot write " + path, run.stderr)
         self.assertEqual(glob.glob(path + ".tmp*"), [])
+
+
+class SnapshotWhileBusy(Base):
+    """A snapshot of a process that keeps allocating: layout and history are one instant."""
+
+    def test_layout_and_history_agree(self):
+        env = self.env.base(memory="1G", conf="history_events:20000")
+        p = subprocess.Popen(it.prog("churn", "--iters", "1000000", "--max-size", "64K"), env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out = os.path.join(self.env.tmp, "busy.pickle")
+            for _ in range(200):  # until the page exists and has a map
+                pages = [f for f in os.listdir(self.env.stats_dir) if f == "tessera.%d" % p.pid]
+                if pages:
+                    break
+                time.sleep(0.05)
+            time.sleep(0.5)  # well into the loop
+            snap = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "snapshot", str(p.pid),
+                                   "-o", out, "--wait", "20"], capture_output=True, text=True)
+            self.assertEqual(snap.returncode, 0, snap.stderr)
+            self.assertIsNone(p.poll(), "the program must still be running")
+        finally:
+            p.kill()
+            p.wait()
+        self.assertIn("device 0: exact", snap.stdout)
+        data = self.check_layout(out)
+        events = data["device_traces"][0]
+        self.assertGreater(len(events), 100)
+        # the last event of each address says what the layout must show there
+        last = {}
+        for e in events:
+            if e["action"] in ("alloc", "free_requested", "free_completed"):
+                last[e["addr"]] = e
+        allocated = {b["address"]: b["size"] for seg in data["segments"] for b in seg["blocks"]
+                     if b["state"] == "active_allocated"}
+        live = {a: e["size"] for a, e in last.items() if e["action"] == "alloc"}
+        freed = {a for a, e in last.items() if e["action"] != "alloc"}
+        self.assertGreater(len(live), 0)
+        for a, size in live.items():
+            self.assertEqual(allocated.get(a), size,
+                             "0x%x: allocated in the history, not in the layout" % a)
+        for a in freed:
+            self.assertNotIn(a, allocated, "0x%x: freed in the history, allocated in the layout" % a)
+        # the viewer's allocated total at the last event is the layout's
+        self.assertEqual(sum(s["allocated_size"] for s in data["segments"]),
+                         sum(allocated.values()))
 
 
 if __name__ == "__main__":

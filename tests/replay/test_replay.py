@@ -3,6 +3,7 @@
 errors on malformed input, and CSV logs (what TESSERA_TRACE writes)."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -115,6 +116,11 @@ class Replay(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         d = json.loads(r.stdout)
         self.assertEqual((d["allocations"], d["frees"], d["skipped_frees"]), (2, 1, 1))
+        # the failed request is replayed, and the missing device said, not dropped silently
+        self.assertEqual((d["run_failed_requests"], d["run_failed_requests_served"]), (1, 1))
+        self.assertEqual(d["capacity_source"], "unlimited")
+        self.assertIn("the run failed 1 request, but the trace does not say what device it ran "
+                      "on: replayed on an unlimited device (give --capacity)", r.stderr)
         self.assertEqual(d["peak_allocated_bytes"], 1048576 + 4096)
         self.assertEqual(d["peak_reserved_bytes"], 2 << 20)  # both in one small-pool segment
         os.unlink(f.name)
@@ -163,6 +169,56 @@ class Replay(unittest.TestCase):
                 self.assertEqual(got[:3], (2, 1, 0))
                 want = want or got
                 self.assertEqual(got, want)
+
+    def test_rmm_actions_only(self):
+        # RMM's parser (benchmarks/utilities/log_parser.hpp) reads allocate, free and allocate
+        # failure, and rejects anything else: so does the replay
+        path = self.csv("Thread,Time,Action,Pointer,Size,Stream\n"
+                        "1,00:00:00.000001,allocate,0x1000,4096,0\n"
+                        "1,00:00:00.000002,deallocate,0x1000,4096,0\n")
+        r = replay("--json", path)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn(":3: unknown action 'deallocate' (RMM's log has allocate, free and "
+                      "allocate failure)", r.stderr)
+
+    def test_compare_table_and_verdict_agree(self):
+        # a configuration name longer than 40 characters is shown whole, and every number a
+        # verdict quotes is in its row of the table
+        trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
+        long_conf = "defragment:True,handle_policy:coarse,stitch_when:pressure"
+        self.assertGreater(len(long_conf), 40)
+        r = replay("--compare", trace, "default", long_conf)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        head = lines[1].split()
+        self.assertIn("drv time", lines[1])
+        rows = {l.split()[0]: l for l in lines[2:4]}
+        self.assertIn(long_conf, rows)
+        verdict = [l for l in lines if l.startswith(long_conf + ": ")]
+        self.assertEqual(len(verdict), 1, r.stdout)
+        m = re.search(r"; (\d+) driver calls against (\d+) \(drv time ([\d.]+ms) against "
+                      r"([\d.]+ms)\)$", verdict[0])
+        self.assertTrue(m, verdict[0])
+        for conf, calls, ms in ((long_conf, m.group(1), m.group(3)),
+                                ("default", m.group(2), m.group(4))):
+            cells = rows[conf].split()
+            # columns after the name: peak alloc (2 cells), peak resv (2), util, min capacity
+            # (2), dev alloc, dev free, drv calls, drv time
+            self.assertEqual(cells[10], calls, rows[conf])
+            self.assertEqual(cells[11], ms, rows[conf])
+        self.assertNotIn("est.", verdict[0])
+        self.assertIn("drv calls", lines[1])
+
+    def test_help_documents_every_exit_status(self):
+        r = replay("--help")
+        self.assertEqual(r.returncode, 0)
+        text = r.stdout
+        self.assertIn("Exit status:", text)
+        for code in ("0", "1", "2", "3"):
+            self.assertRegex(text, r"\n  %s  " % code)
+        # and the tool does return them
+        self.assertEqual(replay("--no-such-option").returncode, 2)
+        self.assertEqual(replay("/nonexistent/trace.csv").returncode, 1)
 
     def test_csv_garbage_names_the_line(self):
         head = "Size,Action,Pointer,Stream\n"

@@ -129,6 +129,7 @@ class CsvTests(TempDirCase):
             "0,22:09:51.819441,allocate,0x10000000,1000,0x0\n"
             "0,22:09:51.819442,allocate,0x10000400,3000,0x7f00ab\n"
             "0,22:09:51.819443,free,0x10000000,1000,0x0\n"
+            "0,22:09:51.819445,allocate failure,0x0,4194304,0x0\n"
             "0,22:09:52.819447,free,0x10000400,3000,0x7f00ab\n"))
         s = parse_summary(err)
         self.assertEqual(s["events read"], 10)
@@ -137,7 +138,34 @@ class CsvTests(TempDirCase):
         self.assertEqual(s["skipped frees of unknown addresses"], 0)
         self.assertEqual(s["pre-existing segments"], 0)
         self.assertEqual(s["allocations never freed"], 0)
-        self.assertIn("events not emitted (free_completed, segment_*, oom, snapshot): 6", err)
+        # the request that failed is a row, as RMM writes one; never dropped
+        self.assertIn("failed requests (oom, written as allocate failure): 1", err)
+        self.assertIn("events not emitted (free_completed, segment_*, snapshot): 5", err)
+
+    def test_capacity_note(self):
+        # a tessera snapshot says what the device had: the CSV's first row carries it in a Note
+        # column (RMM's parser ignores it) and the dump in capacity and conf lines
+        snap = {
+            "segments": [],
+            "device_traces": [[ev("alloc", 4096, 512, time_us=1),
+                               {"action": "oom", "device_free": 0, "size": 4 * MiB, "stream": 0,
+                                "time_us": 2}]],
+            "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "memory_limit:1G,defragment:True"},
+            "tessera": {"devices": [{"device": 0, "total_bytes": 2 << 30,
+                                     "memory_limit_bytes": 1 << 30}]},
+        }
+        path = self.write_pickle(snap)
+        rc, out, err = run(path)
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "Thread,Time,Action,Pointer,Size,Stream,Note")
+        self.assertEqual(lines[1], '0,00:00:00.000001,allocate,0x1000,512,0x0,"device=0 total=%d '
+                         'limit=%d conf=memory_limit:1G,defragment:True"' % (2 << 30, 1 << 30))
+        self.assertEqual(lines[2], "0,00:00:00.000002,allocate failure,0x0,4194304,0x0")
+        rc, out, err = run(path, "--format", "dump")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("capacity %d %d\nconf memory_limit:1G,defragment:True\n"
+                      % (2 << 30, 1 << 30), out)
 
     def test_time_of_day_is_utc(self):
         for t in (0, 999999, 86399999999, 86400000000, 1738780408787504, 1748732594962743):

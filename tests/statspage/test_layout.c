@@ -117,7 +117,8 @@ int main(void)
     OFF(tessera_page_map, free_blocks, 96);
     OFF(tessera_page_map, flags, 100);
     OFF(tessera_page_map, request_served, 104);
-    OFF(tessera_page_map, reserved, 112);
+    OFF(tessera_page_map, history_written, 112);
+    OFF(tessera_page_map, reserved, 120);
 
     /* segment and block entries */
     PIN(sizeof(tessera_page_segment), 48);

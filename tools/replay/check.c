@@ -322,7 +322,7 @@ int replay_check_pytorch(const char *path, bool verbose)
 {
     snapshot s;
     if (snapshot_load(&s, path) != 0)
-        return 2;
+        return 1; /* unreadable: tessera-replay's status 1 */
     ts_config cfg;
     config_from_snapshot(&s, &cfg);
 

@@ -15,6 +15,7 @@
 static void usage(FILE *f)
 {
     fputs("usage: tessera-replay [options] TRACE\n"
+          "       tessera-replay --compare TRACE CONF1 CONF2 ...\n"
           "       tessera-replay --check-pytorch SNAPSHOT.pickle\n"
           "\n"
           "Replays an allocation trace through tessera's allocator core on a model of the device\n"
@@ -24,10 +25,17 @@ static void usage(FILE *f)
           "memory snapshot (.pickle, read with scripts/snapshot2trace). Replays start from an\n"
           "empty device: what a snapshot held before its trace began is reported, not replayed.\n"
           "\n"
+          "A run that died: the requests it failed (RMM's 'allocate failure' rows, a snapshot's\n"
+          "'oom' events) are replayed too, on the device the run had (its total and its\n"
+          "memory_limit, as TESSERA_TRACE and snapshot_on_oom record them), and each\n"
+          "configuration says whether it would have served the request that failed, and with\n"
+          "how much to spare. Other traces replay on an unlimited device.\n"
+          "\n"
           "  --conf STR         allocator configuration, TESSERA_ALLOC_CONF syntax; 'default' is\n"
           "                     tessera's default, 'pytorch' PyTorch's policy (default: 'default';\n"
           "                     with --check-pytorch: 'pytorch')\n"
-          "  --capacity SIZE    device size, e.g. 80G (default: unlimited)\n"
+          "  --capacity SIZE    device size, e.g. 80G; replaces the device and the limit a run\n"
+          "                     that died recorded (default: those, else unlimited)\n"
           "  --min-capacity     also find the smallest device (2 MiB steps) that runs the trace\n"
           "                     without an out-of-memory error\n"
           "  --compare C1 C2 .. replay under each configuration; print a side-by-side table\n"
@@ -42,7 +50,21 @@ static void usage(FILE *f)
           "                     the estimated driver time per step once memory stopped growing\n"
           "  --check-pytorch    check that every allocation lands at the address PyTorch chose\n"
           "  -v, --verbose      more detail on stderr\n"
-          "  -h, --help\n",
+          "  -h, --help\n"
+          "\n"
+          "Driver calls: every call the device model receives for memory (segment allocations\n"
+          "and frees, address reservations, physical handles, maps and unmaps, synchronisations);\n"
+          "'dev alloc' and 'dev free' are the num_device_alloc and num_device_free counters that\n"
+          "tessera run --summary and tessera-stat show for a live run.\n"
+          "\n"
+          "Exit status:\n"
+          "  0  replayed; with a device size (--capacity, or the one a run that died recorded),\n"
+          "     no configuration ran out of memory on it\n"
+          "  1  the trace could not be read, or host memory ran out; --check-pytorch: an\n"
+          "     allocation or segment did not land where PyTorch put it\n"
+          "  2  bad usage: an unknown option, a bad size, number or configuration\n"
+          "  3  with a device size (as for 0), a configuration ran out of memory on it (not\n"
+          "     with --min-capacity)\n",
           f);
 }
 
@@ -114,7 +136,7 @@ static const char *plural(size_t n)
 
 /* One closing line for a configuration against the first one: the smallest device each needs,
  * the out-of-memory errors on the given device (when either had one, or a capacity was given),
- * and the driver calls that cost. */
+ * and the driver calls that cost. Every number it quotes is one the table shows. */
 static void print_verdict(const char *conf, const replay_result *r, size_t min, const char *base,
                           const replay_result *b, size_t bmin, size_t capacity)
 {
@@ -140,9 +162,56 @@ static void print_verdict(const char *conf, const replay_result *r, size_t min, 
     } else {
         printf("; %zu OOM%s where %s had %zu", n, plural(n), base, bn);
     }
-    printf("; %llu driver calls against %llu (est. %.1f ms against %.1f ms)\n",
+    printf("; %llu driver calls against %llu (drv time %.1fms against %.1fms)\n",
            (unsigned long long)r->device_calls, (unsigned long long)b->device_calls,
            r->driver_ns / 1e6, b->driver_ns / 1e6);
+}
+
+/* Where the replay ran: "unlimited capacity", "1.00 GiB device (--capacity)", "1.00 GiB device
+ * and a 900.0 MiB memory_limit, as the run had". */
+static void device_text(char *buf, size_t len, size_t capacity, size_t limit, bool recorded)
+{
+    char c[32], l[32];
+    print_size(c, sizeof c, capacity);
+    print_size(l, sizeof l, limit);
+    if (!capacity)
+        snprintf(buf, len, "unlimited capacity");
+    else if (!recorded)
+        snprintf(buf, len, "%s device (--capacity)", c);
+    else if (limit)
+        snprintf(buf, len, "%s device and a %s memory_limit, as the run had", c, l);
+    else
+        snprintf(buf, len, "%s device, as the run had", c);
+}
+
+/* For a run that died: whether this configuration would have served the request that failed,
+ * on that device, and with how much to spare; then the run's other failed requests, and the
+ * requests the run served that fail here (never left unsaid). */
+static void print_run_verdict(const char *conf, const replay_result *r)
+{
+    char size[32], spare[32];
+    print_size(size, sizeof size, (size_t)r->run_first_size);
+    printf("%s: ", conf);
+    if (r->run_first_served && r->run_first_bounded) {
+        print_size(spare, sizeof spare, (size_t)r->run_first_spare);
+        printf("would have served the request that failed (#%zu, %s), with %s to spare",
+               r->run_first_failed, size, spare);
+    } else if (r->run_first_served) {
+        printf("would have served the request that failed (#%zu, %s) on an unlimited device",
+               r->run_first_failed, size);
+    } else {
+        printf("would not have served the request that failed (#%zu, %s)", r->run_first_failed,
+               size);
+    }
+    if (r->run_failures > 1)
+        printf("; serves %zu of the run's %zu failed requests", r->run_failures_served,
+               r->run_failures);
+    size_t again = r->run_failures - r->run_failures_served;
+    size_t others = r->failed_allocs > again ? r->failed_allocs - again : 0;
+    if (others)
+        printf("; %zu request%s the run served fail%s here", others, plural(others),
+               others == 1 ? "s" : "");
+    printf("\n");
 }
 
 /* Peak allocated is PyTorch's allocated_bytes: whole blocks. It differs between configurations
@@ -179,12 +248,15 @@ static void print_peak_note(const replay_result *res, int n)
 }
 
 static void print_json(FILE *f, const trace *t, const char *conf, size_t capacity,
-                       const replay_result *r, size_t min_cap)
+                       size_t limit, const char *capacity_source, const replay_result *r,
+                       size_t min_cap)
 {
     fputs("{\"trace\": ", f);
     json_put_string(f, t->source);
     fputs(", \"conf\": ", f);
     json_put_string(f, conf);
+    fprintf(f, ", \"memory_limit_bytes\": %zu, \"capacity_source\": \"%s\"", limit,
+            capacity_source);
     fprintf(f,
             ", \"capacity_bytes\": %zu, \"events\": %zu, \"allocations\": %zu, \"frees\": %zu, "
             "\"skipped_frees\": %zu, \"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, "
@@ -197,7 +269,20 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
             (unsigned long long)r->num_alloc_retries, (unsigned long long)r->num_ooms,
             (unsigned long long)r->num_stitches, (unsigned long long)r->vm_maps,
             (unsigned long long)r->vm_unmaps, (unsigned long long)r->device_calls);
-    fprintf(f, ", \"failed_allocations\": %zu", r->failed_allocs);
+    fprintf(f, ", \"preexisting_blocks\": %zu, \"preexisting_bytes\": %llu", t->preexisting_blocks,
+            (unsigned long long)t->preexisting_bytes);
+    fprintf(f, ", \"failed_allocations\": %zu, \"run_failed_requests\": %zu, "
+            "\"run_failed_requests_served\": %zu",
+            r->failed_allocs, r->run_failures, r->run_failures_served);
+    if (r->run_failures) {
+        fprintf(f, ", \"run_first_failed_allocation\": %zu, \"run_first_failed_bytes\": %llu, "
+                "\"run_first_failed_served\": %s",
+                r->run_first_failed, (unsigned long long)r->run_first_size,
+                r->run_first_served ? "true" : "false");
+        if (r->run_first_served && r->run_first_bounded)
+            fprintf(f, ", \"run_first_failed_spare_bytes\": %llu",
+                    (unsigned long long)r->run_first_spare);
+    }
     if (r->failed_allocs)
         fprintf(f, ", \"first_oom_allocation\": %zu, \"first_oom_bytes\": %llu", r->first_failed,
                 (unsigned long long)r->first_failed_size);
@@ -224,19 +309,18 @@ static void step_text(char *buf, size_t len, const replay_result *r)
         snprintf(buf, len, "-");
 }
 
-static void print_report(const trace *t, const char *conf, size_t capacity,
+static void print_report(const trace *t, const char *conf, const char *device,
                          const replay_result *r, size_t min_cap)
 {
-    char a[32], b[32], c[32], m[32];
+    char a[32], b[32], m[32];
     print_size(a, sizeof a, r->peak_allocated);
     print_size(b, sizeof b, r->peak_reserved);
-    print_size(c, sizeof c, capacity);
     printf("trace              %s\n", t->source);
     printf("configuration      %s\n", conf);
-    printf("device             %s\n", capacity ? c : "unlimited");
-    printf("events             %zu (%zu allocations, %zu frees; %zu frees of unknown addresses "
-           "skipped)\n",
-           t->n, t->allocations, t->frees, t->skipped_frees);
+    printf("device             %s\n", device);
+    printf("events             %zu (%zu allocations, %zu frees, %zu requests the run failed; "
+           "%zu frees of unknown addresses skipped)\n",
+           t->n, t->allocations, t->frees, t->run_failures, t->skipped_frees);
     printf("peak allocated     %s\n", a);
     printf("peak reserved      %s\n", b);
     printf("utilization        %.2f%% (peak allocated / peak reserved)\n", 100 * r->utilization);
@@ -262,6 +346,16 @@ static void print_report(const trace *t, const char *conf, size_t capacity,
            (r->driver_ns - r->driver_ns_growth) / 1e6, r->driver_ns_per_step >= 0 ? "; " : "",
            r->driver_ns_per_step >= 0 ? step : "");
     printf("host time          %.1f ns per operation\n", r->ns_per_op);
+    if (r->run_failures) {
+        printf("the run failed     %zu request%s; ", r->run_failures, plural(r->run_failures));
+        print_run_verdict(conf, r);
+    }
+}
+
+/* Does cfg set a cap of its own (then a recorded limit does not replace it)? */
+static bool conf_has_cap(const ts_config *cfg)
+{
+    return cfg->memory_limit > 0 || cfg->per_process_memory_fraction < 1.0;
 }
 
 int main(int argc, char **argv)
@@ -281,6 +375,7 @@ int main(int argc, char **argv)
     };
     const char *conf_text = NULL;
     size_t capacity = 0;
+    bool capacity_given = false;
     bool min_cap = false, compare = false, json = false, check = false, verbose = false;
     ts_driver_costs costs;
     ts_driver_costs_defaults(&costs);
@@ -296,6 +391,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
+            capacity_given = true;
             break;
         case 'm': min_cap = true; break;
         case 'D': {
@@ -372,18 +468,53 @@ int main(int argc, char **argv)
                 "never allocated skipped, %zu allocations never freed\n",
                 path, t.allocations, t.frees, t.skipped_frees, t.never_freed);
 
+    if (t.preexisting_blocks) {
+        char b[32];
+        print_size(b, sizeof b, (size_t)t.preexisting_bytes);
+        fprintf(stderr,
+                "tessera-replay: %s: %zu block%s in use (%s) at the snapshot were allocated "
+                "before its history began: not replayed, so the replay holds less than the run "
+                "did (record it with a larger history_events)\n",
+                path, t.preexisting_blocks, plural(t.preexisting_blocks), b);
+    }
+
+    /* The device: --capacity, else what a run that died ran on, else unlimited. */
+    size_t limit = 0;
+    bool recorded = false;
+    if (!capacity_given && t.run_failures && t.has_capacity) {
+        capacity = (size_t)t.run_device_total;
+        limit = (size_t)t.run_limit;
+        recorded = true;
+    } else if (!capacity_given && t.run_failures) {
+        fprintf(stderr,
+                "tessera-replay: %s: the run failed %zu request%s, but the trace does not say "
+                "what device it ran on: replayed on an unlimited device (give --capacity)\n",
+                path, t.run_failures, plural(t.run_failures));
+    }
+    if (verbose && recorded && t.run_conf[0])
+        fprintf(stderr, "tessera-replay: %s: the run's configuration: %s\n", path, t.run_conf);
+    const char *capacity_source = recorded ? "recorded" : capacity ? "given" : "unlimited";
+    char device[128];
+    device_text(device, sizeof device, capacity, limit, recorded);
+
     replay_result res[MAX_CONFS];
-    size_t mins[MAX_CONFS] = {0};
+    size_t mins[MAX_CONFS] = {0}, limits[MAX_CONFS] = {0};
     for (int i = 0; i < nconf; i++) {
-        if (replay_run(&t, &cfgs[i], capacity, &ro, &res[i]) != 0) {
+        /* The run's cap applies to a configuration that sets none of its own, as it did live. */
+        ts_config run_cfg = cfgs[i];
+        if (limit && !conf_has_cap(&run_cfg))
+            run_cfg.memory_limit = limits[i] = limit;
+        if (replay_run(&t, &run_cfg, capacity, &ro, &res[i]) != 0) {
             fprintf(stderr, "tessera-replay: out of host memory\n");
             trace_free(&t);
             return 1;
         }
         if (min_cap || compare) {
             replay_result unlimited = res[i];
-            if (capacity && replay_run(&t, &cfgs[i], 0, &ro, &unlimited) != 0)
+            if ((capacity || limit) && replay_run(&t, &cfgs[i], 0, &ro, &unlimited) != 0) {
+                trace_free(&t);
                 return 1;
+            }
             mins[i] = replay_min_capacity(&t, &cfgs[i], &unlimited);
         }
     }
@@ -394,53 +525,72 @@ int main(int argc, char **argv)
         for (int i = 0; i < nconf; i++) {
             if (i)
                 fputs(",\n ", stdout);
-            print_json(stdout, &t, confs[i], capacity, &res[i], mins[i]);
+            print_json(stdout, &t, confs[i], capacity, limits[i], capacity_source, &res[i],
+                       mins[i]);
         }
         puts(compare ? "]" : "");
     } else if (compare) {
-        char dev[32];
-        print_size(dev, sizeof dev, capacity);
-        printf("%s: %zu events, %zu allocations (replayed from an empty device, %s%s)\n", path,
-               t.n, t.allocations, capacity ? dev : "unlimited capacity",
-               capacity ? " device" : "");
-        printf("%-40s %11s %11s %8s %12s %9s %9s %9s %9s %9s %7s %5s %-16s %7s\n",
+        printf("%s: %zu events, %zu allocations, %zu request%s the run failed (replayed from an "
+               "empty device, %s)\n",
+               path, t.n, t.allocations, t.run_failures, plural(t.run_failures), device);
+        /* the configuration column is as wide as the longest name: names are never cut */
+        int w = (int)strlen("configuration");
+        for (int i = 0; i < nconf; i++)
+            if ((int)strlen(confs[i]) > w)
+                w = (int)strlen(confs[i]);
+        printf("%-*s %11s %11s %8s %12s %9s %9s %9s %9s %9s %9s %7s %5s %-16s %7s\n", w,
                "configuration", "peak alloc", "peak resv", "util", "min capacity", "dev alloc",
-               "dev free", "drv calls", "drv grow", "drv/step", "retries", "OOMs", "first OOM",
-               "ns/op");
+               "dev free", "drv calls", "drv time", "drv grow", "drv/step", "retries", "OOMs",
+               "first OOM", "ns/op");
         for (int i = 0; i < nconf; i++) {
             char a[32], b[32], m[32], first[48];
             print_size(a, sizeof a, res[i].peak_allocated);
             print_size(b, sizeof b, res[i].peak_reserved);
             print_size(m, sizeof m, mins[i]);
             first_oom_text(first, sizeof first, &res[i]);
-            char grow[32], per_step[32] = "-";
+            char total[32], grow[32], per_step[32] = "-";
+            snprintf(total, sizeof total, "%.1fms", res[i].driver_ns / 1e6);
             snprintf(grow, sizeof grow, "%.1fms", res[i].driver_ns_growth / 1e6);
             if (res[i].driver_ns_per_step >= 0)
                 snprintf(per_step, sizeof per_step, "%.3fms", res[i].driver_ns_per_step / 1e6);
-            printf("%-40.40s %11s %11s %7.2f%% %12s %9llu %9llu %9llu %9s %9s %7llu %5zu %-16s "
+            printf("%-*s %11s %11s %7.2f%% %12s %9llu %9llu %9llu %9s %9s %9s %7llu %5zu %-16s "
                    "%7.1f\n",
-                   confs[i], a, b, 100 * res[i].utilization, m,
+                   w, confs[i], a, b, 100 * res[i].utilization, m,
                    (unsigned long long)res[i].num_device_alloc,
                    (unsigned long long)res[i].num_device_free,
-                   (unsigned long long)res[i].device_calls, grow, per_step,
+                   (unsigned long long)res[i].device_calls, total, grow, per_step,
                    (unsigned long long)res[i].num_alloc_retries, res[i].failed_allocs, first,
                    res[i].ns_per_op);
         }
         print_peak_note(res, nconf);
-        printf("drv grow: estimated driver time until memory stopped growing; drv/step: per step "
-               "after that (--steps);\n  latencies: %s\n",
+        printf("drv calls: every driver call for memory (dev alloc and dev free are what tessera "
+               "run --summary shows);\n  drv time: their estimated time; drv grow: until memory "
+               "stopped growing; drv/step: per step after that (--steps);\n  latencies: %s\n",
                costs_file ? costs_file : "the published A100 figures (--driver-costs FILE)");
+        if (t.run_failures) {
+            char size[32];
+            print_size(size, sizeof size, (size_t)res[0].run_first_size);
+            printf("the run failed %zu request%s (the first: #%zu, %s); on the %s:\n",
+                   t.run_failures, plural(t.run_failures), res[0].run_first_failed, size,
+                   capacity ? device : "unlimited device the replay assumed");
+            for (int i = 0; i < nconf; i++)
+                print_run_verdict(confs[i], &res[i]);
+            if (t.preexisting_blocks)
+                printf("  (the history began late: %zu block%s the run held are not replayed, so "
+                       "these verdicts may be too hopeful)\n",
+                       t.preexisting_blocks, plural(t.preexisting_blocks));
+        }
         if (nconf > 1)
             printf("verdict (min capacity: the smallest device that runs the trace, in 2 MiB "
                    "steps):\n");
         for (int i = 1; i < nconf; i++)
             print_verdict(confs[i], &res[i], mins[i], confs[0], &res[0], mins[0], capacity);
     } else {
-        print_report(&t, confs[0], capacity, &res[0], mins[0]);
+        print_report(&t, confs[0], device, &res[0], mins[0]);
     }
     trace_free(&t);
     for (int i = 0; i < nconf; i++)
-        if (res[i].num_ooms && !min_cap && capacity)
-            return 3; /* the trace did not fit the given device */
+        if (res[i].num_ooms && !min_cap && (capacity || limit))
+            return 3; /* the trace did not fit the device */
     return 0;
 }

@@ -20,9 +20,20 @@ typedef struct replay_result {
     uint64_t vm_maps, vm_unmaps, vm_creates;
     uint64_t device_calls;  /* every backend call that reaches the driver: segment alloc/free,
                              * reserve/release, create/destroy, map/unmap, synchronise */
-    size_t failed_allocs;   /* allocations that got out of memory */
+    size_t failed_allocs;   /* allocations that got out of memory (the run's failed requests
+                             * included, when they fail again) */
     size_t first_failed;    /* the first of them: its allocation number (1-based), 0 if none */
     uint64_t first_failed_size; /* and its requested bytes */
+    /* The requests the recorded run failed (trace.h: TRACE_FAILED), replayed here. */
+    size_t run_failures;        /* how many there were */
+    size_t run_failures_served; /* how many of them this configuration served */
+    size_t run_first_failed;    /* the first one: its allocation number (1-based), 0 if none */
+    uint64_t run_first_size;    /* its requested bytes */
+    bool run_first_served;      /* served here */
+    bool run_first_bounded;     /* the replay had a device size or a cap (else no spare) */
+    uint64_t run_first_spare;   /* if served and bounded: the capacity left right after it (the
+                                 * device, or the cap when smaller, less
+                                 * reserved_bytes.all.current) */
     size_t ops;             /* allocations plus frees replayed */
     double ns_per_op;       /* host time per replayed operation */
     /* Estimated driver time (devmodel/costs.h). Growth: up to the end of the event that last
@@ -41,7 +52,8 @@ typedef struct replay_opts {
                                    * event counts (a training loop) */
 } replay_opts;
 
-/* Replay t from an empty device of capacity bytes (0: effectively unlimited). o may be NULL.
+/* Replay t from an empty device of capacity bytes (0: effectively unlimited) under cfg (whose
+ * cap, memory_limit or memory fraction, applies as in a live run). o may be NULL.
  * Returns 0, or -1 when the core could not be created (host memory). */
 int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const replay_opts *o,
                replay_result *r);

@@ -72,6 +72,29 @@ static size_t step_end(const trace *t, size_t steps, size_t k)
     return (size_t)((unsigned __int128)t->n * k / steps);
 }
 
+/* A request the recorded run failed, replayed: served or not, and for the first one, how much
+ * of the capacity (the device, or the cap when smaller) was left right after it. */
+static void run_failure_note(replay_result *r, ts_allocator *a, size_t capacity,
+                             const trace_event *e, bool served)
+{
+    r->run_failures_served += served;
+    if (r->run_failures++)
+        return;
+    r->run_first_failed = (size_t)e->slot + 1;
+    r->run_first_size = e->size;
+    r->run_first_served = served;
+    if (!served)
+        return;
+    tessera_device_stats st;
+    ts_get_stats(a, &st);
+    uint64_t room = capacity ? capacity : REPLAY_UNLIMITED;
+    if (st.memory_limit_bytes > 0 && (uint64_t)st.memory_limit_bytes < room)
+        room = (uint64_t)st.memory_limit_bytes;
+    r->run_first_bounded = room != REPLAY_UNLIMITED;
+    uint64_t reserved = (uint64_t)st.reserved_bytes[TESSERA_POOL_ALL].current;
+    r->run_first_spare = room > reserved ? room - reserved : 0;
+}
+
 int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const replay_opts *o,
                replay_result *r)
 {
@@ -104,14 +127,17 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
     double t0 = now_ns(), last = t0;
     for (size_t i = 0; i < t->n; i++) {
         const trace_event *e = &t->ev[i];
-        if (e->kind == TRACE_ALLOC) {
+        if (e->kind == TRACE_ALLOC || e->kind == TRACE_FAILED) {
             uintptr_t p = 0;
-            if (ts_malloc(a, e->size, e->stream, &p) == TS_OK)
+            const bool served = ts_malloc(a, e->size, e->stream, &p) == TS_OK;
+            if (served)
                 slots[e->slot] = p;
             else if (r->failed_allocs++ == 0) {
                 r->first_failed = (size_t)e->slot + 1; /* slots number allocations in order */
                 r->first_failed_size = e->size;
             }
+            if (e->kind == TRACE_FAILED)
+                run_failure_note(r, a, capacity, e, served);
         } else if (slots[e->slot]) {
             ts_free(a, slots[e->slot]);
             slots[e->slot] = 0;

@@ -71,6 +71,16 @@ static int trace_on_alloc(trace *t, slotmap *sm, uint64_t ptr, uint64_t size, ui
     return trace_push(t, TRACE_ALLOC, slot, size, stream);
 }
 
+/* A request the recorded run failed: replayed, never dropped (trace.h). */
+static int trace_on_failed(trace *t, uint64_t size, uint64_t stream)
+{
+    if (size == 0)
+        return 0;
+    uint32_t slot = (uint32_t)t->nslots++;
+    t->run_failures++;
+    return trace_push(t, TRACE_FAILED, slot, size, stream);
+}
+
 static int trace_on_free(trace *t, slotmap *sm, uint64_t ptr, uint64_t stream)
 {
     void *v = ptr ? ts_ptrmap_del(&sm->map, (uintptr_t)ptr) : NULL;
@@ -174,13 +184,17 @@ static int csv_split(char *line, char **f, int max)
     }
 }
 
-/* Where each column RMM writes sits in a record. */
+/* Where each column RMM writes sits in a record. tessera's own logs add a Note column (RMM's
+ * parser reads columns by name and ignores it): on the first row and on each "allocate failure"
+ * row, what the run ran on, "device=D total=BYTES limit=BYTES conf=TEXT" (conf last: the rest of
+ * the field). */
 typedef struct csv_columns {
     int action, pointer, size, stream; /* stream: -1 when absent (stream 0) */
+    int note;                          /* -1 when absent */
     int needed;                        /* fields a record must have */
 } csv_columns;
 
-static const csv_columns rmm_order = {2, 3, 4, 5, 6};
+static const csv_columns rmm_order = {2, 3, 4, 5, -1, 6};
 
 static int column_of(char **f, int nf, const char *name)
 {
@@ -209,6 +223,7 @@ static int csv_header(char **f, int nf, csv_columns *cols, const char *path, siz
     cols->pointer = column_of(f, nf, "Pointer");
     cols->size = column_of(f, nf, "Size");
     cols->stream = column_of(f, nf, "Stream");
+    cols->note = column_of(f, nf, "Note");
     int last = cols->action;
     int others[] = {cols->pointer, cols->size, cols->stream};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
@@ -237,9 +252,61 @@ static bool parse_u64(const char *s, int base, uint64_t *out)
     return true;
 }
 
+/* A Note field (see csv_columns): what the run ran on. The first failed request's note wins over
+ * the start's (the capacity at the failure is the one that mattered). Unknown keys are ignored;
+ * a malformed number leaves the trace without a capacity rather than with a wrong one. */
+static void csv_note(trace *t, const char *note, bool failure, bool *from_failure)
+{
+    if (!*note || (t->has_capacity && (*from_failure || !failure)))
+        return;
+    uint64_t total = 0, limit = 0;
+    bool have_total = false, bad = false;
+    char conf[sizeof t->run_conf] = "";
+    const char *p = note;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        if (strncmp(p, "conf=", 5) == 0) {
+            snprintf(conf, sizeof conf, "%s", p + 5);
+            break;
+        }
+        const char *end = strchr(p, ' ');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char word[64];
+        if (len < sizeof word) {
+            memcpy(word, p, len);
+            word[len] = '\0';
+            char *eq = strchr(word, '=');
+            if (eq) {
+                *eq = '\0';
+                char *num_end;
+                errno = 0;
+                unsigned long long v = strtoull(eq + 1, &num_end, 10);
+                bool ok = !errno && num_end != eq + 1 && !*num_end && eq[1] != '-';
+                if (strcmp(word, "total") == 0) {
+                    bad |= !ok || v == 0;
+                    total = v;
+                    have_total = true;
+                } else if (strcmp(word, "limit") == 0) {
+                    bad |= !ok;
+                    limit = v;
+                }
+            }
+        }
+        p += len;
+    }
+    if (!have_total || bad)
+        return;
+    t->has_capacity = true;
+    t->run_device_total = total;
+    t->run_limit = limit;
+    snprintf(t->run_conf, sizeof t->run_conf, "%s", conf);
+    *from_failure = failure;
+}
+
 /* One record: the event it describes, or an error line naming the line. */
 static int csv_record(trace *t, slotmap *sm, char **fld, int nf, const csv_columns *cols,
-                      const char *path, size_t lineno)
+                      bool *note_from_failure, const char *path, size_t lineno)
 {
     if (nf < cols->needed) {
         fprintf(stderr,
@@ -265,16 +332,19 @@ static int csv_record(trace *t, slotmap *sm, char **fld, int nf, const csv_colum
                 fld[cols->stream]);
         return -1;
     }
+    /* RMM's parser (benchmarks/utilities/log_parser.hpp) accepts exactly these three actions */
+    const bool failure = strcmp(action, "allocate failure") == 0;
+    if (cols->note >= 0 && cols->note < nf)
+        csv_note(t, fld[cols->note], failure, note_from_failure);
     if (strcmp(action, "allocate") == 0)
         return size == 0 ? 0 : trace_on_alloc(t, sm, ptr, size, stream);
-    if (strcmp(action, "free") == 0 || strcmp(action, "deallocate") == 0)
+    if (strcmp(action, "free") == 0)
         return trace_on_free(t, sm, ptr, stream);
-    if (strcmp(action, "allocate failure") == 0) {
-        t->skipped_failures++;
-        return 0;
-    }
+    if (failure)
+        return trace_on_failed(t, size, stream);
     fprintf(stderr,
-            "tessera-replay: %s:%zu: unknown action '%s' (allocate, free, allocate failure)\n",
+            "tessera-replay: %s:%zu: unknown action '%s' (RMM's log has allocate, free and "
+            "allocate failure)\n",
             path, lineno, action);
     return -1;
 }
@@ -289,7 +359,7 @@ static int load_csv(trace *t, FILE *f, const char *path)
     ssize_t len;
     size_t lineno = 0;
     int rc = 0;
-    bool first = true;
+    bool first = true, note_from_failure = false;
     csv_columns cols = rmm_order;
     char *fld[CSV_MAX_FIELDS];
     while ((len = getline(&line, &linecap, f)) > 0) {
@@ -317,7 +387,7 @@ static int load_csv(trace *t, FILE *f, const char *path)
             if (h > 0)
                 continue;
         }
-        rc = csv_record(t, &sm, fld, nf, &cols, path, lineno);
+        rc = csv_record(t, &sm, fld, nf, &cols, &note_from_failure, path, lineno);
         if (rc)
             break;
     }
@@ -370,6 +440,14 @@ static int parse_dump(snapshot *s, char *text, const char *path)
             snprintf(s->source, sizeof s->source, "%s", line + 7);
         } else if (strcmp(kw, "device") == 0) {
             /* informational */
+        } else if (strcmp(kw, "capacity") == 0) {
+            /* what the run ran on: device total and the allocator's cap (0: none) */
+            if (sscanf(line, "capacity %" SCNu64 " %" SCNu64, &s->device_total, &s->limit) != 2 ||
+                s->device_total == 0)
+                return dump_error(path, lineno, "bad capacity line");
+            s->has_capacity = true;
+        } else if (strcmp(kw, "conf") == 0) {
+            snprintf(s->conf, sizeof s->conf, "%s", line[4] ? line + 5 : "");
         } else if (strcmp(kw, "setting") == 0) {
             if (sscanf(line, "setting %63s %63s", a1, a2) != 2)
                 return dump_error(path, lineno, "bad setting line");
@@ -562,6 +640,19 @@ static int trace_from_snapshot(trace *t, const snapshot *s)
             rc = trace_on_alloc(t, &sm, e->addr, e->size, e->stream);
         else if (e->action == SNAP_FREE_REQUESTED)
             rc = trace_on_free(t, &sm, e->addr, e->stream);
+        else if (e->action == SNAP_OOM)
+            rc = trace_on_failed(t, e->size, e->stream);
+    }
+    for (size_t i = 0; i < s->nblocks; i++)
+        if (s->blocks[i].state != 0 && !ts_ptrmap_get(&sm.map, (uintptr_t)s->blocks[i].addr)) {
+            t->preexisting_blocks++;
+            t->preexisting_bytes += s->blocks[i].size;
+        }
+    if (s->has_capacity) {
+        t->has_capacity = true;
+        t->run_device_total = s->device_total;
+        t->run_limit = s->limit;
+        snprintf(t->run_conf, sizeof t->run_conf, "%s", s->conf);
     }
     t->never_freed = sm.map.count;
     ts_ptrmap_destroy(&sm.map);

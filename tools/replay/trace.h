@@ -3,6 +3,12 @@
  * A trace is a sequence of allocate/free events over dense slot numbers (one per allocation), so
  * the replay never depends on the addresses the recording process saw. Frees of addresses the
  * trace never allocated (a ring buffer that started late) are skipped and counted.
+ *
+ * A request that failed in the recorded run (an RMM "allocate failure" row, a snapshot's "oom"
+ * event) is a TRACE_FAILED event: replayed like an allocation, so that each configuration says
+ * whether it would have served it. Such a request has no address and so no free in the trace: a
+ * configuration that serves it holds it to the end. What the run ran on (device total, the
+ * allocator's cap, its configuration) comes with the trace when the recorder wrote it down.
  */
 #ifndef TS_REPLAY_TRACE_H
 #define TS_REPLAY_TRACE_H
@@ -11,7 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum trace_kind { TRACE_ALLOC = 0, TRACE_FREE = 1 } trace_kind;
+typedef enum trace_kind {
+    TRACE_ALLOC = 0,
+    TRACE_FREE = 1,
+    TRACE_FAILED = 2 /* a request the recorded run could not serve */
+} trace_kind;
 
 typedef struct trace_event {
     uint32_t kind; /* trace_kind */
@@ -26,8 +36,18 @@ typedef struct trace {
     size_t nslots;
     size_t allocations, frees;
     size_t skipped_frees;       /* frees of addresses never allocated in the trace */
-    size_t skipped_failures;    /* "allocate failure" rows */
+    size_t run_failures;        /* TRACE_FAILED events: requests the recorded run failed */
     size_t never_freed;         /* allocations still live at the end */
+    /* A snapshot's blocks in use that its history never allocated (it began late): they are
+     * not replayed, and the replay says so. */
+    size_t preexisting_blocks;
+    uint64_t preexisting_bytes;
+    /* What the recorded run ran on, when the trace says (TESSERA_TRACE's Note column, a
+     * snapshot's 'tessera' entry): at its first failed request, else at its start. */
+    bool has_capacity;
+    uint64_t run_device_total;  /* bytes the device had */
+    uint64_t run_limit;         /* the allocator's cap (memory_limit, memory fraction); 0: none */
+    char run_conf[2048];        /* its configuration (TESSERA_ALLOC_CONF syntax), "" unknown */
     char source[256];
 } trace;
 
@@ -55,6 +75,9 @@ typedef struct snap_event {
 } snap_event;
 
 typedef struct snapshot {
+    bool has_capacity;      /* a 'capacity' line: what the run ran on */
+    uint64_t device_total, limit;
+    char conf[2048];        /* a 'conf' line: the run's configuration */
     int64_t max_split_size; /* -1: unlimited */
     double gc_threshold;
     bool expandable_segments;

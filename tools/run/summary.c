@@ -42,9 +42,15 @@ static void slot_print(FILE *f, const tessera_page_slot_head *h)
             s->num_alloc_calls);
     fprintf(f, "tessera:     frees served        %12" PRId64 "                 (num_free_calls)\n",
             s->num_free_calls);
-    fprintf(f, "tessera:     driver calls        %12" PRId64
-            "                 (num_device_alloc + num_device_free: %" PRId64 " + %" PRId64 ")\n",
-            s->num_device_alloc + s->num_device_free, s->num_device_alloc, s->num_device_free);
+    /* The counters by their own names: "driver calls" means every driver call for memory
+     * (tessera-replay's drv calls column), which a live page does not count; these two are the
+     * replay's dev alloc and dev free columns. */
+    fprintf(f, "tessera:     device allocations  %12" PRId64 "                 (num_device_alloc)\n",
+            s->num_device_alloc);
+    fprintf(f, "tessera:     device frees        %12" PRId64 "                 (num_device_free)\n",
+            s->num_device_free);
+    fprintf(f, "tessera:     stitches            %12" PRId64 "                 (num_stitches)\n",
+            s->num_stitches);
     fprintf(f, "tessera:     retries             %12" PRId64 "                 (num_alloc_retries)\n",
             s->num_alloc_retries);
     fprintf(f, "tessera:     out of memory       %12" PRId64 "                 (num_ooms)\n",

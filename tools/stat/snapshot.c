@@ -22,6 +22,7 @@
 
 #include "statspage/history_read.h"
 #include "statspage/snapshot.h"
+#include "statspage/symbols.h"
 
 static uint64_t now_ns(void)
 {
@@ -82,6 +83,8 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
     uint64_t req = request_maps(&pg, pg.path, why, sizeof why);
     const uint64_t deadline = now_ns() + (uint64_t)(wait_s * 1e9);
     snprintf(s.source, sizeof s.source, "tessera-stat");
+    ts_snap_settings_from_conf(&s, pg.hdr.config); /* allocator_settings, from the page */
+    s.symbols = ts_symbols_create(); /* frames named here, at read time (NULL: offsets) */
     s.pid = pid;
     ts_snap_load_mappings(&s, pid);
     size_t nslots = 0;
@@ -127,8 +130,15 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
         char err[600];
         int e = ts_history_read(dir, pid, i, &c, err, sizeof err);
         if (e == 0) {
-            if (ts_snap_add_trace(&s, head->device, c.events, c.n) != 0)
+            /* cut at the layout's instant: events after the map are not in the snapshot */
+            uint64_t past = 0;
+            int cut = ts_snap_add_page_trace(&s, head, &c, &past);
+            if (cut < 0)
                 ts_history_copy_free(&c);
+            else if (cut == 1 && strncmp(consistency, "exact", 5) == 0)
+                snprintf(consistency, sizeof consistency,
+                         "not exact: the history may run past the block layout (a page without "
+                         "the history mark)");
             if (c.dropped)
                 printf("device %d: %" PRIu64 " older events no longer in the history ring\n",
                        head->device, c.dropped);
@@ -158,6 +168,7 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
         }
     }
 done:
+    ts_symbols_free(s.symbols);
     ts_snap_free(&s);
     free(head);
     free(segs);
