@@ -208,6 +208,13 @@ static int fd_take(int pidfd, int32_t pid, int32_t fd)
     return got >= 0 ? got : -err;
 }
 
+/* The driver's answer for a descriptor fd_take could not take: not permitted (another user,
+ * ptrace rules), or a handle that names nothing (the exporter closed it, a forged handle). */
+static CUresult fd_error(int err)
+{
+    return err == -EPERM || err == -EACCES ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_HANDLE;
+}
+
 /* Yama's ptrace_scope 1 lets only a process's ancestors take its descriptors; an importer is
  * usually its child or sibling. A process that exports virtual memory lets processes of its own
  * user take them (what ptrace_scope 0 allows everywhere); other users never can. */
@@ -564,7 +571,7 @@ static CUresult import_vm(const ipc_manifest *m, int pidfd, int32_t pid, CUdevic
                         fd == -EPERM ? " (the importer may not ptrace the exporter: same user "
                                        "needed, and kernel.yama.ptrace_scope at most 1)"
                                      : "");
-            r = fd == -EPERM ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_HANDLE;
+            r = fd_error(fd);
             break;
         }
         CUmemGenericAllocationHandle h;
@@ -598,7 +605,7 @@ static CUresult manifest_open(const ipc_wire *w, int pidfd, ipc_manifest **out, 
 {
     int mfd = fd_take(pidfd, w->pid, w->mfd);
     if (mfd < 0)
-        return mfd == -EPERM ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_HANDLE;
+        return fd_error(mfd);
     struct stat st;
     ipc_manifest *m = MAP_FAILED;
     size_t msize = 0;

@@ -753,6 +753,8 @@ class Ipc(Base):
                             "open_failed", "bytes_bad", "seen_back"):
                     self.assertEqual(run.result[key], plain.result[key], (key, run))
                 self.assertEqual(run.result["held_ok"], "1", run)
+                # a handle naming the exporter's pid with another start time: a reused pid
+                self.assertEqual(run.result["stale_refused"], "1", run)
                 st = self.env.page_stats(run.result["pid"])
                 self.assertIsNotNone(st, run)
                 if stitch:
@@ -787,6 +789,20 @@ class Ipc(Base):
                 self.assertEqual(run.result["opened"], "0", run)  # an error, never other bytes
                 self.assertEqual(run.result["open_failed"], "9", run)
                 self.assertEqual(run.result["bytes_bad"], "0", run)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to start the importer as another user")
+    def test_another_user_cannot_open(self):
+        # CUDA's own IPC has no user check; tessera's descriptors are the kernel's to give, and
+        # it gives them to the exporter's user only: another user's open fails, mapping nothing
+        os.chmod(self.env.tmp, 0o755)
+        for conf in ("", "defragment:True"):
+            with self.subTest(conf=conf):
+                run = self.env.run(prog("ipc_share", "--importer-uid", "65534"), memory="1G",
+                                   conf=conf or None)
+                self.ok(run)
+                self.assertEqual(run.result["opened"], "0", run)
+                self.assertEqual(run.result["open_failed"], "9", run)
+                self.assertIn("cannot be read by this process", run.stderr)
 
     def test_range_of_a_block_is_the_block(self):
         # the probe: two blocks that share a segment; each exports and answers for itself

@@ -1,7 +1,7 @@
 /* ipc_share: an ordinary program that shares device memory with another process over CUDA IPC
  * and asks the driver about its pointers, as CUDA-aware MPI, UCX and torch.multiprocessing do.
  *
- *   ipc_share [--mode MODE] [--plain-child]
+ *   ipc_share [--mode MODE] [--plain-child] [--importer-uid UID]
  *
  * The parent keeps 8 blocks of 512 B to 64 MiB live together, plus, after freeing every other
  * one of 8 blocks of 2 MiB, one of 6 MiB (a caching allocator may serve it from the holes). For
@@ -18,15 +18,19 @@
  *   exit     the parent exits while the importer has the blocks open; the importer checks the
  *            bytes again after its exporter is gone (its report goes to stderr, prefixed
  *            "importer:")
- * --plain-child starts the importer without LD_PRELOAD (a process not under tessera).
+ * --plain-child starts the importer without LD_PRELOAD (a process not under tessera);
+ * --importer-uid (as root) starts it as another user, who may not take this process's memory.
  * RESULT fields: pid, blocks, attr_bad (pointer-query answers that are not the block's), ids (distinct
  * buffer ids), same_handle (exporting a block twice gives the same bytes), own_open (the error
  * for opening one's own handle), opened, open_failed, bytes_bad (the importer's checks),
  * seen_back (importer writes the parent saw), held_ok (reuse: the importer's bytes survived),
- * export_us and open_us (mean microseconds per cudaIpcGetMemHandle and cudaIpcOpenMemHandle). */
+ * export_us and open_us (mean microseconds per cudaIpcGetMemHandle and cudaIpcOpenMemHandle),
+ * stale_refused (a copy of a handle with its bytes 16-23 changed, where tessera keeps the
+ * exporter's start time against PID reuse, was refused). */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <getopt.h>
+#include <grp.h>
 #include <stdbool.h>
 #include <time.h>
 #include <sys/wait.h>
@@ -36,7 +40,7 @@
 
 #define NBLOCKS 9
 
-static const char *usage_text = "[--mode basic|reuse|exit] [--plain-child]";
+static const char *usage_text = "[--mode basic|reuse|exit] [--plain-child] [--importer-uid UID]";
 
 typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
 typedef CUresult (*attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
@@ -165,7 +169,7 @@ static int importer(void) {
   char line[512];
   void *ptrs[NBLOCKS];
   size_t sizes[NBLOCKS];
-  int n = 0, opened = 0, failed = 0, bad = 0;
+  int n = 0, opened = 0, failed = 0, bad = 0, stale_refused = -1;
   double open_us = 0;
   CHECK(cudaSetDevice(0));
   while (n < NBLOCKS && fgets(line, sizeof line, stdin)) {
@@ -186,7 +190,15 @@ static int importer(void) {
       failed++;
     } else {
       opened++;
-      if (n == 0) { /* the same handle opened twice: the same mapping, closed twice */
+      if (n == 0) {
+        /* a stale handle: the same exporter pid, another start time (its pid reused) */
+        cudaIpcMemHandle_t old = h;
+        old.reserved[16] ^= 0x5a;
+        void *gone = NULL;
+        stale_refused = cudaIpcOpenMemHandle(&gone, old, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess;
+        if (!stale_refused) CHECK(cudaIpcCloseMemHandle(gone));
+        (void)cudaGetLastError();
+        /* the same handle opened twice: the same mapping, closed twice */
         void *again = NULL;
         if (cudaIpcOpenMemHandle(&again, h, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess ||
             again != ptrs[0])
@@ -201,7 +213,8 @@ static int importer(void) {
     }
     n++;
   }
-  printf("opened %d failed %d bad %d open_us %.1f\n", opened, failed, bad, n ? open_us / n : 0.0);
+  printf("opened %d failed %d bad %d open_us %.1f stale %d\n", opened, failed, bad,
+         n ? open_us / n : 0.0, stale_refused);
   fflush(stdout);
   /* the parent's next word: check (the blocks again, then close), or exit */
   if (!fgets(line, sizeof line, stdin)) line[0] = '\0';
@@ -234,10 +247,12 @@ int main(int argc, char **argv) {
   prog_init();
   const char *mode = "basic";
   bool plain_child = false, child = false;
+  long importer_uid = -1;
   int c;
   static const struct option opts[] = {{"mode", required_argument, NULL, 'm'},
                                        {"plain-child", no_argument, NULL, 'p'},
                                        {"importer", no_argument, NULL, 'i'},
+                                       {"importer-uid", required_argument, NULL, 'u'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -245,6 +260,7 @@ int main(int argc, char **argv) {
     case 'm': mode = optarg; break;
     case 'p': plain_child = true; break;
     case 'i': child = true; break;
+    case 'u': importer_uid = strtol(optarg, NULL, 10); break;
     case 'h': show_help(argv[0], usage_text);
     default: bad_usage(argv[0], usage_text);
     }
@@ -316,6 +332,9 @@ int main(int argc, char **argv) {
     close(to_child[1]);
     close(from_child[0]);
     if (plain_child) unsetenv("LD_PRELOAD");
+    if (importer_uid >= 0 && (setgroups(0, NULL) != 0 || setgid((gid_t)importer_uid) != 0 ||
+                              setuid((uid_t)importer_uid) != 0))
+      _exit(126);
     execl("/proc/self/exe", argv[0], "--importer", (char *)NULL);
     _exit(127);
   }
@@ -331,9 +350,10 @@ int main(int argc, char **argv) {
   char line[256];
   int opened = -1, failed = -1, bytes_bad = -1;
   double open_us = 0;
+  int stale = -1;
   if (!fgets(line, sizeof line, in) ||
-      sscanf(line, "opened %d failed %d bad %d open_us %lf", &opened, &failed, &bytes_bad,
-             &open_us) != 4)
+      sscanf(line, "opened %d failed %d bad %d open_us %lf stale %d", &opened, &failed,
+             &bytes_bad, &open_us, &stale) != 5)
     die_msg("importer", "no report");
   int seen_back = 0;
   for (int i = 0; i < NBLOCKS; i++) seen_back += get_byte(blocks[i], bsize[i] - 1) == back_of(i);
@@ -374,8 +394,9 @@ int main(int argc, char **argv) {
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die_msg("importer", "did not exit cleanly");
   }
   printf("RESULT status=ok pid=%d blocks=%d attr_bad=%d ids=%d same_handle=%d own_open=%s opened=%d "
-         "open_failed=%d bytes_bad=%d seen_back=%d held_ok=%d export_us=%.1f open_us=%.1f\n",
+         "open_failed=%d bytes_bad=%d seen_back=%d held_ok=%d export_us=%.1f open_us=%.1f "
+         "stale_refused=%d\n",
          (int)getpid(), NBLOCKS, attr_bad, distinct, same_handle, cudaGetErrorName(own_err), opened, failed,
-         bytes_bad, seen_back, held_ok, export_us / NBLOCKS, open_us);
+         bytes_bad, seen_back, held_ok, export_us / NBLOCKS, open_us, stale);
   return 0;
 }
