@@ -670,10 +670,13 @@ static CUresult put_attr(void *data, CUpointer_attribute attr, const struct sim_
         *(CUdeviceptr *)data = known ? (CUdeviceptr)p : 0;
         break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        if (dev && !multi)
+        if (dev && !multi && !(pi->alloc && pi->alloc->kind == SIM_ALLOC_MANAGED))
             return CUDA_ERROR_INVALID_VALUE;
-        /* pinned memory, and memory CUDA does not know, is its own host pointer */
-        *(void **)data = (pi->kind == SIM_PTR_HOST || (!known && !pi->in_device_space)) ? (void *)p : NULL;
+        /* pinned and managed memory, and memory CUDA does not know, is its own host pointer */
+        *(void **)data = (pi->kind == SIM_PTR_HOST || (!known && !pi->in_device_space) ||
+                          (pi->alloc && pi->alloc->kind == SIM_ALLOC_MANAGED))
+                             ? (void *)p
+                             : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
         put_bool(data, false);
