@@ -1,5 +1,5 @@
 // Managed memory, as NVIDIA's UnifiedMemoryStreams and HAMi-core's managed tests use it: one
-// pointer the host and the device both use. It is device memory on the device's budget
+// pointer the host and the device both use, attached to a stream, prefetched and advised. It is device memory on the device's budget
 // (cudaMemGetInfo shows it), the runtime reports it as managed, and cudaFree frees it.
 #include <cstdio>
 #include <cuda_runtime.h>
@@ -31,9 +31,24 @@ int main()
     CHECK(cudaMemGetInfo(&free1, &total));
     for (int i = 0; i < n; i++)
         m[i] = i; // the host writes it directly
-    twice<<<(n + 255) / 256, 256>>>(m, n);
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    CHECK(cudaStreamAttachMemAsync(s, m, 0, cudaMemAttachSingle));
+    cudaMemLocation dev0 = {cudaMemLocationTypeDevice, 0}, host = {cudaMemLocationTypeHost, 0};
+    CHECK(cudaMemAdvise(m, n * sizeof(int), cudaMemAdviseSetPreferredLocation, dev0));
+    CHECK(cudaMemAdvise(m, n * sizeof(int), cudaMemAdviseSetAccessedBy, host));
+    CHECK(cudaMemPrefetchAsync(m, n * sizeof(int), dev0, 0, s));
+    twice<<<(n + 255) / 256, 256, 0, s>>>(m, n);
     CHECK(cudaGetLastError());
-    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemPrefetchAsync(m, n * sizeof(int), host, 0, s));
+    CHECK(cudaStreamAttachMemAsync(s, m, 0, cudaMemAttachGlobal));
+    CHECK(cudaStreamSynchronize(s));
+    cudaMemLocation nodev = {cudaMemLocationTypeDevice, 42};
+    cudaError_t prefetch_past_end = cudaMemPrefetchAsync(m, n * sizeof(int) + 1, dev0, 0, s);
+    cudaError_t advise_bad_device = cudaMemAdvise(m, 64, cudaMemAdviseSetAccessedBy, nodev);
+    cudaError_t attach_interior = cudaStreamAttachMemAsync(s, m + 1, 0, cudaMemAttachHost);
+    cudaGetLastError();
+    CHECK(cudaStreamDestroy(s));
     // on a GPU every element is 2i; where kernels do not run it is still i
     int doubled = 0, unchanged = 0;
     for (int i = 1; i < n; i++) {
@@ -66,10 +81,12 @@ int main()
     CHECK(cudaFree(m));
     CHECK(cudaMemGetInfo(&free2, &total));
     printf("RESULT counted_mib=%zu doubled=%d unchanged=%d copied=%d zero=%d type_managed=%d "
-           "same_host_pointer=%d zero_bytes=%s bad_flags=%s interior_free=%s given_back=%d\n",
+           "same_host_pointer=%d zero_bytes=%s bad_flags=%s interior_free=%s given_back=%d "
+           "prefetch_past_end=%s advise_bad_device=%s attach_interior=%s\n",
            (free0 - free1) >> 20, doubled, unchanged, copied, zero,
            pa.type == cudaMemoryTypeManaged, pa.hostPointer == m + 100 && pa.devicePointer == m + 100,
            cudaGetErrorName(zero_bytes), cudaGetErrorName(bad_flags), cudaGetErrorName(interior),
-           free2 == free0);
+           free2 == free0, cudaGetErrorName(prefetch_past_end), cudaGetErrorName(advise_bad_device),
+           cudaGetErrorName(attach_interior));
     return copied == 1024 && zero == n - 1024 ? 0 : 1;
 }

@@ -1,4 +1,5 @@
-// Occupancy queries, as NVIDIA's simpleOccupancy sample makes them: kernel attributes, resident
+// Occupancy queries, as NVIDIA's simpleOccupancy sample makes them: kernel attributes (and the
+// settings cudaFuncSetAttribute and cudaFuncSetCacheConfig change), resident
 // blocks per multiprocessor for a few block sizes and shared-memory amounts, the block size the
 // occupancy calculator proposes, then a launch with it. The simulator compiles no kernel, so it
 // answers with fixed resources (32 registers a thread, no static shared memory).
@@ -15,6 +16,11 @@ __global__ void square(int *x, int n)
 int main()
 {
     cudaFuncAttributes attr;
+    cudaError_t cache = cudaFuncSetCacheConfig(square, cudaFuncCachePreferShared);
+    cudaError_t smem = cudaFuncSetAttribute(square, cudaFuncAttributeMaxDynamicSharedMemorySize, 100000);
+    cudaError_t smem_big = cudaFuncSetAttribute(square, cudaFuncAttributeMaxDynamicSharedMemorySize, 1 << 20);
+    cudaError_t carve = cudaFuncSetAttribute(square, cudaFuncAttributePreferredSharedMemoryCarveout, 50);
+    cudaGetLastError();
     cudaError_t fa = cudaFuncGetAttributes(&attr, square);
     int dev = 0;
     cudaDeviceProp prop;
@@ -46,7 +52,10 @@ int main()
     cudaError_t sync = cudaDeviceSynchronize();
     cudaFree(x);
     double occupancy = (double)b128 * 128 / prop.maxThreadsPerMultiProcessor;
-    printf("RESULT attributes=%s max_threads=%d regs=%d blocks_128=%d blocks_1024=%d "
+    printf("RESULT cache_config=%s set_smem=%s set_smem_too_big=%s set_carveout=%s max_dyn_smem=%d "
+           "carveout=%d ", cudaGetErrorName(cache), cudaGetErrorName(smem), cudaGetErrorName(smem_big),
+           cudaGetErrorName(carve), attr.maxDynamicSharedSizeBytes, attr.preferredShmemCarveout);
+    printf("attributes=%s max_threads=%d regs=%d blocks_128=%d blocks_1024=%d "
            "blocks_256_48k=%d blocks_96_flags=%d blocks_2048=%d occupancy_128=%.2f bad_flags=%s "
            "not_kernel=%s potential=%s block=%d min_grid=%d launch=%s sync=%s\n",
            cudaGetErrorName(fa), attr.maxThreadsPerBlock, attr.numRegs, b128, b1024, b256_smem,

@@ -125,6 +125,11 @@ class ThirdParty(unittest.TestCase):
         self.assertEqual(p.returncode, 0)
         self.assertEqual(r["attributes"], "cudaSuccess")
         self.assertEqual(r["max_threads"], "1024")
+        # settings stored per kernel and read back; beyond the opt-in shared memory is refused
+        self.assertEqual((r["cache_config"], r["set_smem"], r["set_carveout"]),
+                         ("cudaSuccess",) * 3)
+        self.assertEqual(r["set_smem_too_big"], "cudaErrorInvalidValue")
+        self.assertEqual((r["max_dyn_smem"], r["carveout"]), ("100000", "50"))
         # H100 limits, 32 registers a thread: threads, registers and shared memory bound it
         self.assertEqual((r["blocks_128"], r["blocks_1024"], r["blocks_256_48k"]), ("16", "2", "4"))
         self.assertEqual((r["blocks_96_flags"], r["blocks_2048"]), ("21", "0"))
@@ -176,6 +181,10 @@ class ThirdParty(unittest.TestCase):
         self.assertEqual(r["bad_flags"], "cudaErrorInvalidValue")
         self.assertEqual(r["interior_free"], "cudaErrorInvalidValue")
         self.assertEqual(r["given_back"], "1")
+        # attached, advised and prefetched without a change; bad ranges and devices refused
+        self.assertEqual(r["prefetch_past_end"], "cudaErrorInvalidValue")
+        self.assertEqual(r["advise_bad_device"], "cudaErrorInvalidDevice")
+        self.assertEqual(r["attach_interior"], "cudaErrorInvalidValue")
 
     def test_peer_copies(self):
         r, p, _ = self.both("peer_copies", extra={"TESSERA_SIM_DEVICES": "2"})

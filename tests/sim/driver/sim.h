@@ -225,6 +225,12 @@ CUresult sim_host_register(void *p, size_t size, unsigned flags);   /* cuMemHost
 CUresult sim_host_unregister(void *p);                               /* cuMemHostUnregister */
 CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags);
 CUresult sim_mem_alloc_managed(CUdeviceptr *out, size_t size, unsigned flags);
+/* Managed-memory hints: checked (a range inside one managed allocation, a valid location,
+ * flags), then nothing to migrate. Prefetch and attach are stream work that does nothing. */
+CUresult sim_mem_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream h,
+                          bool ptsz);
+CUresult sim_mem_advise(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc);
+CUresult sim_stream_attach(CUstream h, CUdeviceptr p, size_t n, unsigned flags, bool ptsz);
 CUresult sim_array_create(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *desc);
 CUresult sim_array_destroy(CUarray a);
 /* the device's default memory pool (sim_pool.c) */

@@ -232,6 +232,33 @@ SIM_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, u
 {
     return sim_mem_alloc_managed(dptr, bytesize, flags);
 }
+SIM_API CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count,
+                                               CUmemLocation location, unsigned int flags,
+                                               CUstream hStream)
+{
+    return sim_mem_prefetch(devPtr, count, location, flags, hStream, false);
+}
+SIM_API CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
+                                                    CUmemLocation location, unsigned int flags,
+                                                    CUstream hStream)
+{
+    return sim_mem_prefetch(devPtr, count, location, flags, hStream, true);
+}
+SIM_API CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                                       CUmemLocation location)
+{
+    return sim_mem_advise(devPtr, count, advice, location);
+}
+SIM_API CUresult CUDAAPI cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
+                                               unsigned int flags)
+{
+    return sim_stream_attach(hStream, dptr, length, flags, false);
+}
+SIM_API CUresult CUDAAPI cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr,
+                                                    size_t length, unsigned int flags)
+{
+    return sim_stream_attach(hStream, dptr, length, flags, true);
+}
 SIM_API CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle,
                                           const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
@@ -830,6 +857,9 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuMemHostUnregister", 4000, cuMemHostUnregister),
     ROW("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
     ROW("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    ROWP("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz),
+    ROW("cuMemAdvise", 12020, cuMemAdvise_v2),
+    ROWP("cuStreamAttachMemAsync", 6000, cuStreamAttachMemAsync, cuStreamAttachMemAsync_ptsz),
     ROW("cuArrayCreate", 3020, cuArrayCreate_v2),
     ROW("cuArrayDestroy", 2000, cuArrayDestroy),
     ROW("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),

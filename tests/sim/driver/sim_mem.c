@@ -286,6 +286,92 @@ CUresult sim_mem_alloc_managed(CUdeviceptr *out, size_t size, unsigned flags)
     return r;
 }
 
+/* [p, p+n) inside one managed allocation; n 0 means to its end */
+static CUresult managed_range(CUdeviceptr p, size_t n, struct sim_alloc **out)
+{
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup((uintptr_t)p, &pi);
+    if (pi.kind != SIM_PTR_DEVICE || !pi.alloc || pi.alloc->kind != SIM_ALLOC_MANAGED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n > pi.base + pi.size - (uintptr_t)p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (out)
+        *out = pi.alloc;
+    return CUDA_SUCCESS;
+}
+
+static bool location_valid(CUmemLocation loc)
+{
+    if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        return loc.id >= 0 && loc.id < sim_g.ndev;
+    return loc.type == CU_MEM_LOCATION_TYPE_HOST ||
+           loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT ||
+           (loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && loc.id == 0);
+}
+
+static void CUDA_CB managed_noop(void *data) { (void)data; }
+
+/* lock not held: queue the stream work a prefetch or attach is (it moves nothing here) */
+static CUresult managed_stream_work(CUstream h, bool ptsz)
+{
+    struct sim_op *op = sim_op_new(SIM_OP_HOSTFN);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.host.fn = managed_noop;
+    return sim_submit(h, ptsz, op, false);
+}
+
+CUresult sim_mem_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream h,
+                          bool ptsz)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (n == 0 || flags != 0 || !location_valid(loc))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    r = managed_range(p, n, NULL);
+    sim_unlock();
+    return r != CUDA_SUCCESS ? r : managed_stream_work(h, ptsz);
+}
+
+CUresult sim_mem_advise(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (n == 0 || advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* read-mostly ignores the location; the others name a device or the host */
+    bool needs_loc = advice != CU_MEM_ADVISE_SET_READ_MOSTLY &&
+                     advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY;
+    if (needs_loc && !location_valid(loc))
+        return loc.type == CU_MEM_LOCATION_TYPE_DEVICE ? CUDA_ERROR_INVALID_DEVICE
+                                                       : CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    r = managed_range(p, n, NULL);
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_stream_attach(CUstream h, CUdeviceptr p, size_t n, unsigned flags, bool ptsz)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST &&
+        flags != CU_MEM_ATTACH_SINGLE)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_alloc *a = NULL;
+    r = managed_range(p, n, &a);
+    /* a managed allocation is attached whole: from its base, length 0 or its size */
+    if (r == CUDA_SUCCESS && (a->base != (uintptr_t)p || (n != 0 && n != a->size)))
+        r = CUDA_ERROR_INVALID_VALUE;
+    sim_unlock();
+    return r != CUDA_SUCCESS ? r : managed_stream_work(h, ptsz);
+}
+
 static size_t array_format_bytes(CUarray_format f)
 {
     switch (f) {

@@ -119,6 +119,11 @@
     X(cuMemHostUnregister, cuMemHostUnregister, "cuMemHostUnregister", 4000, 0)               \
     X(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer", 3020, 0) \
     X(cuMemAllocManaged, cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)                     \
+    X(cuMemPrefetchAsync, cuMemPrefetchAsync_v2, "cuMemPrefetchAsync", 12020, 0)              \
+    X(cuMemPrefetchAsync_ptsz, cuMemPrefetchAsync_v2_ptsz, "cuMemPrefetchAsync", 12020, 2)    \
+    X(cuMemAdvise, cuMemAdvise_v2, "cuMemAdvise", 12020, 0)                                   \
+    X(cuStreamAttachMemAsync, cuStreamAttachMemAsync, "cuStreamAttachMemAsync", 6000, 0)      \
+    X(cuStreamAttachMemAsync_ptsz, cuStreamAttachMemAsync_ptsz, "cuStreamAttachMemAsync", 7000, 2) \
     X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 11020, 0) \
     X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 11020, 0)        \
     X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 11020, 0)        \
@@ -1336,6 +1341,10 @@ struct rt_kernel {
     void **module;        /* the handle __cudaRegisterFatBinary returned */
     const void *host_fun; /* the host stub's address: the key of cudaLaunchKernel */
     const char *name;     /* nvcc's static string */
+    /* cudaFuncSetAttribute / cudaFuncSetCacheConfig: stored, reported, not scheduled */
+    int max_dyn_smem;     /* cudaFuncAttributeMaxDynamicSharedMemorySize, 49152 at first */
+    int carveout;         /* cudaFuncAttributePreferredSharedMemoryCarveout, -1 at first */
+    int cache_config;     /* enum cudaFuncCache */
 };
 
 static pthread_mutex_t rt_kernels_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -1390,6 +1399,8 @@ RT_API void CUDARTAPI __cudaRegisterFunction(void **fatCubinHandle, const char *
     k->module = fatCubinHandle;
     k->host_fun = hostFun;
     k->name = deviceName;
+    k->max_dyn_smem = 49152;
+    k->carveout = -1;
     pthread_mutex_lock(&rt_kernels_mu);
     k->next = rt_kernels;
     rt_kernels = k;
@@ -1536,6 +1547,59 @@ RT_API cudaError_t CUDARTAPI cudaMallocManaged(void **devPtr, size_t size, unsig
         return rt_ret(cudaErrorInvalidValue);
     RT_ENTER();
     return rt_cu(drv.cuMemAllocManaged((CUdeviceptr *)(void *)devPtr, size, flags));
+}
+
+/* Managed-memory hints: cudaMemLocation is laid out as CUmemLocation. */
+static CUmemLocation cu_location(struct cudaMemLocation l)
+{
+    CUmemLocation c;
+    c.type = (CUmemLocationType)l.type;
+    c.id = l.id;
+    return c;
+}
+
+cudaError_t CUDARTAPI cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count,
+                                                struct cudaMemLocation location,
+                                                unsigned int flags, cudaStream_t stream);
+cudaError_t CUDARTAPI cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr,
+                                                    size_t length, unsigned int flags);
+
+RT_API cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void *devPtr, size_t count,
+                                                  struct cudaMemLocation location,
+                                                  unsigned int flags, cudaStream_t stream)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPrefetchAsync(DP(devPtr), count, cu_location(location), flags,
+                                        (CUstream)stream));
+}
+RT_API cudaError_t CUDARTAPI cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count,
+                                                       struct cudaMemLocation location,
+                                                       unsigned int flags, cudaStream_t stream)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPrefetchAsync_ptsz(DP(devPtr), count, cu_location(location), flags,
+                                             (CUstream)stream));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemAdvise(const void *devPtr, size_t count,
+                                           enum cudaMemoryAdvise advice,
+                                           struct cudaMemLocation location)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemAdvise(DP(devPtr), count, (CUmem_advise)advice, cu_location(location)));
+}
+
+RT_API cudaError_t CUDARTAPI cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr,
+                                                      size_t length, unsigned int flags)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuStreamAttachMemAsync((CUstream)stream, DP(devPtr), length, flags));
+}
+RT_API cudaError_t CUDARTAPI cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr,
+                                                           size_t length, unsigned int flags)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuStreamAttachMemAsync_ptsz((CUstream)stream, DP(devPtr), length, flags));
 }
 
 /* ---- the default memory pool ----------------------------------------------------------- */
@@ -1690,27 +1754,64 @@ RT_API cudaError_t CUDARTAPI cudaProfilerStop(void)
  * 32 registers a thread, no static shared, constant or local memory. */
 #define RT_KERNEL_REGS 32
 
+static int dev_attr(CUdevice_attribute a, int dev)
+{
+    int v = 0;
+    return drv.cuDeviceGetAttribute(&v, a, dev) == CUDA_SUCCESS ? v : 0;
+}
+
 RT_API cudaError_t CUDARTAPI cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
 {
     if (!attr)
         return rt_ret(cudaErrorInvalidValue);
     RT_ENTER();
-    if (!kernel_find(func, NULL))
+    struct rt_kernel *k = kernel_find(func, NULL);
+    if (!k)
         return rt_ret(cudaErrorInvalidDeviceFunction);
     memset(attr, 0, sizeof *attr);
     attr->maxThreadsPerBlock = 1024;
     attr->numRegs = RT_KERNEL_REGS;
     attr->ptxVersion = 90;
     attr->binaryVersion = 90;
-    attr->maxDynamicSharedSizeBytes = 49152;
-    attr->preferredShmemCarveout = -1;
+    pthread_mutex_lock(&rt_kernels_mu);
+    attr->maxDynamicSharedSizeBytes = k->max_dyn_smem;
+    attr->preferredShmemCarveout = k->carveout;
+    pthread_mutex_unlock(&rt_kernels_mu);
     return cudaSuccess;
 }
 
-static int dev_attr(CUdevice_attribute a, int dev)
+RT_API cudaError_t CUDARTAPI cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                                  int value)
 {
-    int v = 0;
-    return drv.cuDeviceGetAttribute(&v, a, dev) == CUDA_SUCCESS ? v : 0;
+    RT_ENTER();
+    struct rt_kernel *k = kernel_find(func, NULL);
+    if (!k)
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    int optin = dev_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, current_device());
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&rt_kernels_mu);
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize && value >= 0 && value <= optin)
+        k->max_dyn_smem = value;
+    else if (attr == cudaFuncAttributePreferredSharedMemoryCarveout && value >= -1 && value <= 100)
+        k->carveout = value;
+    else
+        e = cudaErrorInvalidValue;
+    pthread_mutex_unlock(&rt_kernels_mu);
+    return rt_ret(e);
+}
+
+RT_API cudaError_t CUDARTAPI cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheConfig)
+{
+    RT_ENTER();
+    struct rt_kernel *k = kernel_find(func, NULL);
+    if (!k)
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    if (cacheConfig < cudaFuncCachePreferNone || cacheConfig > cudaFuncCachePreferEqual)
+        return rt_ret(cudaErrorInvalidValue);
+    pthread_mutex_lock(&rt_kernels_mu);
+    k->cache_config = cacheConfig;
+    pthread_mutex_unlock(&rt_kernels_mu);
+    return cudaSuccess;
 }
 
 /* Resident blocks of blockSize threads on one SM, limited by threads, blocks, registers and

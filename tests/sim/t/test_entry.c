@@ -92,6 +92,31 @@ static void test_managed(void)
     CUdeviceptr big;
     EXPECT(cuMemAllocManaged(&big, 2 * GiB, CU_MEM_ATTACH_HOST), CUDA_ERROR_OUT_OF_MEMORY);
     CHECK_EQ(big, 0);
+    /* hints: checked, then nothing to migrate; prefetch and attach are stream work */
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemLocation dev1 = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1};
+    CUmemLocation host = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0};
+    CUmemLocation nodev = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 9};
+    CU(cuMemPrefetchAsync(p, 3 * MiB, dev1, 0, s));
+    CU(cuMemPrefetchAsync(p + 4096, 4096, host, 0, s));
+    EXPECT(cuMemPrefetchAsync(p, 3 * MiB + 1, dev1, 0, s), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPrefetchAsync(p, 4096, nodev, 0, s), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPrefetchAsync(p, 4096, dev1, 1, s), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPrefetchAsync(plain, 4096, dev1, 0, s), CUDA_ERROR_INVALID_VALUE); /* freed */
+    CU(cuMemAdvise(p, 3 * MiB, CU_MEM_ADVISE_SET_READ_MOSTLY, nodev)); /* location ignored */
+    CU(cuMemAdvise(p, 4096, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, dev1));
+    CU(cuMemAdvise(p, 4096, CU_MEM_ADVISE_SET_ACCESSED_BY, host));
+    EXPECT(cuMemAdvise(p, 4096, CU_MEM_ADVISE_SET_ACCESSED_BY, nodev), CUDA_ERROR_INVALID_DEVICE);
+    EXPECT(cuMemAdvise(p, 4096, (CUmem_advise)9, dev1), CUDA_ERROR_INVALID_VALUE);
+    CU(cuStreamAttachMemAsync(s, p, 0, CU_MEM_ATTACH_SINGLE));
+    CU(cuStreamAttachMemAsync(s, p, 3 * MiB, CU_MEM_ATTACH_GLOBAL));
+    EXPECT(cuStreamAttachMemAsync(s, p + 4096, 0, CU_MEM_ATTACH_HOST), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuStreamAttachMemAsync(s, p, 4096, CU_MEM_ATTACH_HOST), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuStreamAttachMemAsync(s, p, 0, 8), CUDA_ERROR_INVALID_VALUE);
+    CU(cuStreamSynchronize(s));
+    CU(cuStreamDestroy(s));
+    CHECK_EQ(h[0], 7); /* nothing moved or changed */
     EXPECT(cuMemFree(p + 1), CUDA_ERROR_INVALID_VALUE);
     CU(cuMemFree(p));
     CHECK_EQ(counters(0).bytes_in_use, before.bytes_in_use);
