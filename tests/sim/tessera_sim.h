@@ -45,8 +45,8 @@ extern "C" {
 
 struct tessera_sim_counters {
     uint64_t total_bytes;           /* device memory (TESSERA_SIM_MEMORY, 2 MiB multiple) */
-    uint64_t alloc_calls;           /* successful cuMemAlloc_v2 + cuMemAllocAsync */
-    uint64_t free_calls;            /* successful cuMemFree_v2 + executed cuMemFreeAsync */
+    uint64_t alloc_calls;           /* successful cuMemAlloc_v2, _AllocPitch_v2, _AllocAsync, _AllocManaged, cuArrayCreate_v2 */
+    uint64_t free_calls;            /* successful cuMemFree_v2, executed cuMemFreeAsync, cuArrayDestroy */
     uint64_t implicit_frees;        /* allocations dropped by context destroy / primary reset */
     uint64_t failed_allocs;         /* allocation requests refused with out-of-memory */
     uint64_t create_calls;          /* successful cuMemCreate */

@@ -108,6 +108,97 @@ class ThirdParty(unittest.TestCase):
         self.assertEqual(r["free_back"], "1")
         self.served(p, sim, 300)
 
+    # One program per family of entry points that NVIDIA's samples and HAMi-core's tests use.
+
+    def test_stream_callbacks(self):
+        r, p, sim = self.both("stream_callbacks")
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(r["callbacks"], "4")
+        self.assertEqual(r["stream_and_status"], "4")  # the runtime's stream and cudaSuccess
+        self.assertEqual(r["copied_back"], "4")        # after the copies queued before it
+        self.assertEqual(r["host_func_after"], "4")    # before the host function queued after it
+        self.assertEqual(r["bad_flags"], "cudaErrorInvalidValue")
+        self.served(p, sim, 4)
+
+    def test_occupancy(self):
+        r, p, _ = self.both("occupancy")
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(r["attributes"], "cudaSuccess")
+        self.assertEqual(r["max_threads"], "1024")
+        # settings stored per kernel and read back; beyond the opt-in shared memory is refused
+        self.assertEqual((r["cache_config"], r["set_smem"], r["set_carveout"]),
+                         ("cudaSuccess",) * 3)
+        self.assertEqual(r["set_smem_too_big"], "cudaErrorInvalidValue")
+        self.assertEqual((r["max_dyn_smem"], r["carveout"]), ("100000", "50"))
+        # H100 limits, 32 registers a thread: threads, registers and shared memory bound it
+        self.assertEqual((r["blocks_128"], r["blocks_1024"], r["blocks_256_48k"]), ("16", "2", "4"))
+        self.assertEqual((r["blocks_96_flags"], r["blocks_2048"]), ("21", "0"))
+        self.assertEqual(r["bad_flags"], "cudaErrorInvalidValue")
+        self.assertEqual(r["not_kernel"], "cudaErrorInvalidDeviceFunction")
+        self.assertEqual(r["potential"], "cudaSuccess")
+        self.assertEqual((r["launch"], r["sync"]), ("cudaSuccess", "cudaSuccess"))
+
+    def test_zero_copy(self):
+        r, p, sim = self.both("zero_copy")
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(r["registered_type"], "1")  # cudaMemoryTypeHost
+        self.assertEqual(r["same_address"], "1")     # unified addressing
+        self.assertEqual(r["register_again"], "cudaErrorHostMemoryAlreadyRegistered")
+        self.assertEqual(r["copied"], str(1 << 20))
+        self.assertEqual(r["unregistered_pointer"], "cudaErrorInvalidValue")
+        self.assertEqual(r["unregister_twice"], "cudaErrorHostMemoryNotRegistered")
+        self.served(p, sim, 1)
+
+    def test_profiler(self):
+        r, p, sim = self.both("profiler")
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual((r["start"], r["stop"]), ("cudaSuccess", "cudaSuccess"))
+        self.assertEqual(r["right"], str(1 << 18))
+        self.served(p, sim, 1)
+
+    def test_mem_pools(self):
+        r, p, _ = self.both("mem_pools")
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(r["threshold_back"], "1")
+        self.assertEqual(r["reuse_opportunistic"], "1")
+        self.assertEqual(r["used_while_live"], "20")
+        self.assertEqual(r["reserved_ge_used"], "20")
+        self.assertEqual(r["moved"], "20")
+        self.assertEqual(r["used_after"], "0")
+        self.assertEqual(r["high_ge_two"], "1")
+        self.assertEqual(r["high_reset"], "0")
+        self.assertEqual(r["bad_reset"], "cudaErrorInvalidValue")
+        self.assertEqual(r["bad_device"], "cudaErrorInvalidDevice")
+
+    def test_managed(self):
+        r, p, _ = self.both("managed")
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(r["counted_mib"], "12")  # on the device's budget
+        self.assertEqual(r["copied"], "1024")
+        self.assertEqual(r["zero"], str((3 << 20) - 1024))
+        self.assertEqual((r["type_managed"], r["same_host_pointer"]), ("1", "1"))
+        self.assertEqual(r["zero_bytes"], "cudaErrorInvalidValue")
+        self.assertEqual(r["bad_flags"], "cudaErrorInvalidValue")
+        self.assertEqual(r["interior_free"], "cudaErrorInvalidValue")
+        self.assertEqual(r["given_back"], "1")
+        # attached, advised and prefetched without a change; bad ranges and devices refused
+        self.assertEqual(r["prefetch_past_end"], "cudaErrorInvalidValue")
+        self.assertEqual(r["advise_bad_device"], "cudaErrorInvalidDevice")
+        self.assertEqual(r["attach_interior"], "cudaErrorInvalidValue")
+
+    def test_peer_copies(self):
+        r, p, _ = self.both("peer_copies", extra={"TESSERA_SIM_DEVICES": "2"})
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(r["devices"], "2")
+        self.assertEqual(r["can_access"], "11")
+        # every element made the ten round trips between the devices intact
+        self.assertEqual(r["same"], str((1 << 20) - 1))
+        self.assertEqual(r["bad_device"], "cudaErrorInvalidDevice")
+        dev = test_run.summary_of(p.stderr)
+        self.assertEqual(sorted(dev), [0, 1])
+        self.assertEqual(dev[0]["num_alloc_calls"], 1)
+        self.assertEqual(dev[1]["num_alloc_calls"], 1)
+
 
 if __name__ == "__main__":
     if not os.path.exists(os.path.join(PROGRAMS, "vector_add")):

@@ -42,6 +42,8 @@ enum sim_alloc_kind {
     SIM_ALLOC_DEVICE, /* cuMemAlloc_v2 */
     SIM_ALLOC_ASYNC,  /* cuMemAllocAsync */
     SIM_ALLOC_IPC,    /* cuIpcOpenMemHandle import: address space only, no pages of ours */
+    SIM_ALLOC_MANAGED, /* cuMemAllocManaged: device pages, host-visible (as all of ours) */
+    SIM_ALLOC_ARRAY,   /* cuArrayCreate_v2: device pages; the CUarray is the base address */
 };
 
 struct sim_alloc {
@@ -72,6 +74,11 @@ struct sim_device {
     size_t nallocs, cap_allocs;
     struct tessera_sim_counters ctr;
     struct sim_ctx *primary;
+    /* the default memory pool: cuMemAllocAsync memory live now (requested bytes, 2 MiB pages)
+     * and the high-water marks cuMemPoolSetAttribute may reset; its two settable values */
+    uint64_t pool_used, pool_used_high, pool_reserved, pool_reserved_high;
+    uint64_t pool_threshold;
+    int pool_reuse[3]; /* follow event dependencies, opportunistic, internal dependencies */
 };
 
 struct sim_global {
@@ -83,6 +90,7 @@ struct sim_global {
     int ndev;
     size_t mem_bytes;
     unsigned op_delay_us;
+    bool marker_delay; /* TESSERA_SIM_MARKER_DELAY=1: event records and waits pay op_delay_us too */
     unsigned alloc_delay_us;
     uint64_t fail_alloc_after, fail_map_after;
     uint64_t alloc_attempts, map_attempts;
@@ -213,6 +221,22 @@ CUresult sim_mem_get_info(size_t *free_b, size_t *total_b);
 CUresult sim_mem_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 CUresult sim_host_alloc(void **pp, size_t size, unsigned flags);
 CUresult sim_host_free(void *p);
+CUresult sim_host_register(void *p, size_t size, unsigned flags);   /* cuMemHostRegister_v2 */
+CUresult sim_host_unregister(void *p);                               /* cuMemHostUnregister */
+CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags);
+CUresult sim_mem_alloc_managed(CUdeviceptr *out, size_t size, unsigned flags);
+/* Managed-memory hints: checked (a range inside one managed allocation, a valid location,
+ * flags), then nothing to migrate. Prefetch and attach are stream work that does nothing. */
+CUresult sim_mem_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream h,
+                          bool ptsz);
+CUresult sim_mem_advise(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc);
+CUresult sim_stream_attach(CUstream h, CUdeviceptr p, size_t n, unsigned flags, bool ptsz);
+CUresult sim_array_create(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *desc);
+CUresult sim_array_destroy(CUarray a);
+/* the device's default memory pool (sim_pool.c) */
+CUresult sim_pool_default(CUmemoryPool *pool, CUdevice dev);
+CUresult sim_pool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult sim_pool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult sim_pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr p,
                                bool multi);
 CUresult sim_ipc_get(CUipcMemHandle *h, CUdeviceptr p);
@@ -315,7 +339,8 @@ struct sim_op {
     union {
         struct { void *dst; const void *src; size_t n; } copy;
         struct { void *dst; uint32_t val; size_t count; } set;
-        struct { CUhostFn fn; void *data; } host;
+        /* cb set: a cuStreamAddCallback callback, called with stream and CUDA_SUCCESS */
+        struct { CUhostFn fn; void *data; CUstreamCallback cb; CUstream stream; } host;
         struct { struct sim_event *ev; uint64_t gen; } ev;
         struct { struct sim_alloc *a; } free;
     } u;
@@ -407,6 +432,8 @@ CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, CUstrea
 CUresult sim_memset(CUdeviceptr dst, uint32_t val, size_t count, int width, CUstream h,
                     bool ptsz, bool sync);
 CUresult sim_launch_host_func(CUstream h, CUhostFn fn, void *data, bool ptsz);
+CUresult sim_stream_add_callback(CUstream h, CUstreamCallback cb, void *data, unsigned flags,
+                                 bool ptsz);
 /* grid x,y,z then block x,y,z; any zero is CUDA_ERROR_INVALID_VALUE */
 CUresult sim_launch_kernel(CUfunction f, const unsigned dims[6], CUstream h, bool ptsz);
 CUresult sim_mem_free_async(CUdeviceptr p, CUstream h, bool ptsz);

@@ -8,6 +8,8 @@
  * context semantics) exist as distinct stubs returning CUDA_ERROR_NOT_SUPPORTED. */
 #include "sim.h"
 
+#include <cudaProfiler.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -216,6 +218,81 @@ SIM_API CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
     return sim_host_alloc(pp, bytesize, 0);
 }
 SIM_API CUresult CUDAAPI cuMemFreeHost(void *p) { return sim_host_free(p); }
+SIM_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    return sim_host_register(p, bytesize, Flags);
+}
+SIM_API CUresult CUDAAPI cuMemHostUnregister(void *p) { return sim_host_unregister(p); }
+SIM_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,
+                                                      unsigned int Flags)
+{
+    return sim_host_device_pointer(pdptr, p, Flags);
+}
+SIM_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    return sim_mem_alloc_managed(dptr, bytesize, flags);
+}
+SIM_API CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count,
+                                               CUmemLocation location, unsigned int flags,
+                                               CUstream hStream)
+{
+    return sim_mem_prefetch(devPtr, count, location, flags, hStream, false);
+}
+SIM_API CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
+                                                    CUmemLocation location, unsigned int flags,
+                                                    CUstream hStream)
+{
+    return sim_mem_prefetch(devPtr, count, location, flags, hStream, true);
+}
+SIM_API CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                                       CUmemLocation location)
+{
+    return sim_mem_advise(devPtr, count, advice, location);
+}
+SIM_API CUresult CUDAAPI cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
+                                               unsigned int flags)
+{
+    return sim_stream_attach(hStream, dptr, length, flags, false);
+}
+SIM_API CUresult CUDAAPI cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr,
+                                                    size_t length, unsigned int flags)
+{
+    return sim_stream_attach(hStream, dptr, length, flags, true);
+}
+SIM_API CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle,
+                                          const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
+{
+    return sim_array_create(pHandle, pAllocateArray);
+}
+SIM_API CUresult CUDAAPI cuArrayDestroy(CUarray hArray) { return sim_array_destroy(hArray); }
+SIM_API CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    return sim_pool_default(pool_out, dev);
+}
+SIM_API CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                               void *value)
+{
+    return sim_pool_set_attribute(pool, attr, value);
+}
+SIM_API CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                               void *value)
+{
+    return sim_pool_get_attribute(pool, attr, value);
+}
+/* the profiler is not there: starting and stopping it only needs a current context */
+static CUresult profiler_toggle(void)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    sim_unlock();
+    return r;
+}
+SIM_API CUresult CUDAAPI cuProfilerStart(void) { return profiler_toggle(); }
+SIM_API CUresult CUDAAPI cuProfilerStop(void) { return profiler_toggle(); }
 SIM_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     return sim_mem_address_range(pbase, psize, dptr);
@@ -269,6 +346,41 @@ SIM_API CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
 SIM_API CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     return sim_memcpy(dst, src, ByteCount, SIM_ANY, NULL, true, true);
+}
+/* Peer copies: every device shares one address space, so a copy between contexts is a plain
+ * copy once both contexts are known to be valid. */
+static CUresult peer_ctxs(CUcontext a, CUcontext b)
+{
+    if (!a || !b)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return CUDA_SUCCESS;
+}
+SIM_API CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext,
+                                      CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    CUresult r = peer_ctxs(dstContext, srcContext);
+    return r ? r : sim_memcpy(dstDevice, srcDevice, ByteCount, SIM_DTOD, NULL, false, true);
+}
+SIM_API CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext,
+                                           CUdeviceptr srcDevice, CUcontext srcContext,
+                                           size_t ByteCount)
+{
+    CUresult r = peer_ctxs(dstContext, srcContext);
+    return r ? r : sim_memcpy(dstDevice, srcDevice, ByteCount, SIM_DTOD, NULL, true, true);
+}
+SIM_API CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
+                                           CUdeviceptr srcDevice, CUcontext srcContext,
+                                           size_t ByteCount, CUstream hStream)
+{
+    CUresult r = peer_ctxs(dstContext, srcContext);
+    return r ? r : sim_memcpy(dstDevice, srcDevice, ByteCount, SIM_DTOD, hStream, false, false);
+}
+SIM_API CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext,
+                                                CUdeviceptr srcDevice, CUcontext srcContext,
+                                                size_t ByteCount, CUstream hStream)
+{
+    CUresult r = peer_ctxs(dstContext, srcContext);
+    return r ? r : sim_memcpy(dstDevice, srcDevice, ByteCount, SIM_DTOD, hStream, true, false);
 }
 SIM_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
                                        CUstream hStream)
@@ -489,6 +601,16 @@ SIM_API CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart
 SIM_API CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
     return sim_event_elapsed(pMilliseconds, hStart, hEnd);
+}
+SIM_API CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback,
+                                             void *userData, unsigned int flags)
+{
+    return sim_stream_add_callback(hStream, callback, userData, flags, false);
+}
+SIM_API CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback,
+                                                  void *userData, unsigned int flags)
+{
+    return sim_stream_add_callback(hStream, callback, userData, flags, true);
 }
 SIM_API CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -731,6 +853,23 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuMemAllocHost", 2000, cuMemAllocHost),
     ROW("cuMemAllocHost", 3020, cuMemAllocHost_v2),
     ROW("cuMemFreeHost", 2000, cuMemFreeHost),
+    ROW("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+    ROW("cuMemHostUnregister", 4000, cuMemHostUnregister),
+    ROW("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+    ROW("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    ROWP("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz),
+    ROW("cuMemAdvise", 12020, cuMemAdvise_v2),
+    ROWP("cuStreamAttachMemAsync", 6000, cuStreamAttachMemAsync, cuStreamAttachMemAsync_ptsz),
+    ROW("cuArrayCreate", 3020, cuArrayCreate_v2),
+    ROW("cuArrayDestroy", 2000, cuArrayDestroy),
+    ROW("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
+    ROW("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
+    ROW("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
+    ROW("cuProfilerStart", 4000, cuProfilerStart),
+    ROW("cuProfilerStop", 4000, cuProfilerStop),
+    ROWP("cuMemcpyPeer", 4000, cuMemcpyPeer, cuMemcpyPeer_ptds),
+    ROWP("cuMemcpyPeerAsync", 4000, cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz),
+    ROWP("cuStreamAddCallback", 5000, cuStreamAddCallback, cuStreamAddCallback_ptsz),
     ROW("cuMemGetAddressRange", 2000, cuMemGetAddressRange),
     ROW("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
     ROW("cuMemsetD8", 2000, cuMemsetD8),

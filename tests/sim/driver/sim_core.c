@@ -152,6 +152,8 @@ static int setup_device(int i, size_t mem)
      * before the page budget is exhausted (as on a GPU, whose VA space is much larger). */
     d->va_size = 2 * mem;
     d->ctr.total_bytes = (uint64_t)d->total_pages * SIM_PAGE;
+    for (int k = 0; k < 3; k++)
+        d->pool_reuse[k] = 1; /* a default pool allows every kind of reuse */
     char name[64];
     snprintf(name, sizeof name, "tessera-sim-dev%d", i);
     d->memfd = memfd_create(name, MFD_CLOEXEC);
@@ -206,11 +208,12 @@ static void configure(void)
     const char *v = getenv("TESSERA_SIM_VERBOSE");
     sim_g.verbose = v && *v && strcmp(v, "0") != 0;
 
-    uint64_t ndev = 1, mem = 80ull << 30, delay = 0, adelay = 0, fa = 0, fm = 0;
+    uint64_t ndev = 1, mem = 80ull << 30, delay = 0, adelay = 0, fa = 0, fm = 0, mdelay = 0;
     int bad = 0;
     bad |= parse_uint("TESSERA_SIM_DEVICES", SIM_MAX_DEVICES, &ndev);
     bad |= parse_uint("TESSERA_SIM_OP_DELAY_US", 10000000, &delay);
     bad |= parse_uint("TESSERA_SIM_ALLOC_DELAY_US", 10000000, &adelay);
+    bad |= parse_uint("TESSERA_SIM_MARKER_DELAY", 1, &mdelay);
     bad |= parse_uint("TESSERA_SIM_FAIL_ALLOC_AFTER", UINT64_MAX, &fa);
     bad |= parse_uint("TESSERA_SIM_FAIL_MAP_AFTER", UINT64_MAX, &fm);
     const char *ms = getenv("TESSERA_SIM_MEMORY");
@@ -228,6 +231,7 @@ static void configure(void)
     sim_g.ndev = (int)ndev;
     sim_g.mem_bytes = (size_t)mem;
     sim_g.op_delay_us = (unsigned)delay;
+    sim_g.marker_delay = mdelay != 0;
     sim_g.alloc_delay_us = (unsigned)adelay;
     sim_g.fail_alloc_after = fa;
     sim_g.fail_map_after = fm;
@@ -248,9 +252,10 @@ static void configure(void)
     pthread_atfork(NULL, NULL, forked_child);
     if (sim_g.report_path)
         atexit(report_at_exit);
-    sim_log("%d device(s) x %zu MiB, op delay %u us, alloc delay %u us, fail alloc #%" PRIu64
+    sim_log("%d device(s) x %zu MiB, op delay %u us%s, alloc delay %u us, fail alloc #%" PRIu64
             ", fail map #%" PRIu64,
-            sim_g.ndev, sim_g.mem_bytes >> 20, sim_g.op_delay_us, sim_g.alloc_delay_us,
+            sim_g.ndev, sim_g.mem_bytes >> 20, sim_g.op_delay_us,
+            sim_g.marker_delay ? " (markers too)" : "", sim_g.alloc_delay_us,
             sim_g.fail_alloc_after, sim_g.fail_map_after);
     sim_g.init_status = CUDA_SUCCESS;
 }

@@ -22,6 +22,7 @@ struct sim_host {
     size_t size;
     size_t map_size;
     unsigned flags;
+    bool registered; /* cuMemHostRegister: the program's memory (map_size 0), not ours to unmap */
     struct sim_ctx *ctx;
     uint64_t serial;
     struct sim_host *next;
@@ -230,6 +231,14 @@ CUresult sim_mem_alloc_locked(struct sim_ctx *ctx, size_t size, enum sim_alloc_k
     a->serial = ++sim_g.serial;
     d->ctr.alloc_calls++;
     sim_device_account(d, (long)pages, 1, 0);
+    if (kind == SIM_ALLOC_ASYNC) {
+        d->pool_used += size;
+        d->pool_reserved += pages * SIM_PAGE;
+        if (d->pool_used > d->pool_used_high)
+            d->pool_used_high = d->pool_used;
+        if (d->pool_reserved > d->pool_reserved_high)
+            d->pool_reserved_high = d->pool_reserved;
+    }
     *out = (CUdeviceptr)addr;
     return CUDA_SUCCESS;
 }
@@ -252,6 +261,179 @@ CUresult sim_mem_alloc(CUdeviceptr *out, size_t size)
     sim_unlock();
     if (r != CUDA_SUCCESS)
         *out = 0; /* as the real driver: a failed cudaMalloc's NULL comes from here */
+    return r;
+}
+
+/* Managed memory: device pages counted against the device like cuMemAlloc, freed by
+ * cuMemFree; the host reaches it directly (as it reaches all device memory here). */
+CUresult sim_mem_alloc_managed(CUdeviceptr *out, size_t size, unsigned flags)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    if (r == CUDA_SUCCESS)
+        r = sim_capture_unsafe(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    if (r == CUDA_SUCCESS)
+        r = sim_mem_alloc_locked(cur, size, SIM_ALLOC_MANAGED, out);
+    sim_unlock();
+    if (r != CUDA_SUCCESS)
+        *out = 0;
+    return r;
+}
+
+/* [p, p+n) inside one managed allocation; n 0 means to its end */
+static CUresult managed_range(CUdeviceptr p, size_t n, struct sim_alloc **out)
+{
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup((uintptr_t)p, &pi);
+    if (pi.kind != SIM_PTR_DEVICE || !pi.alloc || pi.alloc->kind != SIM_ALLOC_MANAGED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n > pi.base + pi.size - (uintptr_t)p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (out)
+        *out = pi.alloc;
+    return CUDA_SUCCESS;
+}
+
+static bool location_valid(CUmemLocation loc)
+{
+    if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        return loc.id >= 0 && loc.id < sim_g.ndev;
+    return loc.type == CU_MEM_LOCATION_TYPE_HOST ||
+           loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT ||
+           (loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && loc.id == 0);
+}
+
+static void CUDA_CB managed_noop(void *data) { (void)data; }
+
+/* lock not held: queue the stream work a prefetch or attach is (it moves nothing here) */
+static CUresult managed_stream_work(CUstream h, bool ptsz)
+{
+    struct sim_op *op = sim_op_new(SIM_OP_HOSTFN);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.host.fn = managed_noop;
+    return sim_submit(h, ptsz, op, false);
+}
+
+CUresult sim_mem_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream h,
+                          bool ptsz)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (n == 0 || flags != 0 || !location_valid(loc))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    r = managed_range(p, n, NULL);
+    sim_unlock();
+    return r != CUDA_SUCCESS ? r : managed_stream_work(h, ptsz);
+}
+
+CUresult sim_mem_advise(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (n == 0 || advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* read-mostly ignores the location; the others name a device or the host */
+    bool needs_loc = advice != CU_MEM_ADVISE_SET_READ_MOSTLY &&
+                     advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY;
+    if (needs_loc && !location_valid(loc))
+        return loc.type == CU_MEM_LOCATION_TYPE_DEVICE ? CUDA_ERROR_INVALID_DEVICE
+                                                       : CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    r = managed_range(p, n, NULL);
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_stream_attach(CUstream h, CUdeviceptr p, size_t n, unsigned flags, bool ptsz)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST &&
+        flags != CU_MEM_ATTACH_SINGLE)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_alloc *a = NULL;
+    r = managed_range(p, n, &a);
+    /* a managed allocation is attached whole: from its base, length 0 or its size */
+    if (r == CUDA_SUCCESS && (a->base != (uintptr_t)p || (n != 0 && n != a->size)))
+        r = CUDA_ERROR_INVALID_VALUE;
+    sim_unlock();
+    return r != CUDA_SUCCESS ? r : managed_stream_work(h, ptsz);
+}
+
+static size_t array_format_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        return 4;
+    default:
+        return 0;
+    }
+}
+
+/* An array is a plain allocation of width x height elements; its handle is its base. */
+CUresult sim_array_create(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *desc)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!out || !desc)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t elem = array_format_bytes(desc->Format);
+    unsigned ch = desc->NumChannels;
+    size_t w = desc->Width, h = desc->Height ? desc->Height : 1;
+    if (!elem || (ch != 1 && ch != 2 && ch != 4) || w == 0 || w > 131072 || h > 65536)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p = 0;
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    if (r == CUDA_SUCCESS)
+        r = sim_mem_alloc_locked(cur, w * h * ch * elem, SIM_ALLOC_ARRAY, &p);
+    sim_unlock();
+    if (r == CUDA_SUCCESS)
+        *out = (CUarray)(uintptr_t)p;
+    return r;
+}
+
+CUresult sim_array_destroy(CUarray arr)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    struct sim_alloc *a = alloc_at((uintptr_t)arr);
+    if (!arr || !a || a->kind != SIM_ALLOC_ARRAY || a->base != (uintptr_t)arr || a->free_pending) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+    } else {
+        a->free_pending = true;
+        uint64_t serial = a->serial;
+        sim_wait_ctx_idle(a->ctx);
+        a = alloc_at((uintptr_t)arr);
+        if (a && a->serial == serial)
+            sim_alloc_release(a, true);
+    }
+    sim_unlock();
     return r;
 }
 
@@ -278,6 +460,10 @@ void sim_alloc_release(struct sim_alloc *a, bool explicit_free)
         else
             d->ctr.implicit_frees++;
         sim_device_account(d, -(long)a->pages, -1, 0);
+        if (a->kind == SIM_ALLOC_ASYNC) {
+            d->pool_used -= a->size;
+            d->pool_reserved -= a->pages * SIM_PAGE;
+        }
     }
     free(a);
 }
@@ -285,7 +471,8 @@ void sim_alloc_release(struct sim_alloc *a, bool explicit_free)
 static struct sim_alloc *freeable_at(CUdeviceptr p)
 {
     struct sim_alloc *a = alloc_at((uintptr_t)p);
-    if (!a || a->kind == SIM_ALLOC_IPC || a->free_pending)
+    /* an array is freed by cuArrayDestroy only */
+    if (!a || a->kind == SIM_ALLOC_IPC || a->kind == SIM_ALLOC_ARRAY || a->free_pending)
         return NULL;
     return a;
 }
@@ -441,7 +628,7 @@ CUresult sim_host_free(void *p)
     struct sim_host **pp = &hosts;
     while (*pp && (*pp)->base != (uintptr_t)p)
         pp = &(*pp)->next;
-    if (!p || !*pp) {
+    if (!p || !*pp || (*pp)->registered) { /* registered memory: cuMemHostUnregister */
         r = CUDA_ERROR_INVALID_VALUE;
     } else {
         r = sim_capture_unsafe(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
@@ -456,6 +643,91 @@ CUresult sim_host_free(void *p)
         free(h);
     }
     sim_unlock();
+    return r;
+}
+
+/* Page-lock the program's own memory [p, p+size): from here on it is pinned host memory for
+ * copies and pointer queries, until cuMemHostUnregister(p). Overlapping a pinned range:
+ * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, as the driver says. */
+CUresult sim_host_register(void *p, size_t size, unsigned flags)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const unsigned valid = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                           CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+    uintptr_t b = (uintptr_t)p;
+    if (!p || size == 0 || (flags & ~valid) || size > UINTPTR_MAX - b)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup(b, &pi);
+    if (r == CUDA_SUCCESS && (pi.in_device_space || dev_of(b + size - 1)))
+        r = CUDA_ERROR_INVALID_VALUE; /* device memory is not the host's to page-lock */
+    for (struct sim_host *h = hosts; r == CUDA_SUCCESS && h; h = h->next)
+        if (b < h->base + h->size && h->base < b + size)
+            r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    struct sim_host *h = NULL;
+    if (r == CUDA_SUCCESS && !(h = calloc(1, sizeof *h)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        h->base = b;
+        h->size = size;
+        h->flags = flags;
+        h->registered = true;
+        h->ctx = cur;
+        h->serial = ++sim_g.serial;
+        h->next = hosts;
+        hosts = h;
+    }
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_host_unregister(void *p)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (sim_tls()->in_callback)
+        return CUDA_ERROR_NOT_PERMITTED;
+    sim_lock();
+    struct sim_host **pp = &hosts;
+    while (*pp && ((*pp)->base != (uintptr_t)p || !(*pp)->registered))
+        pp = &(*pp)->next;
+    if (!p || !*pp) {
+        r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    } else {
+        struct sim_host *h = *pp;
+        *pp = h->next;
+        sim_wait_ctx_idle(NULL); /* queued copies may still read or write it */
+        free(h);
+    }
+    sim_unlock();
+    return r;
+}
+
+/* Unified addressing: pinned (allocated or registered) host memory has the same address on
+ * the device. */
+CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!d || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_ctx *cur;
+    r = sim_current_ctx(&cur);
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup((uintptr_t)p, &pi);
+    if (r == CUDA_SUCCESS && pi.kind != SIM_PTR_HOST)
+        r = CUDA_ERROR_INVALID_VALUE;
+    sim_unlock();
+    if (r == CUDA_SUCCESS)
+        *d = (CUdeviceptr)(uintptr_t)p;
     return r;
 }
 
@@ -484,14 +756,19 @@ static CUresult put_attr(void *data, CUpointer_attribute attr, const struct sim_
         *(CUdeviceptr *)data = known ? (CUdeviceptr)p : 0;
         break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        if (dev && !multi)
+        if (dev && !multi && !(pi->alloc && pi->alloc->kind == SIM_ALLOC_MANAGED))
             return CUDA_ERROR_INVALID_VALUE;
-        /* pinned memory, and memory CUDA does not know, is its own host pointer */
-        *(void **)data = (pi->kind == SIM_PTR_HOST || (!known && !pi->in_device_space)) ? (void *)p : NULL;
+        /* pinned and managed memory, and memory CUDA does not know, is its own host pointer */
+        *(void **)data = (pi->kind == SIM_PTR_HOST || (!known && !pi->in_device_space) ||
+                          (pi->alloc && pi->alloc->kind == SIM_ALLOC_MANAGED))
+                             ? (void *)p
+                             : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
         put_bool(data, false);
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        put_bool(data, pi->alloc && pi->alloc->kind == SIM_ALLOC_MANAGED);
         break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:

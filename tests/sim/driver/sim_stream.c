@@ -143,7 +143,10 @@ static void op_execute(struct sim_op *op)
     case SIM_OP_HOSTFN: {
         struct sim_tls *t = sim_tls();
         t->in_callback = true;
-        op->u.host.fn(op->u.host.data);
+        if (op->u.host.cb)
+            op->u.host.cb(op->u.host.stream, CUDA_SUCCESS, op->u.host.data);
+        else
+            op->u.host.fn(op->u.host.data);
         t->in_callback = false;
         break;
     }
@@ -195,7 +198,11 @@ static void *worker(void *arg)
         s->head = op->next;
         if (!s->head)
             s->tail = NULL;
-        unsigned delay = op->sync ? 0 : sim_g.op_delay_us;
+        /* Markers (event records, stream waits) take next to no device time on a GPU: only
+         * work pays TESSERA_SIM_OP_DELAY_US, or else two streams ordered by events would look
+         * serialised where a GPU overlaps them. TESSERA_SIM_MARKER_DELAY=1 charges them too. */
+        bool marker = op->type == SIM_OP_EVENT || op->type == SIM_OP_WAIT;
+        unsigned delay = op->sync || (marker && !sim_g.marker_delay) ? 0 : sim_g.op_delay_us;
         sim_unlock();
         sim_sleep_us(delay);
         op_execute(op);
@@ -1145,6 +1152,23 @@ CUresult sim_launch_host_func(CUstream h, CUhostFn fn, void *data, bool ptsz)
     if (!op)
         return CUDA_ERROR_OUT_OF_MEMORY;
     op->u.host.fn = fn;
+    op->u.host.data = data;
+    return sim_submit(h, ptsz, op, false);
+}
+
+CUresult sim_stream_add_callback(CUstream h, CUstreamCallback cb, void *data, unsigned flags,
+                                 bool ptsz)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!cb || flags != 0) /* flags are reserved: 0 */
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_op *op = sim_op_new(SIM_OP_HOSTFN);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.host.cb = cb;
+    op->u.host.stream = h;
     op->u.host.data = data;
     return sim_submit(h, ptsz, op, false);
 }

@@ -11,6 +11,8 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <cudaProfiler.h>
+#include <cuda_profiler_api.h>
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -113,6 +115,26 @@
     X(cuLaunchHostFunc_ptsz, cuLaunchHostFunc_ptsz, "cuLaunchHostFunc", 10000, 2)             \
     X(cuLaunchKernel, cuLaunchKernel, "cuLaunchKernel", 4000, 0)                              \
     X(cuLaunchKernel_ptsz, cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 2)                    \
+    X(cuMemHostRegister, cuMemHostRegister_v2, "cuMemHostRegister", 6050, 0)                 \
+    X(cuMemHostUnregister, cuMemHostUnregister, "cuMemHostUnregister", 4000, 0)               \
+    X(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer", 3020, 0) \
+    X(cuMemAllocManaged, cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)                     \
+    X(cuMemPrefetchAsync, cuMemPrefetchAsync_v2, "cuMemPrefetchAsync", 12020, 0)              \
+    X(cuMemPrefetchAsync_ptsz, cuMemPrefetchAsync_v2_ptsz, "cuMemPrefetchAsync", 12020, 2)    \
+    X(cuMemAdvise, cuMemAdvise_v2, "cuMemAdvise", 12020, 0)                                   \
+    X(cuStreamAttachMemAsync, cuStreamAttachMemAsync, "cuStreamAttachMemAsync", 6000, 0)      \
+    X(cuStreamAttachMemAsync_ptsz, cuStreamAttachMemAsync_ptsz, "cuStreamAttachMemAsync", 7000, 2) \
+    X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 11020, 0) \
+    X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 11020, 0)        \
+    X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 11020, 0)        \
+    X(cuProfilerStart, cuProfilerStart, "cuProfilerStart", 4000, 0)                           \
+    X(cuProfilerStop, cuProfilerStop, "cuProfilerStop", 4000, 0)                              \
+    X(cuMemcpyPeer, cuMemcpyPeer, "cuMemcpyPeer", 4000, 0)                                    \
+    X(cuMemcpyPeer_ptds, cuMemcpyPeer_ptds, "cuMemcpyPeer", 7000, 2)                          \
+    X(cuMemcpyPeerAsync, cuMemcpyPeerAsync, "cuMemcpyPeerAsync", 4000, 0)                     \
+    X(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync_ptsz, "cuMemcpyPeerAsync", 7000, 2)           \
+    X(cuStreamAddCallback, cuStreamAddCallback, "cuStreamAddCallback", 5000, 0)               \
+    X(cuStreamAddCallback_ptsz, cuStreamAddCallback_ptsz, "cuStreamAddCallback", 7000, 2)     \
     X(cuGetExportTable, cuGetExportTable, "cuGetExportTable", 3000, 0)
 
 static struct driver {
@@ -188,6 +210,8 @@ static cudaError_t from_cu(CUresult r)
     case CUDA_ERROR_CAPTURED_EVENT: return cudaErrorCapturedEvent;
     case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: return cudaErrorStreamCaptureWrongThread;
     case CUDA_ERROR_TIMEOUT: return cudaErrorTimeout;
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: return cudaErrorHostMemoryAlreadyRegistered;
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: return cudaErrorHostMemoryNotRegistered;
     default: return cudaErrorUnknown;
     }
 }
@@ -256,6 +280,8 @@ static const struct {
     E(cudaErrorCapturedEvent, "operation not permitted on an event last recorded in a capturing stream"),
     E(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence from another thread"),
     E(cudaErrorTimeout, "wait operation timed out"),
+    E(cudaErrorHostMemoryAlreadyRegistered, "part or all of the requested memory range is already mapped"),
+    E(cudaErrorHostMemoryNotRegistered, "pointer does not correspond to a registered memory region"),
     E(cudaErrorUnknown, "unknown error"),
 };
 #undef E
@@ -942,12 +968,14 @@ RT_API cudaError_t CUDARTAPI cudaPointerGetAttributes(struct cudaPointerAttribut
     int ordinal = -2;
     CUdeviceptr dptr = 0;
     void *hptr = NULL;
+    bool managed = false;
     CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                    CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
-                                   CU_POINTER_ATTRIBUTE_HOST_POINTER};
-    void *data[] = {&type, &ordinal, &dptr, &hptr};
-    CUresult r = drv.cuPointerGetAttributes(4, attrs, data, DP(ptr));
+                                   CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                                   CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    void *data[] = {&type, &ordinal, &dptr, &hptr, &managed};
+    CUresult r = drv.cuPointerGetAttributes(5, attrs, data, DP(ptr));
     if (r != CUDA_SUCCESS)
         return rt_cu(r);
     memset(attributes, 0, sizeof *attributes);
@@ -962,6 +990,10 @@ RT_API cudaError_t CUDARTAPI cudaPointerGetAttributes(struct cudaPointerAttribut
         attributes->type = cudaMemoryTypeUnregistered;
         hptr = (void *)(uintptr_t)ptr;
         break;
+    }
+    if (managed) { /* reachable from host and device at the same address */
+        attributes->type = cudaMemoryTypeManaged;
+        hptr = (void *)(uintptr_t)ptr;
     }
     attributes->device = ordinal;
     attributes->devicePointer = (void *)(uintptr_t)dptr;
@@ -1309,6 +1341,10 @@ struct rt_kernel {
     void **module;        /* the handle __cudaRegisterFatBinary returned */
     const void *host_fun; /* the host stub's address: the key of cudaLaunchKernel */
     const char *name;     /* nvcc's static string */
+    /* cudaFuncSetAttribute / cudaFuncSetCacheConfig: stored, reported, not scheduled */
+    int max_dyn_smem;     /* cudaFuncAttributeMaxDynamicSharedMemorySize, 49152 at first */
+    int carveout;         /* cudaFuncAttributePreferredSharedMemoryCarveout, -1 at first */
+    int cache_config;     /* enum cudaFuncCache */
 };
 
 static pthread_mutex_t rt_kernels_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -1363,6 +1399,8 @@ RT_API void CUDARTAPI __cudaRegisterFunction(void **fatCubinHandle, const char *
     k->module = fatCubinHandle;
     k->host_fun = hostFun;
     k->name = deviceName;
+    k->max_dyn_smem = 49152;
+    k->carveout = -1;
     pthread_mutex_lock(&rt_kernels_mu);
     k->next = rt_kernels;
     rt_kernels = k;
@@ -1479,4 +1517,346 @@ RT_API cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void *func, dim3 gridDi
 {
     (void)args;
     return kernel_launch(kernel_find(func, NULL), gridDim, blockDim, sharedMem, stream, true);
+}
+
+/* ---- registered and mapped host memory, managed memory --------------------------------- */
+
+RT_API cudaError_t CUDARTAPI cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    RT_ENTER(); /* cudaHostRegister* flags have the driver's CU_MEMHOSTREGISTER_* values */
+    return rt_cu(drv.cuMemHostRegister(ptr, size, flags));
+}
+
+RT_API cudaError_t CUDARTAPI cudaHostUnregister(void *ptr)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemHostUnregister(ptr));
+}
+
+RT_API cudaError_t CUDARTAPI cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
+{
+    if (!pDevice)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    return rt_cu(drv.cuMemHostGetDevicePointer((CUdeviceptr *)(void *)pDevice, pHost, flags));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+    if (!devPtr || size == 0) /* unlike cudaMalloc, 0 bytes is an error here */
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    return rt_cu(drv.cuMemAllocManaged((CUdeviceptr *)(void *)devPtr, size, flags));
+}
+
+/* Managed-memory hints: cudaMemLocation is laid out as CUmemLocation. */
+static CUmemLocation cu_location(struct cudaMemLocation l)
+{
+    CUmemLocation c;
+    c.type = (CUmemLocationType)l.type;
+    c.id = l.id;
+    return c;
+}
+
+cudaError_t CUDARTAPI cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count,
+                                                struct cudaMemLocation location,
+                                                unsigned int flags, cudaStream_t stream);
+cudaError_t CUDARTAPI cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr,
+                                                    size_t length, unsigned int flags);
+
+RT_API cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void *devPtr, size_t count,
+                                                  struct cudaMemLocation location,
+                                                  unsigned int flags, cudaStream_t stream)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPrefetchAsync(DP(devPtr), count, cu_location(location), flags,
+                                        (CUstream)stream));
+}
+RT_API cudaError_t CUDARTAPI cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count,
+                                                       struct cudaMemLocation location,
+                                                       unsigned int flags, cudaStream_t stream)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPrefetchAsync_ptsz(DP(devPtr), count, cu_location(location), flags,
+                                             (CUstream)stream));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemAdvise(const void *devPtr, size_t count,
+                                           enum cudaMemoryAdvise advice,
+                                           struct cudaMemLocation location)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemAdvise(DP(devPtr), count, (CUmem_advise)advice, cu_location(location)));
+}
+
+RT_API cudaError_t CUDARTAPI cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr,
+                                                      size_t length, unsigned int flags)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuStreamAttachMemAsync((CUstream)stream, DP(devPtr), length, flags));
+}
+RT_API cudaError_t CUDARTAPI cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr,
+                                                           size_t length, unsigned int flags)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuStreamAttachMemAsync_ptsz((CUstream)stream, DP(devPtr), length, flags));
+}
+
+/* ---- the default memory pool ----------------------------------------------------------- */
+
+RT_API cudaError_t CUDARTAPI cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+    if (!memPool)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_READY();
+    if (device < 0 || device >= ndev)
+        return rt_ret(cudaErrorInvalidDevice);
+    return rt_cu(drv.cuDeviceGetDefaultMemPool((CUmemoryPool *)memPool, device));
+}
+
+/* cudaMemPoolAttr has the driver's CUmemPool_attribute values */
+RT_API cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+                                                     void *value)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolSetAttribute((CUmemoryPool)memPool, (CUmemPool_attribute)attr, value));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+                                                     void *value)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolGetAttribute((CUmemoryPool)memPool, (CUmemPool_attribute)attr, value));
+}
+
+/* ---- peer copies ------------------------------------------------------------------------ */
+
+/* the per-thread default stream variants, not declared by cuda_runtime_api.h */
+cudaError_t CUDARTAPI cudaMemcpyPeer_ptds(void *dst, int dstDevice, const void *src, int srcDevice,
+                                          size_t count);
+cudaError_t CUDARTAPI cudaMemcpyPeerAsync_ptsz(void *dst, int dstDevice, const void *src,
+                                               int srcDevice, size_t count, cudaStream_t stream);
+
+static cudaError_t peer_contexts(int dstDevice, int srcDevice, CUcontext *dc, CUcontext *sc)
+{
+    if (dstDevice < 0 || dstDevice >= ndev || srcDevice < 0 || srcDevice >= ndev)
+        return cudaErrorInvalidDevice;
+    cudaError_t e = primary_of(dstDevice, dc);
+    return e != cudaSuccess ? e : primary_of(srcDevice, sc);
+}
+
+static cudaError_t memcpy_peer(void *dst, int dstDevice, const void *src, int srcDevice,
+                               size_t count, cudaStream_t stream, bool async, bool ptsz)
+{
+    RT_ENTER();
+    if (count == 0)
+        return cudaSuccess;
+    CUcontext dc, sc;
+    cudaError_t e = peer_contexts(dstDevice, srcDevice, &dc, &sc);
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    CUresult r;
+    if (async)
+        r = (ptsz ? drv.cuMemcpyPeerAsync_ptsz : drv.cuMemcpyPeerAsync)(DP(dst), dc, DP(src), sc,
+                                                                        count, (CUstream)stream);
+    else
+        r = (ptsz ? drv.cuMemcpyPeer_ptds : drv.cuMemcpyPeer)(DP(dst), dc, DP(src), sc, count);
+    return rt_cu(r);
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemcpyPeer(void *dst, int dstDevice, const void *src,
+                                            int srcDevice, size_t count)
+{
+    return memcpy_peer(dst, dstDevice, src, srcDevice, count, NULL, false, false);
+}
+RT_API cudaError_t CUDARTAPI cudaMemcpyPeer_ptds(void *dst, int dstDevice, const void *src,
+                                                 int srcDevice, size_t count)
+{
+    return memcpy_peer(dst, dstDevice, src, srcDevice, count, NULL, false, true);
+}
+RT_API cudaError_t CUDARTAPI cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src,
+                                                 int srcDevice, size_t count, cudaStream_t stream)
+{
+    return memcpy_peer(dst, dstDevice, src, srcDevice, count, stream, true, false);
+}
+RT_API cudaError_t CUDARTAPI cudaMemcpyPeerAsync_ptsz(void *dst, int dstDevice, const void *src,
+                                                      int srcDevice, size_t count,
+                                                      cudaStream_t stream)
+{
+    return memcpy_peer(dst, dstDevice, src, srcDevice, count, stream, true, true);
+}
+
+/* ---- stream callbacks ------------------------------------------------------------------- */
+
+/* The driver calls back with its own types; the program's callback wants the runtime's. One
+ * record per queued callback, freed when it has run (or when queueing fails). */
+struct rt_callback {
+    cudaStreamCallback_t fn;
+    cudaStream_t stream;
+    void *data;
+};
+
+static void CUDA_CB rt_callback_run(CUstream s, CUresult status, void *arg)
+{
+    (void)s;
+    struct rt_callback cb = *(struct rt_callback *)arg;
+    free(arg);
+    cb.fn(cb.stream, from_cu(status), cb.data);
+}
+
+static cudaError_t stream_add_callback(cudaStream_t stream, cudaStreamCallback_t fn, void *data,
+                                       unsigned flags, bool ptsz)
+{
+    if (!fn)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    struct rt_callback *cb = malloc(sizeof *cb);
+    if (!cb)
+        return rt_ret(cudaErrorMemoryAllocation);
+    *cb = (struct rt_callback){fn, stream, data};
+    CUresult r = (ptsz ? drv.cuStreamAddCallback_ptsz : drv.cuStreamAddCallback)(
+        (CUstream)stream, rt_callback_run, cb, flags);
+    if (r != CUDA_SUCCESS)
+        free(cb);
+    return rt_cu(r);
+}
+
+RT_API cudaError_t CUDARTAPI cudaStreamAddCallback(cudaStream_t stream,
+                                                   cudaStreamCallback_t callback, void *userData,
+                                                   unsigned int flags)
+{
+    return stream_add_callback(stream, callback, userData, flags, false);
+}
+RT_API cudaError_t CUDARTAPI cudaStreamAddCallback_ptsz(cudaStream_t stream,
+                                                        cudaStreamCallback_t callback,
+                                                        void *userData, unsigned int flags)
+{
+    return stream_add_callback(stream, callback, userData, flags, true);
+}
+
+/* ---- profiler --------------------------------------------------------------------------- */
+
+RT_API cudaError_t CUDARTAPI cudaProfilerStart(void)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuProfilerStart());
+}
+
+RT_API cudaError_t CUDARTAPI cudaProfilerStop(void)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuProfilerStop());
+}
+
+/* ---- kernel attributes and occupancy ----------------------------------------------------- */
+
+/* No kernel is compiled for the simulated device, so every kernel gets the same resources:
+ * 32 registers a thread, no static shared, constant or local memory. */
+#define RT_KERNEL_REGS 32
+
+static int dev_attr(CUdevice_attribute a, int dev)
+{
+    int v = 0;
+    return drv.cuDeviceGetAttribute(&v, a, dev) == CUDA_SUCCESS ? v : 0;
+}
+
+RT_API cudaError_t CUDARTAPI cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
+{
+    if (!attr)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    struct rt_kernel *k = kernel_find(func, NULL);
+    if (!k)
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    memset(attr, 0, sizeof *attr);
+    attr->maxThreadsPerBlock = 1024;
+    attr->numRegs = RT_KERNEL_REGS;
+    attr->ptxVersion = 90;
+    attr->binaryVersion = 90;
+    pthread_mutex_lock(&rt_kernels_mu);
+    attr->maxDynamicSharedSizeBytes = k->max_dyn_smem;
+    attr->preferredShmemCarveout = k->carveout;
+    pthread_mutex_unlock(&rt_kernels_mu);
+    return cudaSuccess;
+}
+
+RT_API cudaError_t CUDARTAPI cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                                  int value)
+{
+    RT_ENTER();
+    struct rt_kernel *k = kernel_find(func, NULL);
+    if (!k)
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    int optin = dev_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, current_device());
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&rt_kernels_mu);
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize && value >= 0 && value <= optin)
+        k->max_dyn_smem = value;
+    else if (attr == cudaFuncAttributePreferredSharedMemoryCarveout && value >= -1 && value <= 100)
+        k->carveout = value;
+    else
+        e = cudaErrorInvalidValue;
+    pthread_mutex_unlock(&rt_kernels_mu);
+    return rt_ret(e);
+}
+
+RT_API cudaError_t CUDARTAPI cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheConfig)
+{
+    RT_ENTER();
+    struct rt_kernel *k = kernel_find(func, NULL);
+    if (!k)
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    if (cacheConfig < cudaFuncCachePreferNone || cacheConfig > cudaFuncCachePreferEqual)
+        return rt_ret(cudaErrorInvalidValue);
+    pthread_mutex_lock(&rt_kernels_mu);
+    k->cache_config = cacheConfig;
+    pthread_mutex_unlock(&rt_kernels_mu);
+    return cudaSuccess;
+}
+
+/* Resident blocks of blockSize threads on one SM, limited by threads, blocks, registers and
+ * shared memory as the occupancy calculator counts them (warp granularity). */
+static cudaError_t occupancy(int *numBlocks, const void *func, int blockSize, size_t dynSmem,
+                             unsigned flags)
+{
+    if (!numBlocks || blockSize <= 0 || (flags & ~(unsigned)cudaOccupancyDisableCachingOverride))
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    if (!kernel_find(func, NULL))
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    int dev = current_device();
+    if (blockSize > dev_attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, dev) ||
+        dynSmem > (size_t)dev_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev)) {
+        *numBlocks = 0;
+        return cudaSuccess;
+    }
+    int warps = (blockSize + 31) / 32;
+    int n = dev_attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, dev);
+    int by_threads = dev_attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev) / (warps * 32);
+    int by_regs = dev_attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, dev) /
+                  (warps * 32 * RT_KERNEL_REGS);
+    size_t smem = dynSmem + (size_t)dev_attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, dev);
+    int by_smem = smem ? (int)((size_t)dev_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev) / smem) : n;
+    if (by_threads < n)
+        n = by_threads;
+    if (by_regs < n)
+        n = by_regs;
+    if (by_smem < n)
+        n = by_smem;
+    *numBlocks = n;
+    return cudaSuccess;
+}
+
+RT_API cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks,
+                                                                           const void *func,
+                                                                           int blockSize,
+                                                                           size_t dynamicSMemSize)
+{
+    return occupancy(numBlocks, func, blockSize, dynamicSMemSize, 0);
+}
+
+RT_API cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+{
+    return occupancy(numBlocks, func, blockSize, dynamicSMemSize, flags);
 }

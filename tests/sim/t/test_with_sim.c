@@ -71,6 +71,7 @@ static void test_errors_and_help(void)
     CHECK_CHILD_OK(&r);
     CHECK(strstr(r.out, "Usage: scripts/with-sim") != NULL);
     CHECK(strstr(r.out, "TESSERA_SIM_OP_DELAY_US") != NULL);
+    CHECK(strstr(r.out, "TESSERA_SIM_MARKER_DELAY") != NULL);
 }
 
 int main(int argc, char **argv)
