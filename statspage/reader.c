@@ -246,8 +246,10 @@ static void note_stat(ts_page *pg, const struct stat *st)
 
 /* Anyone may create a file named tessera.<pid> in a shared directory, for a process that is not
  * theirs, with counters of their choosing. A page is trusted only when its file is not writable
- * by group or others and belongs to a user the process runs as. Processes this reader cannot
- * look up (gone: judged stale later; another pid namespace; /proc hidden) are not checked here. */
+ * by group or others and belongs to a user the process runs as. A page whose owner cannot be
+ * looked up (another pid namespace, whose pid numbers mean nothing here; /proc hidden or
+ * unreadable) cannot be trusted: the namespace field is the forger's to choose too. Only a
+ * process that is gone is left to the owner check that follows (judged stale, never live). */
 static int check_trust(ts_page *pg, int status)
 {
     if (pg->fd < 0)
@@ -258,10 +260,18 @@ static int check_trust(ts_page *pg, int status)
                          (unsigned)(pg->mode & 07777));
     uint64_t ns = ts_pid_namespace("self");
     if (pg->hdr.pid_namespace && ns && pg->hdr.pid_namespace != ns)
-        return status;
+        return page_fail(pg, TS_PAGE_EUNTRUSTED,
+                         "untrusted: the page names pid namespace %" PRIu64
+                         ", not this reader's: its owner cannot be checked",
+                         pg->hdr.pid_namespace);
     uint32_t uids[4];
-    if (ts_proc_uids(pg->hdr.pid, uids) != 0)
-        return status;
+    int e = ts_proc_uids(pg->hdr.pid, uids);
+    if (e == ENOENT || e == ESRCH)
+        return status; /* gone: the owner state says stale */
+    if (e != 0)
+        return page_fail(pg, TS_PAGE_EUNTRUSTED,
+                         "untrusted: cannot read /proc/%" PRId32 "/status (%s): its owner cannot "
+                         "be checked", pg->hdr.pid, strerror(e));
     for (int i = 0; i < 4; i++)
         if (uids[i] == pg->uid)
             return status;
@@ -555,6 +565,13 @@ int ts_page_owner_state(const tessera_page_header *h, char *why, size_t whylen)
     }
     uint64_t ns = ts_pid_namespace("self");
     if (h->pid_namespace && ns && h->pid_namespace != ns) {
+        /* Its pid number means nothing here. Dead only when provably so: no process at all is
+         * left in that namespace (root in the initial namespace sees every process). */
+        if (ts_pid_namespace_in_use(h->pid_namespace) == 0) {
+            ts_msg_set(why, whylen, "no process is left in its pid namespace %" PRIu64,
+                       h->pid_namespace);
+            return TS_OWNER_DEAD;
+        }
         ts_msg_set(why, whylen, "owner is in another pid namespace; cannot check it");
         return TS_OWNER_UNKNOWN;
     }

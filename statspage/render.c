@@ -317,10 +317,11 @@ void ts_proc_view_load(ts_proc_view *v, const char *dir, int pid, bool check_own
     ts_page_close(&pg);
 }
 
-/* Is this view's data current (a readable page of a live or unverifiable owner)? */
+/* Is this view's data current: a readable page whose owner was verified alive? A page whose
+ * owner cannot be checked (another pid namespace) is never shown or exported as live. */
 static bool view_is_live(const ts_proc_view *v)
 {
-    return v->status == TS_PAGE_OK && !ts_owner_is_stale(v->owner);
+    return v->status == TS_PAGE_OK && v->owner == TS_OWNER_LIVE;
 }
 
 static const char *view_command(const ts_proc_view *v)
@@ -352,7 +353,7 @@ static void views_count(const ts_proc_view *views, size_t n, size_t *live, size_
     for (size_t i = 0; i < n; i++) {
         if (ts_owner_is_stale(views[i].owner))
             ++*stale;
-        else if (views[i].status == TS_PAGE_OK)
+        else if (view_is_live(&views[i]))
             ++*live;
         else
             ++*bad;
@@ -537,10 +538,15 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
         fprintf(f, "\nunreadable pages:\n");
         for (size_t i = 0; i < n; i++) {
             const ts_proc_view *v = &views[i];
-            if (ts_owner_is_stale(v->owner) || v->status == TS_PAGE_OK)
+            if (ts_owner_is_stale(v->owner) || view_is_live(v))
                 continue;
-            fprintf(f, "%-8d %-12s ", v->pid, ts_page_status_name(v->status));
-            put_text(f, v->error, sizeof v->error, SIZE_MAX, ESC_TERM);
+            bool unverified = v->status == TS_PAGE_OK;
+            fprintf(f, "%-8d %-12s ", v->pid,
+                    unverified ? ts_owner_state_name(v->owner) : ts_page_status_name(v->status));
+            if (unverified)
+                put_text(f, v->owner_why, sizeof v->owner_why, SIZE_MAX, ESC_TERM);
+            else
+                put_text(f, v->error, sizeof v->error, SIZE_MAX, ESC_TERM);
             fputc('\n', f);
         }
     }
@@ -684,6 +690,12 @@ void ts_render_json(FILE *f, const ts_proc_view *views, size_t n)
             fprintf(f, ",\n    \"error\": ");
             json_str(f, v->error, sizeof v->error);
             fprintf(f, ",\n    \"error_kind\": \"%s\"\n  }", ts_page_status_name(v->status));
+            continue;
+        }
+        if (v->owner == TS_OWNER_UNKNOWN) { /* never shown as a live process's numbers */
+            fprintf(f, ",\n    \"error\": ");
+            json_str(f, v->owner_why, sizeof v->owner_why);
+            fprintf(f, ",\n    \"error_kind\": \"unverified\"\n  }");
             continue;
         }
         const tessera_page_header *h = &v->hdr;

@@ -154,6 +154,60 @@ class ForeignPages(Base):
             victim.kill()
             victim.wait()
 
+    def test_foreign_namespace_page_not_trusted(self):
+        """N1: a page naming another pid namespace, for root's live process: its owner cannot be
+        checked, so it is untrusted, never shown or exported as that process."""
+        page = kept_page(self)
+        victim = subprocess.Popen(["sleep", "60"])
+        # a pid namespace that exists (a forger may name any; one with processes in it cannot
+        # be proved dead)
+        other_ns = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "60"])
+        self.addCleanup(other_ns.wait)
+        self.addCleanup(other_ns.kill)
+        try:
+            deadline = time.monotonic() + 10
+            ns = os.stat(f"/proc/{other_ns.pid}/ns/pid").st_ino
+            while ns == os.stat("/proc/self/ns/pid").st_ino and time.monotonic() < deadline:
+                children = open(f"/proc/{other_ns.pid}/task/{other_ns.pid}/children").read().split()
+                if children:
+                    ns = os.stat(f"/proc/{children[0]}/ns/pid").st_ino
+                time.sleep(0.01)
+            self.assertNotEqual(ns, os.stat("/proc/self/ns/pid").st_ino)
+            forged = bytearray(forge(page, victim.pid))
+            struct.pack_into("<Q", forged, 48, ns)
+            self.plant(f"tessera.{victim.pid}", bytes(forged))
+            out, doc = stat_json(self.env.stats_dir)
+            entry = doc[str(victim.pid)]
+            self.assertEqual(entry.get("error_kind"), "untrusted", entry)
+            self.assertNotEqual(entry.get("state"), "live", entry)
+            self.assertFalse(any(isinstance(v, dict) for v in entry.values()), entry)
+            prom = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                                  capture_output=True, text=True)
+            self.assertNotIn(f'pid="{victim.pid}"', prom.stdout)
+            self.assertIn('tessera_pages{state="live"} 0', prom.stdout)
+            table = subprocess.run([STAT, "--dir", self.env.stats_dir], capture_output=True, text=True)
+            self.assertIn("no tessera processes", table.stdout)
+            self.assertIn("names pid namespace", table.stdout)
+        finally:
+            victim.kill()
+            victim.wait()
+
+    def test_foreign_namespace_page_of_no_process_collected(self):
+        """N1: a page for a pid that does not exist, in a namespace no process is in: never
+        live, and --gc (root, which sees every namespace) removes it."""
+        page = kept_page(self)
+        gone = dead_pid()
+        forged = bytearray(forge(page, gone))
+        struct.pack_into("<Q", forged, 48, 4026531836 - 9)
+        path = self.plant(f"tessera.{gone}", bytes(forged))
+        _, doc = stat_json(self.env.stats_dir)
+        self.assertNotEqual(doc[str(gone)].get("state"), "live", doc)
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--gc"], capture_output=True,
+                             text=True)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("no process is left in its pid namespace", out.stdout)
+        self.assertFalse(os.path.exists(path))
+
     def test_group_writable_page_not_trusted(self):
         page = kept_page(self)
         victim = subprocess.Popen(["sleep", "60"])
