@@ -208,6 +208,59 @@ class ForeignPages(Base):
         self.assertIn("no process is left in its pid namespace", out.stdout)
         self.assertFalse(os.path.exists(path))
 
+    def test_busy_pages_of_one_user_spare_the_others(self):
+        """N7: another user's 100 live processes have pages whose 16 slots always look
+        mid-write, on a loaded machine. Every scrape stays bounded, and a page of this user
+        that is written to all the time (its slot mid-write a third of the time) is read
+        in every scrape: one user's pages spend only that user's retries. (The owner's writes
+        keep a core busy.)"""
+        page = kept_page(self)
+        theirs = [subprocess.Popen(["sleep", "120"], user=self.other.pw_uid,
+                                   group=self.other.pw_gid) for _ in range(100)]
+        mine = subprocess.Popen(["sleep", "120"])  # after theirs: read once their pages were
+        for p in theirs + [mine]:
+            self.addCleanup(p.wait)
+            self.addCleanup(p.kill)
+        for p in theirs:
+            self.plant(f"tessera.{p.pid}", forge(page, p.pid, slots=16, busy=True))
+        path = os.path.join(self.env.stats_dir, f"tessera.{mine.pid}")
+        with open(path, "wb") as f:
+            f.write(forge(page, mine.pid))
+        seq_at = HEADER + 16
+        fd = os.open(path, os.O_WRONLY)
+        self.addCleanup(os.close, fd)
+        stop = []
+
+        def spin(seconds):
+            t = time.perf_counter()
+            while time.perf_counter() - t < seconds:
+                pass
+
+        def writer():  # the owner, always updating its counters: a CPU-bound load too
+            seq = struct.unpack_from("<Q", page, seq_at)[0] & ~1
+            while not stop:
+                os.pwrite(fd, struct.pack("<Q", seq + 1), seq_at)
+                spin(0.0001)
+                seq += 2
+                os.pwrite(fd, struct.pack("<Q", seq), seq_at)
+                spin(0.0002)
+        import threading
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            for i in range(15):
+                t0 = time.monotonic()
+                out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                                     capture_output=True, text=True, timeout=120)
+                took = time.monotonic() - t0
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertLess(took, 5.0, f"scrape {i} took {took:.1f} s")  # correctness bound
+                self.assertTrue(f'tessera_allocated_bytes{{pid="{mine.pid}"' in out.stdout,
+                                f"scrape {i}: {out.stderr[-300:]}")
+        finally:
+            stop.append(1)
+            t.join()
+
     def test_group_writable_page_not_trusted(self):
         page = kept_page(self)
         victim = subprocess.Popen(["sleep", "60"])
