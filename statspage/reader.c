@@ -81,6 +81,7 @@ const char *ts_page_status_name(int status)
     case TS_PAGE_EBUSY: return "busy";
     case TS_PAGE_EEMPTY: return "empty";
     case TS_PAGE_EUNTRUSTED: return "untrusted";
+    case TS_PAGE_ESKIPPED: return "skipped";
     default: return "unknown";
     }
 }

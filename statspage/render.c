@@ -258,12 +258,16 @@ void ts_proc_view_free(ts_proc_view *v)
     v->nslots = 0;
 }
 
+/* Slots a page may have in use: what a tessera writer creates. A page claiming more is forged
+ * or damaged, and reading it is bounded work whatever it claims. */
+#define VIEW_MAX_SLOTS TESSERA_PAGE_SLOTS
+
 static void load_slots(ts_proc_view *v, ts_page *pg)
 {
     uint32_t n = pg->hdr.slot_count;
     if (n == 0 || n > TESSERA_PAGE_MAX_SLOT_COUNT)
         return;
-    v->slots = calloc(n, sizeof *v->slots);
+    v->slots = calloc(n < VIEW_MAX_SLOTS + 1 ? n : VIEW_MAX_SLOTS + 1, sizeof *v->slots);
     if (!v->slots) {
         v->status = TS_PAGE_EIO;
         snprintf(v->error, sizeof v->error, "out of memory");
@@ -278,7 +282,26 @@ static void load_slots(ts_proc_view *v, ts_page *pg)
             continue;
         if (s->status != TS_PAGE_OK)
             snprintf(s->error, sizeof s->error, "%s", pg->error);
-        v->nslots++;
+        /* one slot per (device, context): a writer never claims two, and a repeat would give
+         * the same series twice */
+        for (uint32_t j = 0; s->status == TS_PAGE_OK && j < v->nslots; j++)
+            if (v->slots[j].status == TS_PAGE_OK && v->slots[j].head.device == s->head.device &&
+                v->slots[j].head.context_id == s->head.context_id) {
+                s->status = TS_PAGE_ECORRUPT;
+                snprintf(s->error, sizeof s->error,
+                         "corrupt: slot %" PRIu32 " repeats the device and context of slot %" PRIu32,
+                         i, v->slots[j].index);
+            }
+        if (++v->nslots > VIEW_MAX_SLOTS) {
+            free(v->slots);
+            v->slots = NULL;
+            v->nslots = 0;
+            v->status = TS_PAGE_ECORRUPT;
+            snprintf(v->error, sizeof v->error,
+                     "corrupt: more than %u slots in use (a tessera process uses at most %u)",
+                     VIEW_MAX_SLOTS, VIEW_MAX_SLOTS);
+            return;
+        }
     }
 }
 
@@ -290,6 +313,7 @@ void ts_proc_view_from_page(ts_proc_view *v, ts_page *pg, int status, int owner,
     v->pid = pid;
     if (v->pid <= 0 && pg->have_identity)
         v->pid = pg->hdr.pid;
+    v->uid = pg->uid;
     v->status = status;
     v->owner = owner;
     snprintf(v->owner_why, sizeof v->owner_why, "%s", owner_why ? owner_why : "");
@@ -893,11 +917,16 @@ void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n)
 
     size_t live, stale, bad;
     views_count(views, n, &live, &stale, &bad);
+    size_t skipped = 0;
+    for (size_t i = 0; i < n; i++)
+        skipped += views[i].status == TS_PAGE_ESKIPPED && !ts_owner_is_stale(views[i].owner);
     prom_family(f, "tessera_pages", "gauge",
-                "Stats pages found, by state (live, stale: owner gone, unreadable)", NULL);
+                "Stats pages found, by state (live, stale: owner gone, unreadable, skipped: past "
+                "the bound on pages or slots read per user and scrape)", NULL);
     fprintf(f, "tessera_pages{state=\"live\"} %zu\n", live);
     fprintf(f, "tessera_pages{state=\"stale\"} %zu\n", stale);
-    fprintf(f, "tessera_pages{state=\"unreadable\"} %zu\n", bad);
+    fprintf(f, "tessera_pages{state=\"unreadable\"} %zu\n", bad - skipped);
+    fprintf(f, "tessera_pages{state=\"skipped\"} %zu\n", skipped);
 }
 
 /* ------------------------------------------------------------------------------------------ */

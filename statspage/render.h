@@ -20,6 +20,7 @@ typedef struct ts_slot_view {
 /* One process, as read for output. */
 typedef struct ts_proc_view {
     int pid;
+    uint32_t uid;          /* owner of the page file (0 when unknown) */
     int status;            /* ts_page_status of the page */
     char error[320];
     int owner;             /* ts_owner_state */

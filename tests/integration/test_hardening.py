@@ -78,6 +78,21 @@ def forge(page, pid, slots=None, busy=False):
     return bytes(data)
 
 
+def plant_sparse(path, page, pid, slots=16):
+    """A sparse page for pid with slots slots in use (copies of page's slot 0, one per device),
+    written straight to path: 1.5 MB each on disk only where written."""
+    hdr = bytearray(forge(page, pid)[:HEADER])
+    struct.pack_into("<IQ", hdr, 20, slots, HEADER + slots * SLOT)
+    head = bytearray(page[HEADER:HEADER + 2240])
+    with open(path, "wb") as f:
+        f.write(hdr)
+        for i in range(slots):
+            struct.pack_into("<i", head, 4, i)
+            f.seek(HEADER + i * SLOT)
+            f.write(head)
+        f.truncate(HEADER + slots * SLOT)
+
+
 def pid_alive(pid):
     return os.path.exists(f"/proc/{pid}")
 
@@ -261,6 +276,34 @@ class ForeignPages(Base):
             stop.append(1)
             t.join()
 
+    def test_one_user_many_pages_bounded(self):
+        """N2: another user's 150 live processes publish pages with 16 slots in use each
+        (2,400 slots). A scrape reads a bounded share of them (256 slots per user), so its time
+        and body stay small, and this user's process is still exported."""
+        page = kept_page(self)
+        theirs = [subprocess.Popen(["sleep", "120"], user=self.other.pw_uid,
+                                   group=self.other.pw_gid) for _ in range(150)]
+        mine = subprocess.Popen(["sleep", "120"])
+        for p in theirs + [mine]:
+            self.addCleanup(p.wait)
+            self.addCleanup(p.kill)
+        for p in theirs:
+            path = os.path.join(self.env.stats_dir, f"tessera.{p.pid}")
+            plant_sparse(path, page, p.pid)
+            os.chown(path, self.other.pw_uid, self.other.pw_gid)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{mine.pid}"), "wb") as f:
+            f.write(forge(page, mine.pid))
+        t0 = time.monotonic()
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                             capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t0
+        self.assertEqual(out.returncode, 0, out.stderr[-300:])
+        self.assertLess(len(out.stdout), 8 << 20, "scrape body")  # unbounded: about 50 MB
+        self.assertLess(took, 10.0)  # correctness bound, not a speed goal
+        self.assertTrue(f'tessera_allocated_bytes{{pid="{mine.pid}"' in out.stdout)
+        skipped = int(re.search(r'tessera_pages\{state="skipped"\} (\d+)', out.stdout).group(1))
+        self.assertEqual(skipped, 150 - 256 // 16)
+
     def test_group_writable_page_not_trusted(self):
         page = kept_page(self)
         victim = subprocess.Popen(["sleep", "60"])
@@ -302,14 +345,15 @@ class ForeignPages(Base):
 
 class ForgedBusyPage(Base):
     def test_tessera_stat_bounded(self):
-        """Pages whose 64 slots always look mid-write, of live and of dead owners: every output
-        of tessera-stat still finishes quickly and reports them busy."""
+        """Pages whose 16 slots always look mid-write (and one with 64), of live and of dead
+        owners: every output of tessera-stat still finishes quickly and reports them busy (and
+        64 slots in use as corrupt: a tessera process uses 16 at most)."""
         page = kept_page(self)
         sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
         try:
-            for s in sleepers:
+            for n, s in enumerate(sleepers):
                 with open(os.path.join(self.env.stats_dir, f"tessera.{s.pid}"), "wb") as f:
-                    f.write(forge(page, s.pid, slots=64, busy=True))
+                    f.write(forge(page, s.pid, slots=64 if n == 3 else 16, busy=True))
             gone = dead_pid()
             with open(os.path.join(self.env.stats_dir, f"tessera.{gone}"), "wb") as f:
                 f.write(forge(page, gone, slots=64, busy=True))
@@ -323,6 +367,8 @@ class ForgedBusyPage(Base):
                                  (args, out.stderr))
                 if args != ["--prometheus"]:  # there, a page without readable slots has no samples
                     self.assertIn("busy", out.stdout + out.stderr, args)
+                if not args or args == ["--json"]:
+                    self.assertIn("more than 16 slots in use", out.stdout, args)
         finally:
             for s in sleepers:
                 s.kill()
