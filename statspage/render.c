@@ -783,6 +783,36 @@ void ts_render_json(FILE *f, const ts_proc_view *views, size_t n)
 
 #define PROM_COMMAND_MAX 128 /* bytes of the command line carried in the label */
 
+/* The labels of the output being rendered (one renderer runs at a time per thread). */
+static _Thread_local const ts_prom_labels *prom_opt;
+
+int ts_prom_labels_parse(const char *list, ts_prom_labels *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (strcmp(list, "none") == 0)
+        return 0;
+    const char *p = list;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        if (len == 3 && strncmp(p, "pid", 3) == 0)
+            ;
+        else if (len == 7 && strncmp(p, "command", 7) == 0)
+            out->command = true;
+        else if (len == 6 && strncmp(p, "config", 6) == 0)
+            out->config = true;
+        else if (len == 7 && strncmp(p, "version", 7) == 0)
+            out->version = true;
+        else {
+            ts_msg_set(err, errlen, "--labels: '%.*s' is not one of pid, command, config, version, none",
+                       (int)(len > 64 ? 64 : len), p);
+            return -1;
+        }
+        if (!p[len])
+            return 0;
+        p += len + 1;
+    }
+}
+
 static void prom_labels(FILE *f, const ts_proc_view *v, uint32_t k, int pool)
 {
     const ts_slot_view *s = &v->slots[k];
@@ -793,9 +823,12 @@ static void prom_labels(FILE *f, const ts_proc_view *v, uint32_t k, int pool)
         fprintf(f, ",context=\"0x%" PRIx64 "\"", s->head.context_id);
     if (pool >= 0)
         fprintf(f, ",pool=\"%s\"", POOL_NAMES[pool]);
-    fputs(",command=\"", f);
-    put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
-    fputs("\"}", f);
+    if (prom_opt->command) {
+        fputs(",command=\"", f);
+        put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
+        fputc('"', f);
+    }
+    fputc('}', f);
 }
 
 static void prom_family(FILE *f, const char *name, const char *type, const char *help,
@@ -825,6 +858,14 @@ static void prom_family(FILE *f, const char *name, const char *type, const char 
  * num_X counters: tessera_X_total; other byte gauges end in _bytes. */
 void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n)
 {
+    static const ts_prom_labels all = {true, true, true};
+    ts_render_prometheus_labels(f, views, n, &all);
+}
+
+void ts_render_prometheus_labels(FILE *f, const ts_proc_view *views, size_t n,
+                                 const ts_prom_labels *labels)
+{
+    prom_opt = labels;
     static const char *const sub_word[4] = {"", "_peak", "_allocated", "_freed"};
     static const char *const sub_type[4] = {"gauge", "gauge", "counter", "counter"};
     static const char *const sub_help[4] = {
@@ -906,13 +947,23 @@ void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n)
         const ts_proc_view *v = &views[i];
         if (!view_is_live(v))
             continue;
-        fprintf(f, "tessera_page_info{pid=\"%d\",command=\"", v->pid);
-        put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
-        fputs("\",version=\"", f);
-        put_text(f, v->hdr.version, sizeof v->hdr.version, SIZE_MAX, ESC_PROM_LABEL);
-        fputs("\",config=\"", f);
-        put_text(f, v->hdr.config, sizeof v->hdr.config, SIZE_MAX, ESC_PROM_LABEL);
-        fputs("\"} 1\n", f);
+        fprintf(f, "tessera_page_info{pid=\"%d\"", v->pid);
+        if (labels->command) {
+            fputs(",command=\"", f);
+            put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
+            fputc('"', f);
+        }
+        if (labels->version) {
+            fputs(",version=\"", f);
+            put_text(f, v->hdr.version, sizeof v->hdr.version, SIZE_MAX, ESC_PROM_LABEL);
+            fputc('"', f);
+        }
+        if (labels->config) {
+            fputs(",config=\"", f);
+            put_text(f, v->hdr.config, sizeof v->hdr.config, SIZE_MAX, ESC_PROM_LABEL);
+            fputc('"', f);
+        }
+        fputs("} 1\n", f);
     }
 
     size_t live, stale, bad;

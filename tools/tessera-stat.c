@@ -38,11 +38,11 @@ static void usage(FILE *f)
             "usage: %s [--dir DIR]                      table of tessera processes\n"
             "       %s [--dir DIR] PID                  every counter of one process\n"
             "       %s --json [PID]                     JSON (memory_stats key names)\n"
-            "       %s --prometheus                     Prometheus text format\n"
+            "       %s --prometheus [--labels L]        Prometheus text format\n"
             "       %s --watch SECONDS [--count N]      redraw the table (Ctrl-C stops)\n"
             "       %s map PID [--device D] [--width W] ASCII segment map\n"
             "       %s snapshot PID -o FILE [--wait S]  PyTorch memory snapshot (pickle)\n"
-            "       %s --serve ADDR:PORT                serve /metrics (default 127.0.0.1:9464)\n"
+            "       %s --serve [ADDR:PORT] [--labels L] serve /metrics (default " TS_STAT_SERVE_DEFAULT ")\n"
             "       %s --gc                             remove pages of dead processes\n"
             "       %s --help | --version\n"
             "\n"
@@ -50,6 +50,8 @@ static void usage(FILE *f)
             ".\n"
             "Sizes in the table and the map are binary (KiB, MiB, GiB); JSON, Prometheus and the\n"
             "per-process view give exact bytes.\n"
+            "--labels L: the Prometheus labels beyond pid, device, pool: none, or a list of\n"
+            "command, config, version (default: all; --serve beyond loopback: version only).\n"
             "FRAG in the table: the share of free cached memory that no single request can use\n"
             "(holes inside segments in use; a wholly free segment is not fragmentation).\n",
             prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
@@ -264,13 +266,13 @@ static int cmd_json(const char *dir, int pid)
     return 0;
 }
 
-static int cmd_prometheus(const char *dir)
+static int cmd_prometheus(const char *dir, const ts_prom_labels *labels)
 {
     views vs;
     if (ts_stat_load_all(dir, &vs) != 0)
         return 1;
     warn_unreadable(&vs, dir);
-    ts_render_prometheus(stdout, vs.v, vs.n);
+    ts_render_prometheus_labels(stdout, vs.v, vs.n, labels);
     ts_stat_free_all(&vs);
     return 0;
 }
@@ -421,20 +423,21 @@ static int cmd_gc(const char *dir)
 int main(int argc, char **argv)
 {
     enum { OPT_JSON = 256, OPT_PROM, OPT_WATCH, OPT_COUNT, OPT_GC, OPT_DIR, OPT_DEVICE, OPT_WIDTH,
-           OPT_HELP, OPT_VERSION, OPT_SERVE, OPT_WAIT };
+           OPT_HELP, OPT_VERSION, OPT_SERVE, OPT_WAIT, OPT_LABELS };
     static const struct option opts[] = {
         {"json", no_argument, NULL, OPT_JSON},       {"prometheus", no_argument, NULL, OPT_PROM},
         {"watch", required_argument, NULL, OPT_WATCH}, {"count", required_argument, NULL, OPT_COUNT},
         {"gc", no_argument, NULL, OPT_GC},           {"dir", required_argument, NULL, OPT_DIR},
         {"device", required_argument, NULL, OPT_DEVICE},
         {"width", required_argument, NULL, OPT_WIDTH}, {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION}, {"serve", required_argument, NULL, OPT_SERVE},
+        {"version", no_argument, NULL, OPT_VERSION}, {"serve", optional_argument, NULL, OPT_SERVE},
         {"wait", required_argument, NULL, OPT_WAIT}, {"output", required_argument, NULL, 'o'},
+        {"labels", required_argument, NULL, OPT_LABELS},
         {NULL, 0, NULL, 0}};
     int json = 0, prom = 0, gc = 0, watch = 0;
     double seconds = 0;
     long count = 0, device = -1, width = 64;
-    const char *dir = NULL, *serve = NULL, *out_path = NULL;
+    const char *dir = NULL, *serve = NULL, *out_path = NULL, *labels = NULL;
     double wait_s = 2.0;
     int wait_given = 0;
     opterr = 0;
@@ -474,7 +477,17 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             break;
-        case OPT_SERVE: serve = optarg; break;
+        case OPT_SERVE:
+            /* --serve alone serves the default address; --serve ADDR:PORT (a separate word
+             * with a colon) or --serve=ADDR:PORT another */
+            if (optarg)
+                serve = optarg;
+            else if (optind < argc && strchr(argv[optind], ':') && argv[optind][0] != '-')
+                serve = argv[optind++];
+            else
+                serve = TS_STAT_SERVE_DEFAULT;
+            break;
+        case OPT_LABELS: labels = optarg; break;
         case 'o': out_path = optarg; break;
         case OPT_WAIT: {
             char *end;
@@ -551,6 +564,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: --device and --width go with map\n", prog);
         return EXIT_USAGE;
     }
+    ts_prom_labels prom_labels = {true, true, true};
+    if (labels) {
+        char err[160];
+        if (!prom && !serve) {
+            fprintf(stderr, "%s: --labels goes with --prometheus or --serve\n", prog);
+            return EXIT_USAGE;
+        }
+        if (ts_prom_labels_parse(labels, &prom_labels, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            return EXIT_USAGE;
+        }
+    }
     if (count && !watch) {
         fprintf(stderr, "%s: --count goes with --watch\n", prog);
         return EXIT_USAGE;
@@ -560,13 +585,13 @@ int main(int argc, char **argv)
     if (is_snapshot)
         rc = ts_stat_snapshot(dir, (int)pid, out_path, wait_s);
     else if (serve)
-        rc = ts_stat_serve(dir, serve);
+        rc = ts_stat_serve(dir, serve, labels);
     else if (is_map)
         rc = cmd_map(dir, (int)pid, device, (unsigned)width);
     else if (gc)
         rc = cmd_gc(dir);
     else if (prom)
-        rc = cmd_prometheus(dir);
+        rc = cmd_prometheus(dir, &prom_labels);
     else if (json)
         rc = cmd_json(dir, (int)pid);
     else if (watch)

@@ -375,6 +375,181 @@ class ForgedBusyPage(Base):
                 s.wait()
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServeBounds(Base):
+    """tessera-stat --serve against slow and many clients, odd paths, and the labels it
+    exports."""
+
+    def serve(self, *args, listen=None, port=None):
+        port = port or free_port()
+        err = open(os.path.join(self.env.tmp, f"serve.{port}.err"), "w+")
+        self.addCleanup(err.close)
+        p = subprocess.Popen([STAT, "--dir", self.env.stats_dir, "--serve",
+                              listen or f"127.0.0.1:{port}", *args],
+                             stdout=subprocess.DEVNULL, stderr=err)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.terminate)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if self.get(port, "/metrics", timeout=2)[0] == 200:
+                    return port
+            except OSError:
+                time.sleep(0.05)
+        self.fail("tessera-stat --serve did not start")
+
+    @staticmethod
+    def get(port, path, source="127.0.0.1", timeout=5.0):
+        """(status, body) of GET path, from the loopback address source."""
+        import socket
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                      source_address=(source, 0)) as c:
+            c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        return int(head.split()[1]), body.decode(errors="replace")
+
+    def slow_client(self, port, source, stop):
+        """A connection sending one header line a second, never finishing its request;
+        returns the socket (closed by the server when it is bounded)."""
+        import socket
+        c = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
+        c.sendall(b"GET /metrics HTTP/1.1\r\n")
+        return c
+
+    def test_slow_clients_do_not_deny_scrapes(self):
+        """Slowloris: 64 connections from 8 loopback addresses (every local user has all of
+        127/8), each trickling a header line a second, fill every connection. Scrapes from
+        another loopback address are all answered: a new connection evicts the one waiting
+        longest for its request."""
+        import socket
+        import threading
+        port = self.serve()
+        socks, stop = [], []
+        for a in range(1, 9):
+            for _ in range(8):
+                try:
+                    socks.append(self.slow_client(port, f"127.0.0.{a}", stop))
+                except OSError:
+                    pass
+        self.addCleanup(lambda: [s.close() for s in socks])
+
+        def trickle():
+            n = 0
+            while not stop:
+                for s in list(socks):
+                    try:
+                        s.sendall(f"X-Slow-{n}: 1\r\n".encode())
+                    except OSError:
+                        pass
+                n += 1
+                time.sleep(1)
+        t = threading.Thread(target=trickle)
+        t.start()
+        try:
+            for i in range(8):
+                t0 = time.monotonic()
+                try:
+                    status, _ = self.get(port, "/metrics", source="127.0.0.99", timeout=3)
+                except (OSError, socket.timeout) as e:
+                    status = repr(e)
+                self.assertEqual(status, 200, f"scrape {i}")
+                time.sleep(max(0, 1 - (time.monotonic() - t0)))
+        finally:
+            stop.append(1)
+            t.join()
+
+    def test_request_total_time_bounded(self):
+        """A request trickling in a header line a second is cut off after its total time
+        (5 s), although the connection is never idle."""
+        port = self.serve()
+        c = self.slow_client(port, "127.0.0.1", [])
+        self.addCleanup(c.close)
+        c.settimeout(1.2)
+        t0 = time.monotonic()
+        closed = None
+        while time.monotonic() - t0 < 12:
+            try:
+                c.sendall(b"X-Slow: 1\r\n")
+                if c.recv(4096) == b"":
+                    closed = time.monotonic() - t0
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = time.monotonic() - t0
+                break
+        self.assertIsNotNone(closed, "the slow request was never cut off")
+        self.assertLess(closed, 8)
+
+    def test_path_matched_as_sent(self):
+        port = self.serve()
+        for path in ("/%6detrics", "/metrics%00x", "/metrics/", "/Metrics"):
+            self.assertEqual(self.get(port, path)[0], 404, path)
+        self.assertEqual(self.get(port, "/metrics?x=1")[0], 200)
+
+    def live_page(self):
+        page = kept_page(self)
+        p = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{p.pid}"), "wb") as f:
+            f.write(forge(page, p.pid))
+        return p.pid
+
+    def test_command_line_not_served_beyond_loopback(self):
+        """Serving every interface (the cluster setup), the command line and configuration
+        are not labels unless asked for; on loopback, and with --labels, they are."""
+        pid = self.live_page()
+        port = free_port()
+        wide = self.serve(listen=f"0.0.0.0:{port}", port=port)
+        body = self.get(wide, "/metrics")[1]
+        self.assertIn(f'tessera_allocated_bytes{{pid="{pid}"', body)
+        self.assertNotIn("command=", body)
+        self.assertNotIn("config=", body)
+        self.assertIn(f'tessera_page_info{{pid="{pid}",version="', body)
+        port = free_port()
+        asked = self.serve("--labels", "pid,command", listen=f"0.0.0.0:{port}", port=port)
+        body = self.get(asked, "/metrics")[1]
+        self.assertIn("command=", body)
+        self.assertNotIn("config=", body)
+        local = self.serve()
+        self.assertIn("command=", self.get(local, "/metrics")[1])
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus", "--labels", "none"],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(f'tessera_page_info{{pid="{pid}"}} 1', out.stdout)
+        self.assertNotIn("command=", out.stdout)
+        bad = subprocess.run([STAT, "--prometheus", "--labels", "pid,secret"], capture_output=True,
+                             text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--labels: 'secret'", bad.stderr)
+
+    def test_serve_without_address(self):
+        """--help gives a default address: --serve alone uses it (it may be taken by another
+        server here: then it says so, but not as a usage error)."""
+        p = subprocess.Popen([STAT, "--dir", self.env.stats_dir, "--serve"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stderr.readline()
+        finally:
+            p.terminate()
+            p.wait()
+        self.assertIn("127.0.0.1:9464", line)
+        self.assertNotEqual(p.returncode, 2, line)
+
+
 class TraceTargets(Base):
     def churn(self, trace, limit=None, timeout=60):
         extra = {"TESSERA_TRACE": trace}
