@@ -62,6 +62,30 @@ def kept_page(test):
     return data
 
 
+def kept_page_and_ring(test):
+    """The bytes of a real page and of its history ring (a finished run, kept)."""
+    run = test.env.run(prog("meminfo", "--unit", "4M"), conf="history_events:64")
+    test.ok(run)
+    names = sorted(f for f in os.listdir(test.env.stats_dir) if f.startswith("tessera."))
+    test.assertEqual(len(names), 2, names)
+    data = [open(os.path.join(test.env.stats_dir, n), "rb").read() for n in names]
+    for n in names:
+        os.unlink(os.path.join(test.env.stats_dir, n))
+    return bytearray(data[0]), bytearray(data[1])  # tessera.N, tessera.N.history.0
+
+
+def forge_ring(ring, pid, capacity=None, written=None):
+    """ring, for pid; optionally claiming capacity events (the file sparse up to them) and
+    written events."""
+    data = bytearray(ring)
+    struct.pack_into("<i", data, 24, pid)
+    if capacity is not None:
+        struct.pack_into("<I", data, 20, capacity)
+    if written is not None:
+        struct.pack_into("<Q", data, 40, written)
+    return data
+
+
 def forge(page, pid, slots=None, busy=False):
     """page, renamed to pid (with pid's start time); optionally slots slots, all ACTIVE and
     mid-write (odd sequence word) for good."""
@@ -303,6 +327,27 @@ class ForeignPages(Base):
         self.assertTrue(f'tessera_allocated_bytes{{pid="{mine.pid}"' in out.stdout)
         skipped = int(re.search(r'tessera_pages\{state="skipped"\} (\d+)', out.stdout).group(1))
         self.assertEqual(skipped, 150 - 256 // 16)
+
+    def test_planted_history_ring_ignored(self):
+        """N3: a ring planted by another user next to a process's page (before the process
+        made its own) does not put its events into that process's snapshot."""
+        page, ring = kept_page_and_ring(self)
+        victim = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(victim.wait)
+        self.addCleanup(victim.kill)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{victim.pid}"), "wb") as f:
+            f.write(forge(page, victim.pid))
+        forged = forge_ring(ring, victim.pid)
+        for i in range(struct.unpack_from("<Q", forged, 40)[0]):  # every event: 1 TiB
+            struct.pack_into("<Q", forged, 128 + i * 184 + 24, 1 << 40)
+        self.plant(f"tessera.{victim.pid}.history.0", bytes(forged))
+        out = os.path.join(self.env.tmp, "victim.pickle")
+        snap = subprocess.run([STAT, "--dir", self.env.stats_dir, "snapshot", str(victim.pid),
+                               "-o", out, "--wait", "0"], capture_output=True, text=True)
+        self.assertEqual(snap.returncode, 0, snap.stderr)
+        self.assertIn("not written by the page's owner", snap.stderr)
+        self.assertIn("0 events", snap.stdout)
+        self.assertNotIn(str(1 << 40).encode(), open(out, "rb").read())
 
     def test_group_writable_page_not_trusted(self):
         page = kept_page(self)
@@ -662,6 +707,46 @@ class Bounds(Base):
         for path, data in kept.items():
             self.assertEqual(open(path, "rb").read(), data, path)
         self.assertFalse(os.path.exists(interrupted))
+
+    def test_sparse_history_ring_bounded(self):
+        """N3: a sparse ring claiming 2^24 events (3 GiB): a snapshot reads a bounded window
+        of it and says so."""
+        page, ring = kept_page_and_ring(self)
+        owner = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(owner.wait)
+        self.addCleanup(owner.kill)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{owner.pid}"), "wb") as f:
+            f.write(forge(page, owner.pid))
+        path = os.path.join(self.env.stats_dir, f"tessera.{owner.pid}.history.0")
+        with open(path, "wb") as f:
+            f.write(forge_ring(ring[:128], owner.pid, capacity=1 << 24, written=1 << 24))
+            f.truncate(128 + (1 << 24) * 184)
+        out = os.path.join(self.env.tmp, "sparse.pickle")
+        t0 = time.monotonic()
+        snap = subprocess.run([STAT, "--dir", self.env.stats_dir, "snapshot", str(owner.pid),
+                               "-o", out, "--wait", "0"], capture_output=True, text=True,
+                              timeout=120)
+        took = time.monotonic() - t0
+        self.assertEqual(snap.returncode, 0, snap.stderr)
+        self.assertIn(f"{(1 << 24) - (1 << 18)} older events of the history ring not read",
+                      snap.stdout)
+        self.assertLess(took, 10)  # correctness bound (it took 11.8 s and 2.1 GB before)
+
+    def test_gc_checks_ring_content(self):
+        """--gc removes a dead process's ring, but not a file that only has a ring's name."""
+        _, ring = kept_page_and_ring(self)
+        gone, other = dead_pid(), dead_pid()
+        real = os.path.join(self.env.stats_dir, f"tessera.{gone}.history.0")
+        with open(real, "wb") as f:
+            f.write(forge_ring(ring, gone))
+        named = os.path.join(self.env.stats_dir, f"tessera.{other}.history.0")
+        with open(named, "w") as f:
+            f.write("someone's notes, not a ring\n" * 10)
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--gc"], capture_output=True,
+                             text=True)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertFalse(os.path.exists(real))
+        self.assertTrue(os.path.exists(named))
 
     def test_long_stats_dir_readable(self):
         d = os.path.join(self.env.tmp, "long")

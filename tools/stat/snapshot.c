@@ -125,13 +125,17 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
         }
         ts_history_copy c;
         char err[600];
-        int e = ts_history_read(dir, pid, i, &c, err, sizeof err);
+        int e = ts_history_read(dir, pid, i, pg.uid, &c, err, sizeof err);
         if (e == 0) {
+            uint64_t dropped = c.dropped, cut = c.cut;
             if (ts_snap_add_trace(&s, head->device, c.events, c.n) != 0)
                 ts_history_copy_free(&c);
-            if (c.dropped)
+            if (cut)
+                printf("device %d: %" PRIu64 " older events of the history ring not read (at most "
+                       "%u per device)\n", head->device, cut, TS_HISTORY_COPY_MAX_EVENTS);
+            if (dropped > cut)
                 printf("device %d: %" PRIu64 " older events no longer in the history ring\n",
-                       head->device, c.dropped);
+                       head->device, dropped - cut);
         } else if (e != ENOENT) {
             fprintf(stderr, "%s: %s (no device_traces for device %d)\n", prog, err, head->device);
         }
