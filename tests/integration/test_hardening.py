@@ -595,6 +595,136 @@ class ServeBounds(Base):
         self.assertNotEqual(p.returncode, 2, line)
 
 
+class Snapshots(Base):
+    """Memory snapshots: tessera-stat snapshot's output file, a dead process, the byte bound;
+    snapshot_on_oom's mode, directory, disk waits and log lines."""
+
+    def live_page(self, ring=None):
+        page, kept_ring = kept_page_and_ring(self)
+        p = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{p.pid}"), "wb") as f:
+            f.write(forge(page, p.pid))
+        if ring is not None:
+            with open(os.path.join(self.env.stats_dir, f"tessera.{p.pid}.history.0"), "wb") as f:
+                f.write(ring(kept_ring, p.pid))
+        return p.pid
+
+    def snapshot(self, pid, out):
+        return subprocess.run([STAT, "--dir", self.env.stats_dir, "snapshot", str(pid), "-o", out,
+                               "--wait", "0"], capture_output=True, text=True, timeout=120)
+
+    def test_output_that_is_not_a_regular_file_is_refused(self):
+        """N4: -o a device (a private copy of /dev/null: the real one must not be at stake if
+        this regresses), a FIFO, a symbolic link, a directory: refused, left as they are."""
+        pid = self.live_page()
+        null = os.path.join(self.env.tmp, "null")
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        fifo = os.path.join(self.env.tmp, "fifo")
+        os.mkfifo(fifo)
+        target = os.path.join(self.env.tmp, "target")
+        with open(target, "w") as f:
+            f.write("keep\n")
+        link = os.path.join(self.env.tmp, "link")
+        os.symlink(target, link)
+        for out, kind in ((null, stat.S_ISCHR), (fifo, stat.S_ISFIFO), (link, stat.S_ISLNK),
+                          (self.env.tmp, stat.S_ISDIR)):
+            snap = self.snapshot(pid, out)
+            self.assertEqual(snap.returncode, 1, (out, snap.stdout))
+            self.assertIn("not a regular file", snap.stderr, out)
+            self.assertTrue(kind(os.lstat(out).st_mode), out)
+        self.assertEqual(open(target).read(), "keep\n")
+        self.assertEqual([f for f in os.listdir(self.env.tmp) if ".tmp." in f], [])
+        out = os.path.join(self.env.tmp, "snap.pickle")
+        self.assertEqual(self.snapshot(pid, out).returncode, 0)
+        self.assertEqual(stat.S_IMODE(os.stat(out).st_mode), 0o600)
+
+    def test_dead_process_is_not_called_exact(self):
+        page, _ = kept_page_and_ring(self)
+        gone = dead_pid()
+        with open(os.path.join(self.env.stats_dir, f"tessera.{gone}"), "wb") as f:
+            f.write(forge(page, gone))
+        out = os.path.join(self.env.tmp, "dead.pickle")
+        snap = self.snapshot(gone, out)
+        self.assertEqual(snap.returncode, 0, snap.stderr)
+        self.assertNotIn("exact", snap.stdout)
+        self.assertIn(f"last state: process {gone} is gone", snap.stdout)
+        self.assertIn(f"process {gone} is gone", snap.stdout)
+
+    def test_snapshot_bounded_in_bytes(self):
+        """2^18 complete events of 16 frames each (over 300 MB of pickle): the history is cut
+        to keep the file under 64 MiB, and the output says so."""
+        def big_ring(ring, pid):
+            n = 1 << 18
+            data = bytearray(forge_ring(ring[:128], pid, capacity=n, written=n))
+            ev = bytearray(184)
+            struct.pack_into("<QQQQII", ev, 8, 1000, 0x7f0000000000, 4096, 0, 0, 16)
+            struct.pack_into("<16Q", ev, 56, *range(0x400000, 0x400000 + 16))
+            body = bytearray(ev * n)
+            for i in range(n):
+                struct.pack_into("<QQ", body, i * 184, 2 * i + 2, 1000 + i)
+            return data + body
+        pid = self.live_page(ring=big_ring)
+        out = os.path.join(self.env.tmp, "big.pickle")
+        snap = self.snapshot(pid, out)
+        self.assertEqual(snap.returncode, 0, snap.stderr)
+        self.assertIn("history cut: its", snap.stdout)
+        self.assertLessEqual(os.path.getsize(out), 64 << 20)
+        self.assertGreater(os.path.getsize(out), 32 << 20)  # the newest events are kept
+
+    def oom_run(self, tpl, strace=None, memory="256M", tolerate=False):
+        argv = prog("seed_middle", "--first", "64M", "--middle", "64M", "--last", "64M",
+                    "--request", "512M")
+        if tolerate:
+            argv = prog("churn", "--iters", "3000", "--live", "100", "--max-size", "16M",
+                        "--large-pct", "20", "--tolerate-oom")
+        if strace:
+            argv = ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync,syncfs,sync", "-o", strace] + argv
+        return self.env.run(argv, memory=memory, conf=f"history_events:256,snapshot_on_oom:{tpl}")
+
+    def test_oom_snapshot_mode_and_no_sync(self):
+        """Mode 0600; written after the walk and never synced (the failing call waits for no
+        disk); a missing last directory is created, mode 0700."""
+        if not shutil.which("strace"):
+            self.skipTest("strace is not installed")
+        d = os.path.join(self.env.tmp, "oom")
+        trace = os.path.join(self.env.tmp, "strace.log")
+        run = self.oom_run(os.path.join(d, "oom-%p-%n.pickle"), strace=trace)
+        files = os.listdir(d)
+        self.assertEqual(len(files), 1, run)
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(d, files[0])).st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(os.stat(d).st_mode), 0o700)
+        self.assertEqual([l for l in open(trace) if "sync" in l], [])
+
+    def test_oom_snapshot_refuses_shared_directory(self):
+        """N6: a directory other users can write (the old documented /tmp) is refused: anyone
+        could plant a pickle under the snapshot's name there."""
+        shared = os.path.join(self.env.tmp, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o1777)
+        run = self.oom_run(os.path.join(shared, "oom-%p-%n.pickle"))
+        self.assertEqual(run.rc, 2, run)
+        self.assertEqual(os.listdir(shared), [])
+        self.assertIn("writable by other users", run.stderr)
+
+    def test_oom_log_says_what_was_written(self):
+        """After ENOSPC the last line does not claim 8 snapshots were written."""
+        full = os.path.join(self.env.tmp, "full")
+        os.mkdir(full, 0o700)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", full],
+                          capture_output=True).returncode != 0:
+            self.skipTest("cannot mount a small tmpfs")
+        self.addCleanup(subprocess.run, ["umount", full], capture_output=True)
+        run = self.oom_run(os.path.join(full, "oom-%p-%n.pickle"), tolerate=True)
+        self.assertIn("No space left on device", run.stderr, run)
+        self.assertNotIn("snapshot_on_oom: 8 snapshots written", run.stderr)
+        m = re.search(r"snapshot_on_oom: (\d) of 8 snapshots written, (\d) not", run.stderr)
+        self.assertIsNotNone(m, run.stderr[-2000:])
+        self.assertEqual(int(m.group(1)), len(os.listdir(full)))
+        self.assertEqual(int(m.group(1)) + int(m.group(2)), 8)
+
+
 class TraceTargets(Base):
     def churn(self, trace, limit=None, timeout=60):
         extra = {"TESSERA_TRACE": trace}

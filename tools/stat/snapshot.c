@@ -17,9 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "statspage/collect.h"
 #include "statspage/history_read.h"
 #include "statspage/snapshot.h"
 
@@ -31,12 +33,20 @@ static uint64_t now_ns(void)
 }
 
 /* Ask every active slot for a fresh map. Returns the request value, 0 when the page cannot be
- * written (why says so). */
+ * written (why says so). The page is opened again by its name: never blocking (a FIFO swapped
+ * in would hang a writer-open), and only written when it is still the file that was read. */
 static uint64_t request_maps(ts_page *pg, const char *path, char *why, size_t whylen)
 {
-    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         snprintf(why, whylen, "cannot ask for a fresh map (%s)", strerror(errno));
+        return 0;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != pg->dev ||
+        (uint64_t)st.st_ino != pg->ino) {
+        snprintf(why, whylen, "cannot ask for a fresh map (the page was replaced)");
+        close(fd);
         return 0;
     }
     uint64_t req = now_ns();
@@ -66,6 +76,15 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
         ts_page_close(&pg);
         return 1;
     }
+    /* A page of a process that is gone shows its last layout: said so, never "exact". */
+    char owner_why[192];
+    int owner = ts_page_judge(&pg, st, pid, owner_why, sizeof owner_why);
+    bool gone = ts_owner_is_stale(owner);
+    if (owner != TS_OWNER_LIVE && !gone) {
+        fprintf(stderr, "%s: %s: %s\n", prog, pg.path, owner_why);
+        ts_page_close(&pg);
+        return 1;
+    }
     tessera_page_slot_head *head = malloc(sizeof *head);
     tessera_page_segment *segs = calloc(TESSERA_PAGE_MAX_SEGMENTS, sizeof *segs);
     tessera_page_block *blocks = calloc(TESSERA_PAGE_MAX_BLOCKS, sizeof *blocks);
@@ -79,7 +98,7 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
     }
 
     char why[96] = "";
-    uint64_t req = request_maps(&pg, pg.path, why, sizeof why);
+    uint64_t req = gone ? 0 : request_maps(&pg, pg.path, why, sizeof why);
     const uint64_t deadline = now_ns() + (uint64_t)(wait_s * 1e9);
     snprintf(s.source, sizeof s.source, "tessera-stat");
     s.pid = pid;
@@ -104,7 +123,11 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
             break;
         }
         uint64_t behind = (uint64_t)head->stats.num_ops - head->map.ops;
-        if (req && head->map.request_served >= req)
+        if (gone)
+            snprintf(consistency, sizeof consistency,
+                     "last state: %s; this is the last block layout its page recorded%s",
+                     owner_why, behind ? " (older than its last counters)" : "");
+        else if (req && head->map.request_served >= req)
             snprintf(consistency, sizeof consistency,
                      "exact: the process published its block layout for this request");
         else if (behind == 0)
@@ -148,6 +171,15 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
     }
     if (rc == 0) {
         snprintf(s.consistency, sizeof s.consistency, "%s", consistency);
+        uint64_t cut = ts_snap_bound(&s, TS_SNAP_MAX_BYTES);
+        if (cut) {
+            printf("history cut: its %" PRIu64 " oldest events left out to keep the snapshot under "
+                   "%u MiB\n", cut, TS_SNAP_MAX_BYTES >> 20);
+            size_t used = strlen(s.consistency);
+            snprintf(s.consistency + used, sizeof s.consistency - used,
+                     "; history cut: %" PRIu64 " oldest events left out (%u MiB bound)", cut,
+                     TS_SNAP_MAX_BYTES >> 20);
+        }
         char err[600];
         if (ts_snap_write_file(&s, out_path, true, err, sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", prog, err);
@@ -159,6 +191,9 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
             printf("snapshot of pid %d written to %s: %zu segments, %zu blocks, %zu events%s\n",
                    pid, out_path, s.nsegs, s.nblocks, nev,
                    s.ntraces ? "" : " (no history: run it with history_events:N)");
+            if (gone)
+                printf("note: process %d is gone: the snapshot holds the last state its page "
+                       "recorded\n", pid);
         }
     }
 done:
