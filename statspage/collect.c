@@ -379,3 +379,23 @@ int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user)
     free(names);
     return removed;
 }
+
+int ts_page_collect_pid(const char *dir, int pid, ts_gc_report_fn report, void *user)
+{
+    if (!dir)
+        dir = ts_statspage_dir();
+    if (pid <= 0)
+        return -EINVAL;
+    char name[64];
+    int removed = 0;
+    snprintf(name, sizeof name, TESSERA_PAGE_FILE_PREFIX "%d", pid);
+    int e = collect_one(dir, name, pid, &removed, report, user);
+    if (e)
+        return -e;
+    for (int slot = 0; slot < (int)TESSERA_PAGE_SLOTS; slot++) {
+        snprintf(name, sizeof name, TESSERA_PAGE_FILE_PREFIX "%d" TESSERA_HISTORY_FILE_INFIX "%d",
+                 pid, slot);
+        collect_ring(dir, name, pid, slot, &removed, report, user);
+    }
+    return removed;
+}

@@ -725,6 +725,76 @@ class Snapshots(Base):
         self.assertEqual(int(m.group(1)) + int(m.group(2)), 8)
 
 
+class RunSignals(Base):
+    """tessera run: every signal a program can be sent and catch reaches it; the program dies
+    with the wrapper; a program killed by a signal leaves no stats page."""
+
+    CATCHER = ("import os, signal, sys, time\n"
+               "sigs = [int(a) for a in sys.argv[1:]]\n"
+               "def h(s, f):\n"
+               "    os.write(2, b'got %d\\n' % s)\n"
+               "    if s == signal.SIGTERM: sys.exit(0)\n"
+               "for s in sigs: signal.signal(s, h)\n"
+               "os.write(2, b'READY\\n')\n"
+               "while True: time.sleep(1)\n")
+
+    def setUp(self):
+        super().setUp()
+        from test_run import TESSERA, clean_env
+        self.tessera, self.clean_env = TESSERA, clean_env
+        if not os.path.exists(TESSERA):
+            self.skipTest("tessera run is not built")
+
+    def test_every_catchable_signal_forwarded(self):
+        import signal
+        sigs = [signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE, signal.SIGWINCH,
+                signal.SIGCONT, signal.SIGURG, signal.SIGVTALRM, signal.SIGPROF, signal.SIGXCPU,
+                signal.SIGSYS, signal.SIGABRT, signal.SIGRTMIN + 1, signal.SIGRTMAX,
+                signal.SIGINT, signal.SIGHUP, signal.SIGTERM]
+        p = subprocess.Popen([self.tessera, "run", "--", sys.executable, "-c", self.CATCHER,
+                              *[str(int(x)) for x in sigs]], env=self.clean_env(),
+                             stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        self.assertEqual(p.stderr.readline(), "READY\n")
+        for sig in sigs:
+            p.send_signal(sig)
+            self.assertEqual(p.stderr.readline(), f"got {int(sig)}\n", f"signal {int(sig)}")
+        self.assertEqual(p.wait(timeout=30), 0)
+
+    def test_program_dies_with_the_wrapper(self):
+        p = subprocess.Popen([self.tessera, "run", "--", sys.executable, "-c",
+                              "import os, time; print(os.getpid(), flush=True); time.sleep(60)"],
+                             env=self.clean_env(), stdout=subprocess.PIPE, text=True)
+        child = int(p.stdout.readline())
+        p.kill()  # SIGKILL: the wrapper can forward nothing
+        p.wait()
+        deadline = time.monotonic() + 10
+        while pid_alive(child) and time.monotonic() < deadline:
+            try:
+                os.waitpid(child, os.WNOHANG)  # reaped by init, not us; just poll
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+        state = open(f"/proc/{child}/stat").read().split()[2] if pid_alive(child) else "gone"
+        self.assertIn(state, ("gone", "Z"), f"program {child} outlived its wrapper")
+
+    def test_killed_program_leaves_no_page(self):
+        env = self.clean_env({"TESSERA_STATS_DIR": self.env.stats_dir})
+        p = subprocess.Popen([self.tessera, "run", "--sim", "--conf", "history_events:16", "--",
+                              *probe("stats_probe")], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        line = p.stdout.readline()
+        self.assertTrue(line.startswith("READY"), line + p.stderr.read() if not line else line)
+        pid = int(line.split()[1])
+        self.assertIn(f"tessera.{pid}", os.listdir(self.env.stats_dir))
+        os.kill(pid, 9)
+        self.assertEqual(p.wait(timeout=30), 128 + 9)
+        self.assertEqual([f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera.")], [])
+
+
 class TraceTargets(Base):
     def churn(self, trace, limit=None, timeout=60):
         extra = {"TESSERA_TRACE": trace}
