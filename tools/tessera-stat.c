@@ -74,10 +74,10 @@ static int parse_int(const char *s, long lo, long hi, long *out)
  * pages are read and this many slots kept, per user owning the page files and overall. A page
  * past a bound is listed as skipped, unread. Reading one page is bounded by the reader (slots,
  * retries, its user's retry budget). */
-#define LOAD_MAX_PAGES 1024
-#define LOAD_MAX_SLOTS 1024
-#define LOAD_USER_MAX_PAGES 256
-#define LOAD_USER_MAX_SLOTS 256
+#define LOAD_MAX_PAGES 4096
+#define LOAD_MAX_SLOTS 2048
+#define LOAD_USER_MAX_PAGES 1024
+#define LOAD_USER_MAX_SLOTS 512
 
 typedef struct user_tally {
     uint32_t uid;
@@ -153,6 +153,12 @@ int ts_stat_load_all(const char *dir, views *out)
         }
         if (pages >= LOAD_MAX_PAGES) {
             view_skip(v, pids[i], uid, "pages", LOAD_MAX_PAGES, false);
+            continue;
+        }
+        if (u->slots >= LOAD_USER_MAX_SLOTS || slots >= LOAD_MAX_SLOTS) { /* not even opened */
+            bool user = u->slots >= LOAD_USER_MAX_SLOTS;
+            view_skip(v, pids[i], uid, "slots in use", user ? LOAD_USER_MAX_SLOTS : LOAD_MAX_SLOTS,
+                      user);
             continue;
         }
         u->pages++;

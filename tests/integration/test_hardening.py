@@ -250,9 +250,9 @@ class ForeignPages(Base):
     def test_busy_pages_of_one_user_spare_the_others(self):
         """N7: another user's 100 live processes have pages whose 16 slots always look
         mid-write, on a loaded machine. Every scrape stays bounded, and a page of this user
-        that is written to all the time (its slot mid-write a third of the time) is read
+        that is written to all the time (its slot often mid-write) is read
         in every scrape: one user's pages spend only that user's retries. (The owner's writes
-        keep a core busy.)"""
+        keep a core busy; one look finds its slot mid-write about one time in six.)"""
         page = kept_page(self)
         theirs = [subprocess.Popen(["sleep", "120"], user=self.other.pw_uid,
                                    group=self.other.pw_gid) for _ in range(100)]
@@ -279,15 +279,15 @@ class ForeignPages(Base):
             seq = struct.unpack_from("<Q", page, seq_at)[0] & ~1
             while not stop:
                 os.pwrite(fd, struct.pack("<Q", seq + 1), seq_at)
-                spin(0.0001)
+                spin(0.00005)
                 seq += 2
                 os.pwrite(fd, struct.pack("<Q", seq), seq_at)
-                spin(0.0002)
+                spin(0.0003)
         import threading
         t = threading.Thread(target=writer)
         t.start()
         try:
-            for i in range(15):
+            for i in range(20):
                 t0 = time.monotonic()
                 out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
                                      capture_output=True, text=True, timeout=120)
@@ -302,7 +302,7 @@ class ForeignPages(Base):
 
     def test_one_user_many_pages_bounded(self):
         """N2: another user's 150 live processes publish pages with 16 slots in use each
-        (2,400 slots). A scrape reads a bounded share of them (256 slots per user), so its time
+        (2,400 slots). A scrape reads a bounded share of them (512 slots per user), so its time
         and body stay small, and this user's process is still exported."""
         page = kept_page(self)
         theirs = [subprocess.Popen(["sleep", "120"], user=self.other.pw_uid,
@@ -322,11 +322,11 @@ class ForeignPages(Base):
                              capture_output=True, text=True, timeout=120)
         took = time.monotonic() - t0
         self.assertEqual(out.returncode, 0, out.stderr[-300:])
-        self.assertLess(len(out.stdout), 8 << 20, "scrape body")  # unbounded: about 50 MB
+        self.assertLess(len(out.stdout), 12 << 20, "scrape body")  # unbounded: about 50 MB
         self.assertLess(took, 10.0)  # correctness bound, not a speed goal
         self.assertTrue(f'tessera_allocated_bytes{{pid="{mine.pid}"' in out.stdout)
         skipped = int(re.search(r'tessera_pages\{state="skipped"\} (\d+)', out.stdout).group(1))
-        self.assertEqual(skipped, 150 - 256 // 16)
+        self.assertEqual(skipped, 150 - 512 // 16)
 
     def test_planted_history_ring_ignored(self):
         """N3: a ring planted by another user next to a process's page (before the process
