@@ -640,6 +640,33 @@ class Snapshots(Base):
         self.assertEqual(self.snapshot(pid, out).returncode, 0)
         self.assertEqual(stat.S_IMODE(os.stat(out).st_mode), 0o600)
 
+    def test_page_swapped_for_fifo_does_not_hang(self):
+        """The page is swapped for a FIFO between the read and the request for a fresh map
+        (strace holds the first open of the page for 1.5 s, meanwhile the swap): the request
+        opens it without blocking, sees it is not the page it read, and the snapshot ends."""
+        if not shutil.which("strace"):
+            self.skipTest("strace is not installed")
+        pid = self.live_page()
+        path = os.path.join(self.env.stats_dir, f"tessera.{pid}")
+        out = os.path.join(self.env.tmp, "swap.pickle")
+        snap = subprocess.Popen(["strace", "-qq", "-o", os.devnull, "-P", path, "-e",
+                                 "inject=openat:delay_exit=1500000:when=1", STAT, "--dir",
+                                 self.env.stats_dir, "snapshot", str(pid), "-o", out, "--wait", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(snap.wait)
+        self.addCleanup(snap.kill)
+        time.sleep(0.7)
+        os.mkfifo(path + ".fifo")
+        os.rename(path + ".fifo", path)
+        try:
+            sout, serr = snap.communicate(timeout=20)  # it hung for ever
+        except subprocess.TimeoutExpired:
+            for child in open(f"/proc/{snap.pid}/task/{snap.pid}/children").read().split():
+                os.kill(int(child), 9)  # tessera-stat itself, which strace would leave behind
+            self.fail("tessera-stat snapshot hung on a FIFO swapped in for the page")
+        self.assertEqual(snap.returncode, 0, serr)
+        self.assertIn("cannot ask for a fresh map", sout)
+
     def test_dead_process_is_not_called_exact(self):
         page, _ = kept_page_and_ring(self)
         gone = dead_pid()
