@@ -966,6 +966,27 @@ class Bounds(Base):
                       snap.stdout)
         self.assertLess(took, 10)  # correctness bound (it took 11.8 s and 2.1 GB before)
 
+    def test_slots_repeating_device_and_context(self):
+        """Two slots in use with the same device and context (a writer never claims two): the
+        later one is corrupt, and Prometheus gets no series twice."""
+        page = kept_page(self)
+        owner = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(owner.wait)
+        self.addCleanup(owner.kill)
+        data = bytearray(forge(page, owner.pid))
+        data[HEADER + SLOT:HEADER + SLOT + 2240] = data[HEADER:HEADER + 2240]  # slot 1 = slot 0
+        with open(os.path.join(self.env.stats_dir, f"tessera.{owner.pid}"), "wb") as f:
+            f.write(data)
+        prom = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                              capture_output=True, text=True)
+        self.assertEqual(prom.returncode, 0, prom.stderr)
+        series = [l.rsplit(" ", 1)[0] for l in prom.stdout.splitlines() if not l.startswith("#")]
+        self.assertEqual(len(series), len(set(series)), "a series repeated")
+        self.assertIn("tessera_allocated_bytes{", prom.stdout)
+        out, doc = stat_json(self.env.stats_dir, str(owner.pid))
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("repeats the device and context of slot 0", out.stderr)
+
     def test_gc_checks_ring_content(self):
         """--gc removes a dead process's ring, but not a file that only has a ring's name."""
         _, ring = kept_page_and_ring(self)
