@@ -199,6 +199,27 @@ static int ring_name_pid(const char *name, int *slot)
     return pid;
 }
 
+/* Is the file at path (lstat'ed into st) a history ring of pid's slot: its header says so, or
+ * it is all zeros (a creation that never published its magic)? Files that merely have a ring's
+ * name are left alone. */
+static bool ring_content_is(const char *path, const struct stat *st, int pid, int slot)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return false;
+    struct stat fst;
+    tessera_history_header h;
+    bool ok = fstat(fd, &fst) == 0 && fst.st_dev == st->st_dev && fst.st_ino == st->st_ino &&
+              pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
+    close(fd);
+    if (!ok)
+        return false;
+    if (h.magic == TESSERA_HISTORY_MAGIC)
+        return h.pid == pid && h.slot == (uint32_t)slot;
+    static const tessera_history_header zero;
+    return memcmp(&h, &zero, sizeof h) == 0;
+}
+
 /* Is the ring at path (already lstat'ed into st) one this collector may remove: a regular file of
  * the collecting user (any user's for root), whose process has no page and is gone? */
 static bool ring_is_stale(const char *dir, int pid, const struct stat *st, char *why, size_t len)
@@ -220,7 +241,8 @@ static void collect_ring(const char *dir, const char *name, int pid, int slot, i
     char path[PATH_MAX], aside[PATH_MAX], why[160];
     struct stat st, ast;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (lstat(path, &st) != 0 || !ring_is_stale(dir, pid, &st, why, sizeof why))
+    if (lstat(path, &st) != 0 || !ring_is_stale(dir, pid, &st, why, sizeof why) ||
+        !ring_content_is(path, &st, pid, slot))
         return;
     int n = snprintf(aside, sizeof aside, "%s/.tessera-gc.%d.%d" TESSERA_HISTORY_FILE_INFIX "%d",
                      dir, (int)getpid(), pid, slot);
@@ -228,7 +250,8 @@ static void collect_ring(const char *dir, const char *name, int pid, int slot, i
         return;
     /* the same file, and still stale: a process that took this pid since has not made it its */
     if (lstat(aside, &ast) == 0 && ast.st_dev == st.st_dev && ast.st_ino == st.st_ino &&
-        ring_is_stale(dir, pid, &ast, why, sizeof why) && unlink(aside) == 0) {
+        ring_is_stale(dir, pid, &ast, why, sizeof why) &&
+        ring_content_is(aside, &ast, pid, slot) && unlink(aside) == 0) {
         (*removed)++;
         if (report)
             report(user, name, pid, 1, why);
@@ -265,7 +288,8 @@ static void recover_aside(const char *dir, const char *name, bool rings, int *re
         snprintf(path, sizeof path, "%s/%s", dir, ring);
         if (lstat(aside, &st) != 0)
             return;
-        if (ring_is_stale(dir, pid, &st, why, sizeof why)) {
+        if (ring_is_stale(dir, pid, &st, why, sizeof why) &&
+            ring_content_is(aside, &st, pid, slot)) {
             if (unlink(aside) == 0) {
                 (*removed)++;
                 if (report)
@@ -347,5 +371,25 @@ int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user)
             recover_aside(dir, names[i], true, &removed, report, user);
     }
     free(names);
+    return removed;
+}
+
+int ts_page_collect_pid(const char *dir, int pid, ts_gc_report_fn report, void *user)
+{
+    if (!dir)
+        dir = ts_statspage_dir();
+    if (pid <= 0)
+        return -EINVAL;
+    char name[64];
+    int removed = 0;
+    snprintf(name, sizeof name, TESSERA_PAGE_FILE_PREFIX "%d", pid);
+    int e = collect_one(dir, name, pid, &removed, report, user);
+    if (e)
+        return -e;
+    for (int slot = 0; slot < (int)TESSERA_PAGE_SLOTS; slot++) {
+        snprintf(name, sizeof name, TESSERA_PAGE_FILE_PREFIX "%d" TESSERA_HISTORY_FILE_INFIX "%d",
+                 pid, slot);
+        collect_ring(dir, name, pid, slot, &removed, report, user);
+    }
     return removed;
 }

@@ -27,4 +27,9 @@ typedef void (*ts_gc_report_fn)(void *user, const char *name, int pid, int remov
                                 const char *why);
 int ts_page_gc(const char *dir, ts_gc_report_fn report, void *user);
 
+/* The same for one pid only: its page, then its history rings, each removed only when stale
+ * (tessera run, once its program died of a signal and left them). Returns the number of files
+ * removed, or a negative errno. */
+int ts_page_collect_pid(const char *dir, int pid, ts_gc_report_fn report, void *user);
+
 #endif /* TS_STATSPAGE_COLLECT_H */

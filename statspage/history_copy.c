@@ -6,30 +6,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+uint64_t ts_history_window(uint64_t written, uint64_t capacity, uint64_t *first)
+{
+    uint64_t f = written > capacity ? written - capacity : 0;
+    if (written - f > TS_HISTORY_COPY_MAX_EVENTS)
+        f = written - TS_HISTORY_COPY_MAX_EVENTS;
+    *first = f;
+    return written - f;
+}
+
+void ts_history_take(ts_history_copy *out, const tessera_history_event *e, uint64_t seq_after,
+                     uint64_t n)
+{
+    if (e->seq != 2 * n + 2 || seq_after != e->seq || e->nframes > TESSERA_HISTORY_MAX_FRAMES) {
+        out->dropped++;
+        return;
+    }
+    out->events[out->n++] = *e;
+}
+
 /* Copy the live events of a ring at base (hdr already validated: capacity events follow). */
 int ts_history_copy_ring(const tessera_history_header *hdr, const tessera_history_event *ev,
                          ts_history_copy *out)
 {
     uint64_t written = __atomic_load_n(&hdr->written, __ATOMIC_ACQUIRE);
-    uint64_t cap = hdr->capacity;
-    uint64_t first = written > cap ? written - cap : 0;
-    out->events = calloc(written - first ? written - first : 1, sizeof *out->events);
+    uint64_t cap = hdr->capacity, first;
+    uint64_t count = ts_history_window(written, cap, &first);
+    out->events = calloc(count ? count : 1, sizeof *out->events);
     if (!out->events)
         return ENOMEM;
     out->n = 0;
     out->dropped = first;
+    out->cut = first - (written > cap ? written - cap : 0);
     for (uint64_t n = first; n < written; n++) {
         const tessera_history_event *e = &ev[n % cap];
-        uint64_t s1 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
         tessera_history_event c;
-        memcpy(&c, e, sizeof c);
+        c.seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+        memcpy((char *)&c + sizeof c.seq, (const char *)e + sizeof c.seq, sizeof c - sizeof c.seq);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        uint64_t s2 = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
-        if (s1 != 2 * n + 2 || s2 != s1 || c.nframes > TESSERA_HISTORY_MAX_FRAMES) {
-            out->dropped++;
-            continue;
-        }
-        out->events[out->n++] = c;
+        ts_history_take(out, &c, __atomic_load_n(&e->seq, __ATOMIC_RELAXED), n);
     }
     return 0;
 }

@@ -2,8 +2,10 @@
  * buffer and parsed from there: nothing here trusts a field to be present or well formed. */
 #include "statspage/identity.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <time.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +98,67 @@ uint64_t ts_pid_namespace(const char *pid_or_self)
     if (stat(path, &st) != 0)
         return 0;
     return (uint64_t)st.st_ino;
+}
+
+/* The inode of the initial pid namespace (the kernel's PROC_PID_INIT_INO): a reader there sees
+ * every process of the machine. */
+#define TS_PID_NS_INIT 0xEFFFFFFCu
+/* Distinct pid namespaces remembered from one scan; a machine with more cannot be judged. */
+#define TS_PID_NS_SCAN_MAX 512
+
+static struct {
+    time_t taken;       /* CLOCK_MONOTONIC seconds of the scan; 0 none */
+    size_t n;           /* namespaces in ns[], or SIZE_MAX after an incomplete scan */
+    uint64_t ns[TS_PID_NS_SCAN_MAX];
+} ns_scan;
+
+static void pid_namespaces_scan(void)
+{
+    ns_scan.n = 0;
+    DIR *d = opendir("/proc");
+    if (!d) {
+        ns_scan.n = SIZE_MAX;
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char pid[24];
+        snprintf(pid, sizeof pid, "%.20s", de->d_name);
+        uint64_t ns = ts_pid_namespace(pid);
+        if (ns == 0)
+            continue; /* exited meanwhile */
+        size_t i = 0;
+        while (i < ns_scan.n && ns_scan.ns[i] != ns)
+            i++;
+        if (i < ns_scan.n)
+            continue;
+        if (ns_scan.n == TS_PID_NS_SCAN_MAX) {
+            ns_scan.n = SIZE_MAX;
+            break;
+        }
+        ns_scan.ns[ns_scan.n++] = ns;
+    }
+    closedir(d);
+}
+
+int ts_pid_namespace_in_use(uint64_t ns)
+{
+    if (ns == 0 || geteuid() != 0 || ts_pid_namespace("self") != TS_PID_NS_INIT)
+        return -1;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (ns_scan.taken == 0 || now.tv_sec != ns_scan.taken) {
+        pid_namespaces_scan();
+        ns_scan.taken = now.tv_sec ? now.tv_sec : 1;
+    }
+    if (ns_scan.n == SIZE_MAX)
+        return -1;
+    for (size_t i = 0; i < ns_scan.n; i++)
+        if (ns_scan.ns[i] == ns)
+            return 1;
+    return 0;
 }
 
 int ts_pid_is_gone(int pid)

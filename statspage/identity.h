@@ -26,6 +26,11 @@ int ts_read_boot_id(char *buf, size_t len);
 /* The inode of /proc/<pid_or_self>/ns/pid (NULL: "self"); 0 when unknown. */
 uint64_t ts_pid_namespace(const char *pid_or_self);
 
+/* Whether any process is in the pid namespace whose /proc/<pid>/ns/pid inode is ns: 1 yes, 0 no
+ * (proved: this reader is root in the initial pid namespace, so it sees every process and may
+ * look at each one's namespace), -1 cannot tell. A scan of /proc at most once a second. */
+int ts_pid_namespace_in_use(uint64_t ns);
+
 /* The real, effective, saved and file-system uids of pid (the Uid: line of /proc/<pid>/status).
  * Returns 0 or an errno value (ENOENT: no such process). */
 int ts_proc_uids(int pid, uint32_t uids[4]);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -16,16 +17,21 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Reader bounds. A slot is tried TS_READ_RETRIES times (spin, yield, then 200 us sleeps: about
- * 20 ms) before it is reported busy; the page's other slots then get one try each, and a page
- * whose owner is dead gets one try per slot. Over the whole process, readers sleep at most
- * TS_READ_SLEEP_BUDGET_NS in any TS_READ_BUDGET_WINDOW_NS: forged pages whose slots always look
- * mid-write cost one look each once that is spent, so a run stays bounded whatever the
- * directory holds. */
+/* Reader bounds, all in wall time (a loaded machine makes every yield and sleep longer, so
+ * attempts alone bound nothing). A busy slot is retried (spin, yield, then 200 us sleeps) for at
+ * most TS_READ_SLOT_NS, and TS_READ_RETRIES attempts, before it is reported busy; the page's
+ * other slots then get one try each, and a page whose owner is dead gets one try per slot.
+ * Retrying is charged to the user owning the page file: each user may spend
+ * TS_READ_USER_BUDGET_NS, and all users together TS_READ_ALL_BUDGET_NS, in any
+ * TS_READ_BUDGET_WINDOW_NS; past that, a slot gets one look. One user's forged pages therefore
+ * cost a bounded time and cannot spend the retries of another user's pages. */
 #define TS_READ_RETRIES 164u
 #define TS_READ_SLEEP_NS 200000L
-#define TS_READ_SLEEP_BUDGET_NS 250000000ull
+#define TS_READ_SLOT_NS 20000000ull
+#define TS_READ_USER_BUDGET_NS 250000000ull
+#define TS_READ_ALL_BUDGET_NS 1000000000ull
 #define TS_READ_BUDGET_WINDOW_NS 2000000000ull
+#define TS_READ_BUDGET_USERS 16 /* users with their own budget; the rest share one */
 
 /* Relaxed atomic word copies: the shared page is only ever accessed 8 bytes at a time. Falls
  * back to memcpy when either side is not word aligned (a private buffer, e.g. fuzz input). */
@@ -75,6 +81,7 @@ const char *ts_page_status_name(int status)
     case TS_PAGE_EBUSY: return "busy";
     case TS_PAGE_EEMPTY: return "empty";
     case TS_PAGE_EUNTRUSTED: return "untrusted";
+    case TS_PAGE_ESKIPPED: return "skipped";
     default: return "unknown";
     }
 }
@@ -246,8 +253,10 @@ static void note_stat(ts_page *pg, const struct stat *st)
 
 /* Anyone may create a file named tessera.<pid> in a shared directory, for a process that is not
  * theirs, with counters of their choosing. A page is trusted only when its file is not writable
- * by group or others and belongs to a user the process runs as. Processes this reader cannot
- * look up (gone: judged stale later; another pid namespace; /proc hidden) are not checked here. */
+ * by group or others and belongs to a user the process runs as. A page whose owner cannot be
+ * looked up (another pid namespace, whose pid numbers mean nothing here; /proc hidden or
+ * unreadable) cannot be trusted: the namespace field is the forger's to choose too. Only a
+ * process that is gone is left to the owner check that follows (judged stale, never live). */
 static int check_trust(ts_page *pg, int status)
 {
     if (pg->fd < 0)
@@ -258,10 +267,18 @@ static int check_trust(ts_page *pg, int status)
                          (unsigned)(pg->mode & 07777));
     uint64_t ns = ts_pid_namespace("self");
     if (pg->hdr.pid_namespace && ns && pg->hdr.pid_namespace != ns)
-        return status;
+        return page_fail(pg, TS_PAGE_EUNTRUSTED,
+                         "untrusted: the page names pid namespace %" PRIu64
+                         ", not this reader's: its owner cannot be checked",
+                         pg->hdr.pid_namespace);
     uint32_t uids[4];
-    if (ts_proc_uids(pg->hdr.pid, uids) != 0)
-        return status;
+    int e = ts_proc_uids(pg->hdr.pid, uids);
+    if (e == ENOENT || e == ESRCH)
+        return status; /* gone: the owner state says stale */
+    if (e != 0)
+        return page_fail(pg, TS_PAGE_EUNTRUSTED,
+                         "untrusted: cannot read /proc/%" PRId32 "/status (%s): its owner cannot "
+                         "be checked", pg->hdr.pid, strerror(e));
     for (int i = 0; i < 4; i++)
         if (uids[i] == pg->uid)
             return status;
@@ -448,34 +465,73 @@ static uint64_t now_monotonic_ns(void)
     return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
 }
 
-/* The process-wide sleep budget of readers (see TS_READ_SLEEP_BUDGET_NS). */
-static uint64_t read_window_start, read_window_slept;
+/* Retry budgets (see TS_READ_USER_BUDGET_NS): one per user seen recently, one for all. */
+typedef struct read_budget {
+    uint32_t uid;
+    uint64_t window_start; /* monotonic ns; 0: unused entry */
+    uint64_t spent;        /* ns of retrying charged in this window */
+} read_budget;
 
-/* Take one sleep from the budget: false when this window's budget is spent. */
-static bool read_budget_take(void)
+static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+static read_budget budget_all, budget_users[TS_READ_BUDGET_USERS + 1];
+
+static void budget_roll(read_budget *b, uint64_t now)
 {
-    uint64_t now = now_monotonic_ns();
-    uint64_t start = __atomic_load_n(&read_window_start, __ATOMIC_RELAXED);
-    if (start == 0 || now - start > TS_READ_BUDGET_WINDOW_NS) {
-        if (__atomic_compare_exchange_n(&read_window_start, &start, now, false, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED))
-            __atomic_store_n(&read_window_slept, 0, __ATOMIC_RELAXED);
+    if (b->window_start == 0 || now - b->window_start > TS_READ_BUDGET_WINDOW_NS) {
+        b->window_start = now;
+        b->spent = 0;
     }
-    return __atomic_add_fetch(&read_window_slept, (uint64_t)TS_READ_SLEEP_NS, __ATOMIC_RELAXED) <=
-           TS_READ_SLEEP_BUDGET_NS;
 }
 
-/* Wait before attempt number attempt; false: give up now (the sleep budget is spent). */
-static bool backoff(unsigned attempt)
+/* uid's budget: its own entry, a free or expired one, else the shared last entry. */
+static read_budget *budget_of(uint32_t uid, uint64_t now)
 {
+    for (int i = 0; i < TS_READ_BUDGET_USERS; i++)
+        if (budget_users[i].window_start && budget_users[i].uid == uid)
+            return &budget_users[i];
+    for (int i = 0; i < TS_READ_BUDGET_USERS; i++)
+        if (!budget_users[i].window_start ||
+            now - budget_users[i].window_start > TS_READ_BUDGET_WINDOW_NS) {
+            budget_users[i].uid = uid;
+            budget_users[i].window_start = 0;
+            return &budget_users[i];
+        }
+    return &budget_users[TS_READ_BUDGET_USERS];
+}
+
+/* Charge ns of retrying to uid; false when its budget or everyone's is spent. */
+static bool budget_charge(uint32_t uid, uint64_t ns)
+{
+    uint64_t now = now_monotonic_ns();
+    pthread_mutex_lock(&budget_lock);
+    read_budget *u = budget_of(uid, now);
+    budget_roll(u, now);
+    budget_roll(&budget_all, now);
+    u->spent += ns;
+    budget_all.spent += ns;
+    bool ok = u->spent <= TS_READ_USER_BUDGET_NS && budget_all.spent <= TS_READ_ALL_BUDGET_NS;
+    pthread_mutex_unlock(&budget_lock);
+    return ok;
+}
+
+/* Wait before attempt number attempt (since started, monotonic ns; *charged: ns already charged
+ * to uid). false: give up now (this slot's time or the budget is spent). */
+static bool backoff(unsigned attempt, uint32_t uid, uint64_t started, uint64_t *charged)
+{
+    uint64_t now = now_monotonic_ns();
+    uint64_t elapsed = now - started;
+    if (elapsed >= TS_READ_SLOT_NS)
+        return false;
+    bool ok = budget_charge(uid, elapsed - *charged);
+    *charged = elapsed;
+    if (!ok)
+        return false;
     if (attempt < 16)
         return true;
     if (attempt < 64) {
         sched_yield();
         return true;
     }
-    if (!read_budget_take())
-        return false;
     struct timespec ts = {0, TS_READ_SLEEP_NS};
     nanosleep(&ts, NULL);
     return true;
@@ -494,10 +550,12 @@ int ts_page_snapshot(ts_page *pg, uint32_t index, tessera_page_slot_head *head,
     const bool with_map = segs && blocks;
     const uint64_t base = (uint64_t)h->header_size + (uint64_t)index * h->slot_size;
     const unsigned tries = pg->retries ? pg->retries : 1;
-    uint64_t s1 = 0, s2 = 1;
+    uint64_t s1 = 0, s2 = 1, started = 0, charged = 0;
     unsigned attempt;
     for (attempt = 0; attempt < tries; attempt++) {
-        if (attempt && !backoff(attempt)) {
+        if (attempt == 1)
+            started = now_monotonic_ns();
+        if (attempt && !backoff(attempt, pg->uid, started, &charged)) {
             attempt = tries;
             break;
         }
@@ -527,6 +585,8 @@ int ts_page_snapshot(ts_page *pg, uint32_t index, tessera_page_slot_head *head,
         if (s1 == s2)
             break;
     }
+    if (attempt > 1 && attempt <= tries) /* the last stretch of retrying, charged too */
+        (void)budget_charge(pg->uid, now_monotonic_ns() - started - charged);
     if (attempt == tries) {
         pg->retries = 1; /* bounded work per page: its other slots get one look each */
         return page_fail(pg, TS_PAGE_EBUSY,
@@ -555,6 +615,13 @@ int ts_page_owner_state(const tessera_page_header *h, char *why, size_t whylen)
     }
     uint64_t ns = ts_pid_namespace("self");
     if (h->pid_namespace && ns && h->pid_namespace != ns) {
+        /* Its pid number means nothing here. Dead only when provably so: no process at all is
+         * left in that namespace (root in the initial namespace sees every process). */
+        if (ts_pid_namespace_in_use(h->pid_namespace) == 0) {
+            ts_msg_set(why, whylen, "no process is left in its pid namespace %" PRIu64,
+                       h->pid_namespace);
+            return TS_OWNER_DEAD;
+        }
         ts_msg_set(why, whylen, "owner is in another pid namespace; cannot check it");
         return TS_OWNER_UNKNOWN;
     }

@@ -1,10 +1,11 @@
 /* Reading whole pages into views, and the outputs of tessera-stat: table, detail, JSON,
- * Prometheus text format, ASCII segment map. Every counter name comes from the X-macros of
+ * Prometheus text format (the ASCII segment map is render_map.c). Every counter name comes from the X-macros of
  * tessera/stats_fields.h; nothing here trusts a byte of a page beyond what the validators
  * checked (strings are re-sanitised for each output format). */
 #include "statspage/render.h"
 
 #include "statspage/collect.h"
+#include "statspage/render_text.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -226,7 +227,7 @@ static void put_cell(FILE *f, const char *text, size_t cap, size_t width, bool p
 
 /* The command for narrow columns: the program's directory dropped ("/usr/bin/python3 x.py" reads
  * "python3 x.py"); the detail view, JSON and Prometheus keep the whole command. */
-static void put_command(FILE *f, const char *cmd, size_t cap, size_t width, bool pad)
+void ts_render_put_command(FILE *f, const char *cmd, size_t cap, size_t width, bool pad)
 {
     size_t n = strnlen(cmd, cap);
     const char *space = memchr(cmd, ' ', n);
@@ -258,12 +259,16 @@ void ts_proc_view_free(ts_proc_view *v)
     v->nslots = 0;
 }
 
+/* Slots a page may have in use: what a tessera writer creates. A page claiming more is forged
+ * or damaged, and reading it is bounded work whatever it claims. */
+#define VIEW_MAX_SLOTS TESSERA_PAGE_SLOTS
+
 static void load_slots(ts_proc_view *v, ts_page *pg)
 {
     uint32_t n = pg->hdr.slot_count;
     if (n == 0 || n > TESSERA_PAGE_MAX_SLOT_COUNT)
         return;
-    v->slots = calloc(n, sizeof *v->slots);
+    v->slots = calloc(n < VIEW_MAX_SLOTS + 1 ? n : VIEW_MAX_SLOTS + 1, sizeof *v->slots);
     if (!v->slots) {
         v->status = TS_PAGE_EIO;
         snprintf(v->error, sizeof v->error, "out of memory");
@@ -278,7 +283,26 @@ static void load_slots(ts_proc_view *v, ts_page *pg)
             continue;
         if (s->status != TS_PAGE_OK)
             snprintf(s->error, sizeof s->error, "%s", pg->error);
-        v->nslots++;
+        /* one slot per (device, context): a writer never claims two, and a repeat would give
+         * the same series twice */
+        for (uint32_t j = 0; s->status == TS_PAGE_OK && j < v->nslots; j++)
+            if (v->slots[j].status == TS_PAGE_OK && v->slots[j].head.device == s->head.device &&
+                v->slots[j].head.context_id == s->head.context_id) {
+                s->status = TS_PAGE_ECORRUPT;
+                snprintf(s->error, sizeof s->error,
+                         "corrupt: slot %" PRIu32 " repeats the device and context of slot %" PRIu32,
+                         i, v->slots[j].index);
+            }
+        if (++v->nslots > VIEW_MAX_SLOTS) {
+            free(v->slots);
+            v->slots = NULL;
+            v->nslots = 0;
+            v->status = TS_PAGE_ECORRUPT;
+            snprintf(v->error, sizeof v->error,
+                     "corrupt: more than %u slots in use (a tessera process uses at most %u)",
+                     VIEW_MAX_SLOTS, VIEW_MAX_SLOTS);
+            return;
+        }
     }
 }
 
@@ -290,6 +314,7 @@ void ts_proc_view_from_page(ts_proc_view *v, ts_page *pg, int status, int owner,
     v->pid = pid;
     if (v->pid <= 0 && pg->have_identity)
         v->pid = pg->hdr.pid;
+    v->uid = pg->uid;
     v->status = status;
     v->owner = owner;
     snprintf(v->owner_why, sizeof v->owner_why, "%s", owner_why ? owner_why : "");
@@ -317,10 +342,11 @@ void ts_proc_view_load(ts_proc_view *v, const char *dir, int pid, bool check_own
     ts_page_close(&pg);
 }
 
-/* Is this view's data current (a readable page of a live or unverifiable owner)? */
+/* Is this view's data current: a readable page whose owner was verified alive? A page whose
+ * owner cannot be checked (another pid namespace) is never shown or exported as live. */
 static bool view_is_live(const ts_proc_view *v)
 {
-    return v->status == TS_PAGE_OK && !ts_owner_is_stale(v->owner);
+    return v->status == TS_PAGE_OK && v->owner == TS_OWNER_LIVE;
 }
 
 static const char *view_command(const ts_proc_view *v)
@@ -352,7 +378,7 @@ static void views_count(const ts_proc_view *views, size_t n, size_t *live, size_
     for (size_t i = 0; i < n; i++) {
         if (ts_owner_is_stale(views[i].owner))
             ++*stale;
-        else if (views[i].status == TS_PAGE_OK)
+        else if (view_is_live(&views[i]))
             ++*live;
         else
             ++*bad;
@@ -428,7 +454,7 @@ static void table_row(FILE *f, const ts_proc_view *v, uint32_t k, const char *ma
     char dev[48], a[48], r[48], u[48], frag[16];
     slot_label(v, k, dev, sizeof dev);
     fprintf(f, "%-8d ", v->pid);
-    put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28, true);
+    ts_render_put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28, true);
     fprintf(f, " %-6s", dev);
     if (s->status != TS_PAGE_OK) {
         fprintf(f, " %s: %s\n", ts_page_status_name(s->status), s->error);
@@ -492,7 +518,7 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
                 continue;
             if (v->nslots == 0) {
                 fprintf(f, "%-8d ", v->pid);
-                put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28, true);
+                ts_render_put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28, true);
                 fprintf(f, " %-6s %12s %12s %12s %7s %8s %6s\n", "-", "-", "-", "-", "-", "-", "-");
                 continue;
             }
@@ -509,7 +535,7 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
             if (!ts_owner_is_stale(v->owner))
                 continue;
             fprintf(f, "%-8d %-6s ", v->pid, "stale");
-            put_command(f, view_command(v), sizeof v->hdr.cmdline, 28, true);
+            ts_render_put_command(f, view_command(v), sizeof v->hdr.cmdline, 28, true);
             fprintf(f, " ");
             put_text(f, v->owner_why, sizeof v->owner_why, SIZE_MAX, ESC_TERM);
             fputc('\n', f);
@@ -537,10 +563,15 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
         fprintf(f, "\nunreadable pages:\n");
         for (size_t i = 0; i < n; i++) {
             const ts_proc_view *v = &views[i];
-            if (ts_owner_is_stale(v->owner) || v->status == TS_PAGE_OK)
+            if (ts_owner_is_stale(v->owner) || view_is_live(v))
                 continue;
-            fprintf(f, "%-8d %-12s ", v->pid, ts_page_status_name(v->status));
-            put_text(f, v->error, sizeof v->error, SIZE_MAX, ESC_TERM);
+            bool unverified = v->status == TS_PAGE_OK;
+            fprintf(f, "%-8d %-12s ", v->pid,
+                    unverified ? ts_owner_state_name(v->owner) : ts_page_status_name(v->status));
+            if (unverified)
+                put_text(f, v->owner_why, sizeof v->owner_why, SIZE_MAX, ESC_TERM);
+            else
+                put_text(f, v->error, sizeof v->error, SIZE_MAX, ESC_TERM);
             fputc('\n', f);
         }
     }
@@ -686,6 +717,12 @@ void ts_render_json(FILE *f, const ts_proc_view *views, size_t n)
             fprintf(f, ",\n    \"error_kind\": \"%s\"\n  }", ts_page_status_name(v->status));
             continue;
         }
+        if (v->owner == TS_OWNER_UNKNOWN) { /* never shown as a live process's numbers */
+            fprintf(f, ",\n    \"error\": ");
+            json_str(f, v->owner_why, sizeof v->owner_why);
+            fprintf(f, ",\n    \"error_kind\": \"unverified\"\n  }");
+            continue;
+        }
         const tessera_page_header *h = &v->hdr;
         fprintf(f, ",\n    \"command\": ");
         json_str(f, h->cmdline, sizeof h->cmdline);
@@ -747,6 +784,36 @@ void ts_render_json(FILE *f, const ts_proc_view *views, size_t n)
 
 #define PROM_COMMAND_MAX 128 /* bytes of the command line carried in the label */
 
+/* The labels of the output being rendered (one renderer runs at a time per thread). */
+static _Thread_local const ts_prom_labels *prom_opt;
+
+int ts_prom_labels_parse(const char *list, ts_prom_labels *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (strcmp(list, "none") == 0)
+        return 0;
+    const char *p = list;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        if (len == 3 && strncmp(p, "pid", 3) == 0)
+            ;
+        else if (len == 7 && strncmp(p, "command", 7) == 0)
+            out->command = true;
+        else if (len == 6 && strncmp(p, "config", 6) == 0)
+            out->config = true;
+        else if (len == 7 && strncmp(p, "version", 7) == 0)
+            out->version = true;
+        else {
+            ts_msg_set(err, errlen, "--labels: '%.*s' is not one of pid, command, config, version, none",
+                       (int)(len > 64 ? 64 : len), p);
+            return -1;
+        }
+        if (!p[len])
+            return 0;
+        p += len + 1;
+    }
+}
+
 static void prom_labels(FILE *f, const ts_proc_view *v, uint32_t k, int pool)
 {
     const ts_slot_view *s = &v->slots[k];
@@ -757,9 +824,12 @@ static void prom_labels(FILE *f, const ts_proc_view *v, uint32_t k, int pool)
         fprintf(f, ",context=\"0x%" PRIx64 "\"", s->head.context_id);
     if (pool >= 0)
         fprintf(f, ",pool=\"%s\"", POOL_NAMES[pool]);
-    fputs(",command=\"", f);
-    put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
-    fputs("\"}", f);
+    if (prom_opt->command) {
+        fputs(",command=\"", f);
+        put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
+        fputc('"', f);
+    }
+    fputc('}', f);
 }
 
 static void prom_family(FILE *f, const char *name, const char *type, const char *help,
@@ -789,6 +859,14 @@ static void prom_family(FILE *f, const char *name, const char *type, const char 
  * num_X counters: tessera_X_total; other byte gauges end in _bytes. */
 void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n)
 {
+    static const ts_prom_labels all = {true, true, true};
+    ts_render_prometheus_labels(f, views, n, &all);
+}
+
+void ts_render_prometheus_labels(FILE *f, const ts_proc_view *views, size_t n,
+                                 const ts_prom_labels *labels)
+{
+    prom_opt = labels;
     static const char *const sub_word[4] = {"", "_peak", "_allocated", "_freed"};
     static const char *const sub_type[4] = {"gauge", "gauge", "counter", "counter"};
     static const char *const sub_help[4] = {
@@ -870,368 +948,35 @@ void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n)
         const ts_proc_view *v = &views[i];
         if (!view_is_live(v))
             continue;
-        fprintf(f, "tessera_page_info{pid=\"%d\",command=\"", v->pid);
-        put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
-        fputs("\",version=\"", f);
-        put_text(f, v->hdr.version, sizeof v->hdr.version, SIZE_MAX, ESC_PROM_LABEL);
-        fputs("\",config=\"", f);
-        put_text(f, v->hdr.config, sizeof v->hdr.config, SIZE_MAX, ESC_PROM_LABEL);
-        fputs("\"} 1\n", f);
+        fprintf(f, "tessera_page_info{pid=\"%d\"", v->pid);
+        if (labels->command) {
+            fputs(",command=\"", f);
+            put_text(f, v->hdr.cmdline, sizeof v->hdr.cmdline, PROM_COMMAND_MAX, ESC_PROM_LABEL);
+            fputc('"', f);
+        }
+        if (labels->version) {
+            fputs(",version=\"", f);
+            put_text(f, v->hdr.version, sizeof v->hdr.version, SIZE_MAX, ESC_PROM_LABEL);
+            fputc('"', f);
+        }
+        if (labels->config) {
+            fputs(",config=\"", f);
+            put_text(f, v->hdr.config, sizeof v->hdr.config, SIZE_MAX, ESC_PROM_LABEL);
+            fputc('"', f);
+        }
+        fputs("} 1\n", f);
     }
 
     size_t live, stale, bad;
     views_count(views, n, &live, &stale, &bad);
+    size_t skipped = 0;
+    for (size_t i = 0; i < n; i++)
+        skipped += views[i].status == TS_PAGE_ESKIPPED && !ts_owner_is_stale(views[i].owner);
     prom_family(f, "tessera_pages", "gauge",
-                "Stats pages found, by state (live, stale: owner gone, unreadable)", NULL);
+                "Stats pages found, by state (live, stale: owner gone, unreadable, skipped: past "
+                "the bound on pages or slots read per user and scrape)", NULL);
     fprintf(f, "tessera_pages{state=\"live\"} %zu\n", live);
     fprintf(f, "tessera_pages{state=\"stale\"} %zu\n", stale);
-    fprintf(f, "tessera_pages{state=\"unreadable\"} %zu\n", bad);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* segment map                                                                                */
-
-enum cell_state { C_ALLOC, C_STITCH, C_PENDING, C_FREE, C_UNMAPPED, C_UNKNOWN, C_COUNT };
-static const char CELL_CHAR[C_COUNT] = {'X', 's', 'p', '-', '.', '?'};
-/* An unmapped range too long to draw at the map's scale: one character, its size after the bar. */
-#define MARKER_CHAR '~'
-/* Collapsed ranges whose sizes are listed after a bar; any more are counted and summed. */
-#define MARKERS_LISTED 4u
-
-static const char *kind_name(unsigned k)
-{
-    switch (k) {
-    case TESSERA_SEGMENT_PLAIN: return "plain";
-    case TESSERA_SEGMENT_EXPANDABLE: return "expandable";
-    case TESSERA_SEGMENT_STITCHED: return "stitched";
-    default: return "?";
-    }
-}
-
-static uint64_t next_pow2(uint64_t v)
-{
-    uint64_t p = 1;
-    while (p < v && p <= UINT64_MAX / 2)
-        p <<= 1;
-    return p;
-}
-
-/* Characters that len bytes take at scale bytes per character (scale >= 1). */
-static uint64_t cells_for(uint64_t len, uint64_t scale)
-{
-    return len / scale + (len % scale != 0);
-}
-
-static uint64_t sat_add_u64(uint64_t a, uint64_t b)
-{
-    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
-/* A stretch of one state inside a segment; adjacent runs never share a state. */
-struct map_run {
-    uint64_t len;
-    int state;
-};
-
-static int cell_of_block(const tessera_page_segment *s, uint32_t state)
-{
-    switch (state) {
-    case TESSERA_BLOCK_ALLOCATED: return s->kind == TESSERA_SEGMENT_STITCHED ? C_STITCH : C_ALLOC;
-    case TESSERA_BLOCK_PENDING: return C_PENDING;
-    case TESSERA_BLOCK_FREE: return C_FREE;
-    default: return C_UNMAPPED;
-    }
-}
-
-static uint32_t runs_push(struct map_run *runs, uint32_t n, int state, uint64_t len)
-{
-    if (len == 0)
-        return n;
-    if (n > 0 && runs[n - 1].state == state) {
-        runs[n - 1].len += len; /* no overflow: runs never add up to more than the segment */
-        return n;
-    }
-    runs[n].len = len;
-    runs[n].state = state;
-    return n + 1;
-}
-
-/* The segment as runs, in address order (runs has room for nblocks + 2). Blocks are clipped to
- * the segment's size. Bytes past the recorded blocks (a truncated map) are C_UNKNOWN, except for
- * the unmapped bytes the segment record says are not among the recorded blocks: those follow as
- * one unmapped run, so that a truncated expandable segment is still drawn at the mapped scale
- * (where in the unrecorded part they lie is unknown). */
-static uint32_t segment_runs(const tessera_page_segment *s, const tessera_page_block *blocks,
-                             struct map_run *runs)
-{
-    uint32_t n = 0;
-    uint64_t off = 0, unmapped_seen = 0;
-    for (uint32_t b = 0; b < s->nblocks && off < s->size; b++) {
-        const tessera_page_block *blk = &blocks[s->first_block + b];
-        uint64_t len = blk->size < s->size - off ? blk->size : s->size - off;
-        int st = cell_of_block(s, blk->state);
-        if (st == C_UNMAPPED)
-            unmapped_seen += len;
-        n = runs_push(runs, n, st, len);
-        off += len;
-    }
-    if (off < s->size) {
-        uint64_t rest = s->size - off;
-        uint64_t unmapped = s->size - (s->mapped < s->size ? s->mapped : s->size);
-        unmapped = unmapped > unmapped_seen ? unmapped - unmapped_seen : 0;
-        if (unmapped > rest)
-            unmapped = rest;
-        n = runs_push(runs, n, C_UNKNOWN, rest - unmapped);
-        n = runs_push(runs, n, C_UNMAPPED, unmapped);
-    }
-    return n;
-}
-
-/* Bytes of the runs drawn at scale whatever happens: everything but unmapped runs. */
-static uint64_t runs_mapped(const struct map_run *runs, uint32_t n)
-{
-    uint64_t sum = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (runs[i].state != C_UNMAPPED)
-            sum += runs[i].len;
-    return sum;
-}
-
-static int cmp_u64_desc(const void *x, const void *y)
-{
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return (a < b) - (a > b);
-}
-
-/* The longest unmapped run still drawn at scale; longer ones collapse into MARKER_CHAR, so that
- * the bar fits width characters: mapped memory always takes its cells at scale, unmapped runs
- * keep theirs while they fit, the largest given up first (runs of equal length go together).
- * UINT64_MAX when every unmapped run can be drawn. scratch has room for n values. */
-static uint64_t keep_max_unmapped(const struct map_run *runs, uint32_t n, uint64_t scale,
-                                   unsigned width, uint64_t *scratch)
-{
-    uint64_t mapped_cells = cells_for(runs_mapped(runs, n), scale);
-    uint64_t budget = mapped_cells < width ? width - mapped_cells : 0;
-    uint32_t nholes = 0;
-    uint64_t hole_cells = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (runs[i].state == C_UNMAPPED) {
-            scratch[nholes++] = runs[i].len;
-            hole_cells = sat_add_u64(hole_cells, cells_for(runs[i].len, scale));
-        }
-    if (hole_cells <= budget)
-        return UINT64_MAX;
-    qsort(scratch, nholes, sizeof *scratch, cmp_u64_desc);
-    uint32_t k = 0;
-    while (k < nholes && hole_cells > budget) {
-        uint64_t c = cells_for(scratch[k++], scale);
-        hole_cells -= c < hole_cells ? c : hole_cells;
-    }
-    /* k >= 1, as hole_cells > budget needed a hole; runs are never empty, so this is >= 0 */
-    return scratch[k - 1] - 1;
-}
-
-/* One bar being drawn: bytes accumulate into the current character's per-state counts; a full
- * character prints the state holding most of its bytes (ties go to the earlier, more important
- * state). A collapsed run ends the current character early, so the cells after it start on the
- * byte after the run. */
-struct map_bar {
-    FILE *f;
-    uint64_t scale;
-    uint64_t filled;
-    uint64_t chars;
-    uint64_t cell[C_COUNT];
-};
-
-static void bar_flush(struct map_bar *b)
-{
-    if (b->filled == 0)
-        return;
-    int best = C_UNKNOWN;
-    uint64_t most = 0;
-    for (int st = 0; st < C_COUNT; st++)
-        if (b->cell[st] > most) {
-            most = b->cell[st];
-            best = st;
-        }
-    fputc(CELL_CHAR[best], b->f);
-    memset(b->cell, 0, sizeof b->cell);
-    b->filled = 0;
-    b->chars++;
-}
-
-static void bar_add(struct map_bar *b, int state, uint64_t len)
-{
-    while (len > 0) {
-        uint64_t room = b->scale - b->filled;
-        uint64_t take = len < room ? len : room;
-        b->cell[state] += take;
-        b->filled += take;
-        len -= take;
-        if (b->filled == b->scale)
-            bar_flush(b);
-    }
-}
-
-static void bar_marker(struct map_bar *b)
-{
-    bar_flush(b);
-    fputc(MARKER_CHAR, b->f);
-    b->chars++;
-}
-
-/* What follows the bar of a segment that has unmapped memory: its mapped bytes, then what each
- * '~' stands for, in bar order (dots need no words: they are drawn at scale), or the unmapped
- * bytes when nothing was collapsed. */
-static void put_unmapped_note(FILE *f, const tessera_page_segment *s, const struct map_run *runs,
-                              uint32_t n, uint64_t keep_max)
-{
-    char b1[48];
-    uint64_t mapped = s->mapped < s->size ? s->mapped : s->size;
-    uint32_t markers = 0;
-    for (uint32_t i = 0; i < n; i++)
-        markers += runs[i].state == C_UNMAPPED && runs[i].len > keep_max;
-    if (mapped == s->size && markers == 0)
-        return;
-    fprintf(f, "  %s mapped, ", ts_format_bytes(b1, sizeof b1, mapped));
-    if (markers == 0) {
-        fprintf(f, "%s unmapped", ts_format_bytes(b1, sizeof b1, s->size - mapped));
-        return;
-    }
-    uint32_t listed = 0;
-    uint64_t rest = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (runs[i].state != C_UNMAPPED || runs[i].len <= keep_max)
-            continue;
-        if (listed < MARKERS_LISTED)
-            fprintf(f, "%s%c %s", listed ? ", " : "", MARKER_CHAR,
-                    ts_format_bytes(b1, sizeof b1, runs[i].len));
-        else
-            rest += runs[i].len; /* no overflow: runs add up to at most the segment's size */
-        listed++;
-    }
-    if (listed > MARKERS_LISTED)
-        fprintf(f, " and %" PRIu32 " more (%s)", listed - MARKERS_LISTED,
-                ts_format_bytes(b1, sizeof b1, rest));
-    fputs(" unmapped", f);
-}
-
-void ts_render_map(FILE *f, const ts_proc_view *v, const tessera_page_slot_head *head,
-                   const tessera_page_segment *segs, const tessera_page_block *blocks,
-                   unsigned width)
-{
-    const tessera_page_map *m = &head->map;
-    char b1[48], b2[48], b3[48], b4[48], b5[48], b6[48];
-    if (width < 8)
-        width = 8;
-    if (width > 1024)
-        width = 1024;
-    fprintf(f, "segment map of pid %d (", v->pid);
-    put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 40, false); /* in parentheses */
-    fprintf(f, "), device %" PRId32 ", context 0x%" PRIx64 "\n", head->device, head->context_id);
-    if (!(m->flags & TESSERA_MAP_VALID)) {
-        fprintf(f, "no segment map published yet (the allocator publishes one after a segment "
-                   "change, an out-of-memory, and periodically)\n");
-        return;
-    }
-    /* The runs of any one segment (a run per block, two more past the recorded blocks) fit in
-     * runs, and their lengths in scratch. */
-    uint32_t most_blocks = 0;
-    for (uint32_t i = 0; i < m->nsegments; i++)
-        if (segs[i].nblocks > most_blocks)
-            most_blocks = segs[i].nblocks;
-    struct map_run *runs = calloc((size_t)most_blocks + 2, sizeof *runs);
-    uint64_t *scratch = calloc((size_t)most_blocks + 2, sizeof *scratch);
-    if (!runs || !scratch) {
-        free(runs);
-        free(scratch);
-        fprintf(f, "(out of memory drawing the map)\n");
-        return;
-    }
-
-    /* One scale for all segments, set by mapped memory: the segment with the most mapped bytes
-     * fills width characters (rounded up to a power of two bytes per character). An expandable
-     * segment reserves far more address space than it maps (1 1/8 of the device): scaled to
-     * its virtual size, its blocks would share one character. Only when nothing at all is
-     * mapped does the largest segment set the scale (then every bar is dots, as it should be). */
-    uint64_t largest_mapped = 0, largest_seg = 1;
-    for (uint32_t i = 0; i < m->nsegments; i++) {
-        uint64_t mapped = runs_mapped(runs, segment_runs(&segs[i], blocks, runs));
-        if (mapped > largest_mapped)
-            largest_mapped = mapped;
-        if (segs[i].size > largest_seg)
-            largest_seg = segs[i].size;
-    }
-    uint64_t basis = largest_mapped ? largest_mapped : largest_seg;
-    uint64_t scale = next_pow2(cells_for(basis, width));
-    fprintf(f, "taken at op %" PRIu64 "; %" PRIu32 " segments, %" PRIu32 " blocks; scale: 1 character = %s\n",
-            m->ops, m->total_segments, m->total_blocks, ts_format_bytes(b1, sizeof b1, scale));
-    /* The map is refreshed at segment changes and every few dozen operations: say how far
-     * behind the counters it is (tessera-stat snapshot asks the process for a fresh one). */
-    uint64_t now_ops = (uint64_t)head->stats.num_ops;
-    if (now_ops <= m->ops)
-        fprintf(f, "age: current (no allocator operation since it was taken)\n");
-    else
-        fprintf(f, "age: %" PRIu64 " operation%s since it was taken (the counters are current; "
-                   "blocks changed since then are not shown)\n",
-                now_ops - m->ops, now_ops - m->ops == 1 ? "" : "s");
-    fprintf(f, "legend: X allocated  p pending free  - free  . unmapped (address space, no memory)"
-               "  s stitched (allocated)  ? not recorded\n"
-               "        %c unmapped range too long to draw at this scale: its size follows the bar\n",
-            MARKER_CHAR);
-    if (m->flags & TESSERA_MAP_TRUNCATED)
-        fprintf(f, "map truncated: %" PRIu32 " of %" PRIu32 " segments and %" PRIu32 " of %" PRIu32
-                   " blocks recorded (limits %u and %u); the totals below cover everything\n",
-                m->nsegments, m->total_segments, m->nblocks, m->total_blocks,
-                TESSERA_PAGE_MAX_SEGMENTS, TESSERA_PAGE_MAX_BLOCKS);
-    fputc('\n', f);
-
-    for (uint32_t i = 0; i < m->nsegments; i++) {
-        const tessera_page_segment *s = &segs[i];
-        uint32_t n = segment_runs(s, blocks, runs);
-        uint64_t keep_max = keep_max_unmapped(runs, n, scale, width, scratch);
-        fprintf(f, "%4" PRIu32 "  0x%012" PRIx64 " %11s  %-10s %-5s |", i, s->address,
-                ts_format_bytes(b1, sizeof b1, s->size), kind_name(s->kind),
-                s->pool == TESSERA_POOL_SMALL ? "small" : "large");
-        struct map_bar bar = {.f = f, .scale = scale};
-        for (uint32_t r = 0; r < n; r++) {
-            if (runs[r].state == C_UNMAPPED && runs[r].len > keep_max)
-                bar_marker(&bar);
-            else
-                bar_add(&bar, runs[r].state, runs[r].len);
-        }
-        bar_flush(&bar);
-        if (bar.chars == 0)
-            fputc(CELL_CHAR[C_UNKNOWN], f); /* an empty segment: never an empty bar */
-        fputs("|", f);
-        put_unmapped_note(f, s, runs, n, keep_max);
-        if (s->nblocks < s->nblocks_total)
-            fprintf(f, " (%" PRIu32 " of %" PRIu32 " blocks recorded)", s->nblocks, s->nblocks_total);
-        fputc('\n', f);
-    }
-    free(runs);
-    free(scratch);
-    if (m->nsegments < m->total_segments)
-        fprintf(f, "   ... %" PRIu32 " more segments not recorded\n", m->total_segments - m->nsegments);
-
-    fprintf(f, "\nreserved %s in %" PRIu32 " segments (%s mapped): allocated %s, pending free %s, "
-               "free %s in %" PRIu32 " blocks, unmapped %s\n",
-            ts_format_bytes(b1, sizeof b1, m->segment_bytes), m->total_segments,
-            ts_format_bytes(b2, sizeof b2, m->mapped_bytes),
-            ts_format_bytes(b3, sizeof b3, m->allocated_bytes),
-            ts_format_bytes(b4, sizeof b4, m->pending_bytes),
-            ts_format_bytes(b5, sizeof b5, m->free_bytes), m->free_blocks,
-            ts_format_bytes(b6, sizeof b6, m->unmapped_bytes));
-    fprintf(f, "largest free block %s", ts_format_bytes(b1, sizeof b1, m->largest_free));
-    if (m->free_blocks == 0)
-        fprintf(f, ": nothing is free in the cache, so every new request needs new device memory");
-    else if (m->free_blocks == 1)
-        fprintf(f, ": it is all the free cached memory; a request above it needs a new segment");
-    else if (m->largest_free < m->free_bytes)
-        fprintf(f, ": a request above it needs a new segment although %s are free in %" PRIu32 " pieces",
-                ts_format_bytes(b2, sizeof b2, m->free_bytes), m->free_blocks);
-    if (m->pending_bytes)
-        fprintf(f, " (%s more become free when their fences complete)",
-                ts_format_bytes(b3, sizeof b3, m->pending_bytes));
-    fputc('\n', f);
+    fprintf(f, "tessera_pages{state=\"unreadable\"} %zu\n", bad - skipped);
+    fprintf(f, "tessera_pages{state=\"skipped\"} %zu\n", skipped);
 }

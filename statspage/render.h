@@ -20,6 +20,7 @@ typedef struct ts_slot_view {
 /* One process, as read for output. */
 typedef struct ts_proc_view {
     int pid;
+    uint32_t uid;          /* owner of the page file (0 when unknown) */
     int status;            /* ts_page_status of the page */
     char error[320];
     int owner;             /* ts_owner_state */
@@ -61,6 +62,20 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
 void ts_render_detail(FILE *f, const ts_proc_view *v, const ts_render_env *env);
 void ts_render_json(FILE *f, const ts_proc_view *views, size_t n);
 void ts_render_prometheus(FILE *f, const ts_proc_view *views, size_t n);
+
+/* The labels of the Prometheus output beyond pid, device, pool and context: what a process's
+ * owner may not want on the network. All on by default (ts_render_prometheus). */
+typedef struct ts_prom_labels {
+    bool command; /* the command line, first 128 bytes: may hold secrets given as arguments */
+    bool config;  /* the effective configuration (tessera_page_info): holds paths */
+    bool version; /* the tessera version (tessera_page_info) */
+} ts_prom_labels;
+
+/* Parse a --labels list: "none", or names from pid, command, config, version separated by
+ * commas (pid is always there). 0, or -1 with a message in err. */
+int ts_prom_labels_parse(const char *list, ts_prom_labels *out, char *err, size_t errlen);
+void ts_render_prometheus_labels(FILE *f, const ts_proc_view *views, size_t n,
+                                 const ts_prom_labels *labels);
 
 /* The ASCII segment map of one slot. width: characters per segment bar (8..1024). */
 void ts_render_map(FILE *f, const ts_proc_view *v, const tessera_page_slot_head *head,

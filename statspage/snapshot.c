@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* --- the model ------------------------------------------------------------------------------ */
@@ -533,14 +534,22 @@ int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *e
         snprintf(err, errlen, "%s: path too long", path);
         return ENAMETOOLONG;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    struct stat st;
+    if (replace && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* -o /dev/null, a FIFO, a link to /dev/stdout: never turned into a regular file */
+        snprintf(err, errlen, "%s is not a regular file (%s): not replaced", path,
+                 S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
+                 : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+        return EEXIST;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         int e = errno;
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(e));
         return e;
     }
     int e = ts_snap_write_pickle(s, fd);
-    if (!e && fsync(fd) != 0 && errno != EINVAL)
+    if (!e && replace && fsync(fd) != 0 && errno != EINVAL)
         e = errno;
     if (close(fd) != 0 && !e)
         e = errno;

@@ -117,9 +117,12 @@ void ts_snap_load_mappings(ts_snap *s, int pid);
 /* Write the pickle to fd. 0, or an errno value. */
 int ts_snap_write_pickle(const ts_snap *s, int fd);
 
-/* Write to path through path.tmp and a rename (replace: an existing file is replaced; else
- * the file must not exist, and nothing is ever followed through a symbolic link). 0, or an
- * errno value with a reason in err. */
+/* Write to path through path.tmp and a rename, mode 0600 (a snapshot shows the program's memory
+ * and code paths). replace: an existing regular file is replaced, anything else there (a device,
+ * a FIFO, a symbolic link, a directory) refused, and the file synced (a tool's output). Not
+ * replace (snapshot_on_oom): the file must not exist, and it is not synced, so a failing
+ * allocation never waits for the disk. Nothing is ever followed through a symbolic link. 0, or
+ * an errno value with a reason in err. */
 int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *err,
                        size_t errlen);
 
@@ -133,6 +136,14 @@ struct ts_history_copy;
  * snapshot owns c's events. */
 int ts_snap_add_page_trace(ts_snap *s, const tessera_page_slot_head *head,
                            struct ts_history_copy *c, uint64_t *past);
+
+/* Snapshots are bounded in bytes: TS_SNAP_MAX_BYTES, whatever the history holds. */
+#define TS_SNAP_MAX_BYTES (64u << 20)
+
+/* Cut the history (oldest events first, across devices) until the pickle of s is at most
+ * max_bytes, by an upper estimate; the segments and blocks are kept whole. Returns the number
+ * of events cut (0: it fits as it is). */
+uint64_t ts_snap_bound(ts_snap *s, uint64_t max_bytes);
 
 /* Fill s from one slot of a stats page copy (segs/blocks as ts_page_snapshot returns them). */
 int ts_snap_add_page_slot(ts_snap *s, const tessera_page_slot_head *head,

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,11 +38,11 @@ static void usage(FILE *f)
             "usage: %s [--dir DIR]                      table of tessera processes\n"
             "       %s [--dir DIR] PID                  every counter of one process\n"
             "       %s --json [PID]                     JSON (memory_stats key names)\n"
-            "       %s --prometheus                     Prometheus text format\n"
+            "       %s --prometheus [--labels L]        Prometheus text format\n"
             "       %s --watch SECONDS [--count N]      redraw the table (Ctrl-C stops)\n"
             "       %s map PID [--device D] [--width W] ASCII segment map\n"
             "       %s snapshot PID -o FILE [--wait S]  PyTorch memory snapshot (pickle)\n"
-            "       %s --serve ADDR:PORT                serve /metrics (default 127.0.0.1:9464)\n"
+            "       %s --serve [ADDR:PORT] [--labels L] serve /metrics (default " TS_STAT_SERVE_DEFAULT ")\n"
             "       %s --gc                             remove pages of dead processes\n"
             "       %s --help | --version\n"
             "\n"
@@ -49,6 +50,8 @@ static void usage(FILE *f)
             ".\n"
             "Sizes in the table and the map are binary (KiB, MiB, GiB); JSON, Prometheus and the\n"
             "per-process view give exact bytes.\n"
+            "--labels L: the Prometheus labels beyond pid, device, pool: none, or a list of\n"
+            "command, config, version (default: all; --serve beyond loopback: version only).\n"
             "FRAG in the table: the share of free cached memory that no single request can use\n"
             "(holes inside segments in use; a wholly free segment is not fragmentation).\n",
             prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
@@ -67,6 +70,48 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* Bounded work per listing (a scrape, a table): whatever a directory holds, at most this many
+ * pages are read and this many slots kept, per user owning the page files and overall. A page
+ * past a bound is listed as skipped, unread. Reading one page is bounded by the reader (slots,
+ * retries, its user's retry budget). */
+#define LOAD_MAX_PAGES 4096
+#define LOAD_MAX_SLOTS 2048
+#define LOAD_USER_MAX_PAGES 1024
+#define LOAD_USER_MAX_SLOTS 512
+
+typedef struct user_tally {
+    uint32_t uid;
+    unsigned pages, slots;
+} user_tally;
+
+static user_tally *tally_of(user_tally *t, size_t *nt, uint32_t uid)
+{
+    for (size_t i = 0; i < *nt; i++)
+        if (t[i].uid == uid)
+            return &t[i];
+    t[*nt] = (user_tally){uid, 0, 0};
+    return &t[(*nt)++];
+}
+
+static void view_skip(ts_proc_view *v, int pid, uint32_t uid, const char *what, unsigned bound,
+                      bool user)
+{
+    ts_proc_view_free(v);
+    memset(v, 0, sizeof *v);
+    v->pid = pid;
+    v->uid = uid;
+    v->status = TS_PAGE_ESKIPPED;
+    v->owner = TS_OWNER_UNKNOWN;
+    snprintf(v->owner_why, sizeof v->owner_why, "not read");
+    if (user)
+        snprintf(v->error, sizeof v->error,
+                 "not read: uid %" PRIu32 " has more than %u %s here (the bound per user and listing)",
+                 uid, bound, what);
+    else
+        snprintf(v->error, sizeof v->error,
+                 "not read: more than %u %s here (the bound per listing)", bound, what);
+}
+
 int ts_stat_load_all(const char *dir, views *out)
 {
     int *pids = NULL;
@@ -78,17 +123,58 @@ int ts_stat_load_all(const char *dir, views *out)
         fprintf(stderr, "%s: cannot read %s: %s\n", prog, dir, strerror(e));
         return -1;
     }
+    user_tally *tally = NULL;
     if (n) {
         out->v = calloc(n, sizeof *out->v);
-        if (!out->v) {
+        tally = calloc(n, sizeof *tally);
+        if (!out->v || !tally) {
+            free(out->v);
+            free(tally);
             free(pids);
+            out->v = NULL;
             fprintf(stderr, "%s: out of memory\n", prog);
             return -1;
         }
     }
-    for (size_t i = 0; i < n; i++)
-        ts_proc_view_load(&out->v[i], dir, pids[i], true);
+    size_t nt = 0;
+    unsigned pages = 0, slots = 0;
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        struct stat st;
+        uint32_t uid = 0;
+        snprintf(path, sizeof path, "%s/" TESSERA_PAGE_FILE_PREFIX "%d", dir, pids[i]);
+        if (lstat(path, &st) == 0)
+            uid = (uint32_t)st.st_uid;
+        user_tally *u = tally_of(tally, &nt, uid);
+        ts_proc_view *v = &out->v[i];
+        if (u->pages >= LOAD_USER_MAX_PAGES) {
+            view_skip(v, pids[i], uid, "pages", LOAD_USER_MAX_PAGES, true);
+            continue;
+        }
+        if (pages >= LOAD_MAX_PAGES) {
+            view_skip(v, pids[i], uid, "pages", LOAD_MAX_PAGES, false);
+            continue;
+        }
+        if (u->slots >= LOAD_USER_MAX_SLOTS || slots >= LOAD_MAX_SLOTS) { /* not even opened */
+            bool user = u->slots >= LOAD_USER_MAX_SLOTS;
+            view_skip(v, pids[i], uid, "slots in use", user ? LOAD_USER_MAX_SLOTS : LOAD_MAX_SLOTS,
+                      user);
+            continue;
+        }
+        u->pages++;
+        pages++;
+        ts_proc_view_load(v, dir, pids[i], true);
+        if (u->slots + v->nslots > LOAD_USER_MAX_SLOTS)
+            view_skip(v, pids[i], uid, "slots in use", LOAD_USER_MAX_SLOTS, true);
+        else if (slots + v->nslots > LOAD_MAX_SLOTS)
+            view_skip(v, pids[i], uid, "slots in use", LOAD_MAX_SLOTS, false);
+        else {
+            u->slots += v->nslots;
+            slots += v->nslots;
+        }
+    }
     out->n = n;
+    free(tally);
     free(pids);
     return 0;
 }
@@ -186,13 +272,13 @@ static int cmd_json(const char *dir, int pid)
     return 0;
 }
 
-static int cmd_prometheus(const char *dir)
+static int cmd_prometheus(const char *dir, const ts_prom_labels *labels)
 {
     views vs;
     if (ts_stat_load_all(dir, &vs) != 0)
         return 1;
     warn_unreadable(&vs, dir);
-    ts_render_prometheus(stdout, vs.v, vs.n);
+    ts_render_prometheus_labels(stdout, vs.v, vs.n, labels);
     ts_stat_free_all(&vs);
     return 0;
 }
@@ -343,20 +429,21 @@ static int cmd_gc(const char *dir)
 int main(int argc, char **argv)
 {
     enum { OPT_JSON = 256, OPT_PROM, OPT_WATCH, OPT_COUNT, OPT_GC, OPT_DIR, OPT_DEVICE, OPT_WIDTH,
-           OPT_HELP, OPT_VERSION, OPT_SERVE, OPT_WAIT };
+           OPT_HELP, OPT_VERSION, OPT_SERVE, OPT_WAIT, OPT_LABELS };
     static const struct option opts[] = {
         {"json", no_argument, NULL, OPT_JSON},       {"prometheus", no_argument, NULL, OPT_PROM},
         {"watch", required_argument, NULL, OPT_WATCH}, {"count", required_argument, NULL, OPT_COUNT},
         {"gc", no_argument, NULL, OPT_GC},           {"dir", required_argument, NULL, OPT_DIR},
         {"device", required_argument, NULL, OPT_DEVICE},
         {"width", required_argument, NULL, OPT_WIDTH}, {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION}, {"serve", required_argument, NULL, OPT_SERVE},
+        {"version", no_argument, NULL, OPT_VERSION}, {"serve", optional_argument, NULL, OPT_SERVE},
         {"wait", required_argument, NULL, OPT_WAIT}, {"output", required_argument, NULL, 'o'},
+        {"labels", required_argument, NULL, OPT_LABELS},
         {NULL, 0, NULL, 0}};
     int json = 0, prom = 0, gc = 0, watch = 0;
     double seconds = 0;
     long count = 0, device = -1, width = 64;
-    const char *dir = NULL, *serve = NULL, *out_path = NULL;
+    const char *dir = NULL, *serve = NULL, *out_path = NULL, *labels = NULL;
     double wait_s = 2.0;
     int wait_given = 0;
     opterr = 0;
@@ -396,7 +483,17 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             break;
-        case OPT_SERVE: serve = optarg; break;
+        case OPT_SERVE:
+            /* --serve alone serves the default address; --serve ADDR:PORT (a separate word
+             * with a colon) or --serve=ADDR:PORT another */
+            if (optarg)
+                serve = optarg;
+            else if (optind < argc && strchr(argv[optind], ':') && argv[optind][0] != '-')
+                serve = argv[optind++];
+            else
+                serve = TS_STAT_SERVE_DEFAULT;
+            break;
+        case OPT_LABELS: labels = optarg; break;
         case 'o': out_path = optarg; break;
         case OPT_WAIT: {
             char *end;
@@ -473,6 +570,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: --device and --width go with map\n", prog);
         return EXIT_USAGE;
     }
+    ts_prom_labels prom_labels = {true, true, true};
+    if (labels) {
+        char err[160];
+        if (!prom && !serve) {
+            fprintf(stderr, "%s: --labels goes with --prometheus or --serve\n", prog);
+            return EXIT_USAGE;
+        }
+        if (ts_prom_labels_parse(labels, &prom_labels, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            return EXIT_USAGE;
+        }
+    }
     if (count && !watch) {
         fprintf(stderr, "%s: --count goes with --watch\n", prog);
         return EXIT_USAGE;
@@ -482,13 +591,13 @@ int main(int argc, char **argv)
     if (is_snapshot)
         rc = ts_stat_snapshot(dir, (int)pid, out_path, wait_s);
     else if (serve)
-        rc = ts_stat_serve(dir, serve);
+        rc = ts_stat_serve(dir, serve, labels);
     else if (is_map)
         rc = cmd_map(dir, (int)pid, device, (unsigned)width);
     else if (gc)
         rc = cmd_gc(dir);
     else if (prom)
-        rc = cmd_prometheus(dir);
+        rc = cmd_prometheus(dir, &prom_labels);
     else if (json)
         rc = cmd_json(dir, (int)pid);
     else if (watch)

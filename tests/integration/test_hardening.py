@@ -62,6 +62,30 @@ def kept_page(test):
     return data
 
 
+def kept_page_and_ring(test):
+    """The bytes of a real page and of its history ring (a finished run, kept)."""
+    run = test.env.run(prog("meminfo", "--unit", "4M"), conf="history_events:64")
+    test.ok(run)
+    names = sorted(f for f in os.listdir(test.env.stats_dir) if f.startswith("tessera."))
+    test.assertEqual(len(names), 2, names)
+    data = [open(os.path.join(test.env.stats_dir, n), "rb").read() for n in names]
+    for n in names:
+        os.unlink(os.path.join(test.env.stats_dir, n))
+    return bytearray(data[0]), bytearray(data[1])  # tessera.N, tessera.N.history.0
+
+
+def forge_ring(ring, pid, capacity=None, written=None):
+    """ring, for pid; optionally claiming capacity events (the file sparse up to them) and
+    written events."""
+    data = bytearray(ring)
+    struct.pack_into("<i", data, 24, pid)
+    if capacity is not None:
+        struct.pack_into("<I", data, 20, capacity)
+    if written is not None:
+        struct.pack_into("<Q", data, 40, written)
+    return data
+
+
 def forge(page, pid, slots=None, busy=False):
     """page, renamed to pid (with pid's start time); optionally slots slots, all ACTIVE and
     mid-write (odd sequence word) for good."""
@@ -76,6 +100,21 @@ def forge(page, pid, slots=None, busy=False):
             struct.pack_into("<Ii", data, base, 2, i % 8)  # ACTIVE, device
             struct.pack_into("<Q", data, base + 16, 1)  # sequence word odd: mid-write
     return bytes(data)
+
+
+def plant_sparse(path, page, pid, slots=16):
+    """A sparse page for pid with slots slots in use (copies of page's slot 0, one per device),
+    written straight to path: 1.5 MB each on disk only where written."""
+    hdr = bytearray(forge(page, pid)[:HEADER])
+    struct.pack_into("<IQ", hdr, 20, slots, HEADER + slots * SLOT)
+    head = bytearray(page[HEADER:HEADER + 2240])
+    with open(path, "wb") as f:
+        f.write(hdr)
+        for i in range(slots):
+            struct.pack_into("<i", head, 4, i)
+            f.seek(HEADER + i * SLOT)
+            f.write(head)
+        f.truncate(HEADER + slots * SLOT)
 
 
 def pid_alive(pid):
@@ -154,6 +193,162 @@ class ForeignPages(Base):
             victim.kill()
             victim.wait()
 
+    def test_foreign_namespace_page_not_trusted(self):
+        """N1: a page naming another pid namespace, for root's live process: its owner cannot be
+        checked, so it is untrusted, never shown or exported as that process."""
+        page = kept_page(self)
+        victim = subprocess.Popen(["sleep", "60"])
+        # a pid namespace that exists (a forger may name any; one with processes in it cannot
+        # be proved dead)
+        other_ns = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "60"])
+        self.addCleanup(other_ns.wait)
+        self.addCleanup(other_ns.kill)
+        try:
+            deadline = time.monotonic() + 10
+            ns = os.stat(f"/proc/{other_ns.pid}/ns/pid").st_ino
+            while ns == os.stat("/proc/self/ns/pid").st_ino and time.monotonic() < deadline:
+                children = open(f"/proc/{other_ns.pid}/task/{other_ns.pid}/children").read().split()
+                if children:
+                    ns = os.stat(f"/proc/{children[0]}/ns/pid").st_ino
+                time.sleep(0.01)
+            self.assertNotEqual(ns, os.stat("/proc/self/ns/pid").st_ino)
+            forged = bytearray(forge(page, victim.pid))
+            struct.pack_into("<Q", forged, 48, ns)
+            self.plant(f"tessera.{victim.pid}", bytes(forged))
+            out, doc = stat_json(self.env.stats_dir)
+            entry = doc[str(victim.pid)]
+            self.assertEqual(entry.get("error_kind"), "untrusted", entry)
+            self.assertNotEqual(entry.get("state"), "live", entry)
+            self.assertFalse(any(isinstance(v, dict) for v in entry.values()), entry)
+            prom = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                                  capture_output=True, text=True)
+            self.assertNotIn(f'pid="{victim.pid}"', prom.stdout)
+            self.assertIn('tessera_pages{state="live"} 0', prom.stdout)
+            table = subprocess.run([STAT, "--dir", self.env.stats_dir], capture_output=True, text=True)
+            self.assertIn("no tessera processes", table.stdout)
+            self.assertIn("names pid namespace", table.stdout)
+        finally:
+            victim.kill()
+            victim.wait()
+
+    def test_foreign_namespace_page_of_no_process_collected(self):
+        """N1: a page for a pid that does not exist, in a namespace no process is in: never
+        live, and --gc (root, which sees every namespace) removes it."""
+        page = kept_page(self)
+        gone = dead_pid()
+        forged = bytearray(forge(page, gone))
+        struct.pack_into("<Q", forged, 48, 4026531836 - 9)
+        path = self.plant(f"tessera.{gone}", bytes(forged))
+        _, doc = stat_json(self.env.stats_dir)
+        self.assertNotEqual(doc[str(gone)].get("state"), "live", doc)
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--gc"], capture_output=True,
+                             text=True)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("no process is left in its pid namespace", out.stdout)
+        self.assertFalse(os.path.exists(path))
+
+    def test_busy_pages_of_one_user_spare_the_others(self):
+        """N7: another user's 100 live processes have pages whose 16 slots always look
+        mid-write, on a loaded machine. Every scrape stays bounded, and a page of this user
+        that is written to all the time (its slot often mid-write) is read
+        in every scrape: one user's pages spend only that user's retries. (The owner's writes
+        keep a core busy; one look finds its slot mid-write about one time in six.)"""
+        page = kept_page(self)
+        theirs = [subprocess.Popen(["sleep", "120"], user=self.other.pw_uid,
+                                   group=self.other.pw_gid) for _ in range(100)]
+        mine = subprocess.Popen(["sleep", "120"])  # after theirs: read once their pages were
+        for p in theirs + [mine]:
+            self.addCleanup(p.wait)
+            self.addCleanup(p.kill)
+        for p in theirs:
+            self.plant(f"tessera.{p.pid}", forge(page, p.pid, slots=16, busy=True))
+        path = os.path.join(self.env.stats_dir, f"tessera.{mine.pid}")
+        with open(path, "wb") as f:
+            f.write(forge(page, mine.pid))
+        seq_at = HEADER + 16
+        fd = os.open(path, os.O_WRONLY)
+        self.addCleanup(os.close, fd)
+        stop = []
+
+        def spin(seconds):
+            t = time.perf_counter()
+            while time.perf_counter() - t < seconds:
+                pass
+
+        def writer():  # the owner, always updating its counters: a CPU-bound load too
+            seq = struct.unpack_from("<Q", page, seq_at)[0] & ~1
+            while not stop:
+                os.pwrite(fd, struct.pack("<Q", seq + 1), seq_at)
+                spin(0.00005)
+                seq += 2
+                os.pwrite(fd, struct.pack("<Q", seq), seq_at)
+                spin(0.0003)
+        import threading
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            for i in range(20):
+                t0 = time.monotonic()
+                out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                                     capture_output=True, text=True, timeout=120)
+                took = time.monotonic() - t0
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertLess(took, 5.0, f"scrape {i} took {took:.1f} s")  # correctness bound
+                self.assertTrue(f'tessera_allocated_bytes{{pid="{mine.pid}"' in out.stdout,
+                                f"scrape {i}: {out.stderr[-300:]}")
+        finally:
+            stop.append(1)
+            t.join()
+
+    def test_one_user_many_pages_bounded(self):
+        """N2: another user's 150 live processes publish pages with 16 slots in use each
+        (2,400 slots). A scrape reads a bounded share of them (512 slots per user), so its time
+        and body stay small, and this user's process is still exported."""
+        page = kept_page(self)
+        theirs = [subprocess.Popen(["sleep", "120"], user=self.other.pw_uid,
+                                   group=self.other.pw_gid) for _ in range(150)]
+        mine = subprocess.Popen(["sleep", "120"])
+        for p in theirs + [mine]:
+            self.addCleanup(p.wait)
+            self.addCleanup(p.kill)
+        for p in theirs:
+            path = os.path.join(self.env.stats_dir, f"tessera.{p.pid}")
+            plant_sparse(path, page, p.pid)
+            os.chown(path, self.other.pw_uid, self.other.pw_gid)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{mine.pid}"), "wb") as f:
+            f.write(forge(page, mine.pid))
+        t0 = time.monotonic()
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                             capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t0
+        self.assertEqual(out.returncode, 0, out.stderr[-300:])
+        self.assertLess(len(out.stdout), 12 << 20, "scrape body")  # unbounded: about 50 MB
+        self.assertLess(took, 10.0)  # correctness bound, not a speed goal
+        self.assertTrue(f'tessera_allocated_bytes{{pid="{mine.pid}"' in out.stdout)
+        skipped = int(re.search(r'tessera_pages\{state="skipped"\} (\d+)', out.stdout).group(1))
+        self.assertEqual(skipped, 150 - 512 // 16)
+
+    def test_planted_history_ring_ignored(self):
+        """N3: a ring planted by another user next to a process's page (before the process
+        made its own) does not put its events into that process's snapshot."""
+        page, ring = kept_page_and_ring(self)
+        victim = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(victim.wait)
+        self.addCleanup(victim.kill)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{victim.pid}"), "wb") as f:
+            f.write(forge(page, victim.pid))
+        forged = forge_ring(ring, victim.pid)
+        for i in range(struct.unpack_from("<Q", forged, 40)[0]):  # every event: 1 TiB
+            struct.pack_into("<Q", forged, 128 + i * 184 + 24, 1 << 40)
+        self.plant(f"tessera.{victim.pid}.history.0", bytes(forged))
+        out = os.path.join(self.env.tmp, "victim.pickle")
+        snap = subprocess.run([STAT, "--dir", self.env.stats_dir, "snapshot", str(victim.pid),
+                               "-o", out, "--wait", "0"], capture_output=True, text=True)
+        self.assertEqual(snap.returncode, 0, snap.stderr)
+        self.assertIn("not written by the page's owner", snap.stderr)
+        self.assertIn("0 events", snap.stdout)
+        self.assertNotIn(str(1 << 40).encode(), open(out, "rb").read())
+
     def test_group_writable_page_not_trusted(self):
         page = kept_page(self)
         victim = subprocess.Popen(["sleep", "60"])
@@ -195,14 +390,15 @@ class ForeignPages(Base):
 
 class ForgedBusyPage(Base):
     def test_tessera_stat_bounded(self):
-        """Pages whose 64 slots always look mid-write, of live and of dead owners: every output
-        of tessera-stat still finishes quickly and reports them busy."""
+        """Pages whose 16 slots always look mid-write (and one with 64), of live and of dead
+        owners: every output of tessera-stat still finishes quickly and reports them busy (and
+        64 slots in use as corrupt: a tessera process uses 16 at most)."""
         page = kept_page(self)
         sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
         try:
-            for s in sleepers:
+            for n, s in enumerate(sleepers):
                 with open(os.path.join(self.env.stats_dir, f"tessera.{s.pid}"), "wb") as f:
-                    f.write(forge(page, s.pid, slots=64, busy=True))
+                    f.write(forge(page, s.pid, slots=64 if n == 3 else 16, busy=True))
             gone = dead_pid()
             with open(os.path.join(self.env.stats_dir, f"tessera.{gone}"), "wb") as f:
                 f.write(forge(page, gone, slots=64, busy=True))
@@ -216,10 +412,414 @@ class ForgedBusyPage(Base):
                                  (args, out.stderr))
                 if args != ["--prometheus"]:  # there, a page without readable slots has no samples
                     self.assertIn("busy", out.stdout + out.stderr, args)
+                if not args or args == ["--json"]:
+                    self.assertIn("more than 16 slots in use", out.stdout, args)
         finally:
             for s in sleepers:
                 s.kill()
                 s.wait()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServeBounds(Base):
+    """tessera-stat --serve against slow and many clients, odd paths, and the labels it
+    exports."""
+
+    def serve(self, *args, listen=None, port=None):
+        port = port or free_port()
+        err = open(os.path.join(self.env.tmp, f"serve.{port}.err"), "w+")
+        self.addCleanup(err.close)
+        p = subprocess.Popen([STAT, "--dir", self.env.stats_dir, "--serve",
+                              listen or f"127.0.0.1:{port}", *args],
+                             stdout=subprocess.DEVNULL, stderr=err)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.terminate)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if self.get(port, "/metrics", timeout=2)[0] == 200:
+                    return port
+            except OSError:
+                time.sleep(0.05)
+        self.fail("tessera-stat --serve did not start")
+
+    @staticmethod
+    def get(port, path, source="127.0.0.1", timeout=5.0):
+        """(status, body) of GET path, from the loopback address source."""
+        import socket
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                      source_address=(source, 0)) as c:
+            c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        return int(head.split()[1]), body.decode(errors="replace")
+
+    def slow_client(self, port, source, stop):
+        """A connection sending one header line a second, never finishing its request;
+        returns the socket (closed by the server when it is bounded)."""
+        import socket
+        c = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
+        c.sendall(b"GET /metrics HTTP/1.1\r\n")
+        return c
+
+    def test_slow_clients_do_not_deny_scrapes(self):
+        """Slowloris: 64 connections from 8 loopback addresses (every local user has all of
+        127/8), each trickling a header line a second, fill every connection. Scrapes from
+        another loopback address are all answered: a new connection evicts the one waiting
+        longest for its request."""
+        import socket
+        import threading
+        port = self.serve()
+        socks, stop = [], []
+        for a in range(1, 9):
+            for _ in range(8):
+                try:
+                    socks.append(self.slow_client(port, f"127.0.0.{a}", stop))
+                except OSError:
+                    pass
+        self.addCleanup(lambda: [s.close() for s in socks])
+
+        def trickle():
+            n = 0
+            while not stop:
+                for s in list(socks):
+                    try:
+                        s.sendall(f"X-Slow-{n}: 1\r\n".encode())
+                    except OSError:
+                        pass
+                n += 1
+                time.sleep(1)
+        t = threading.Thread(target=trickle)
+        t.start()
+        try:
+            for i in range(8):
+                t0 = time.monotonic()
+                try:
+                    status, _ = self.get(port, "/metrics", source="127.0.0.99", timeout=3)
+                except (OSError, socket.timeout) as e:
+                    status = repr(e)
+                self.assertEqual(status, 200, f"scrape {i}")
+                time.sleep(max(0, 1 - (time.monotonic() - t0)))
+        finally:
+            stop.append(1)
+            t.join()
+
+    def test_request_total_time_bounded(self):
+        """A request trickling in a header line a second is cut off after its total time
+        (5 s), although the connection is never idle."""
+        port = self.serve()
+        c = self.slow_client(port, "127.0.0.1", [])
+        self.addCleanup(c.close)
+        c.settimeout(1.2)
+        t0 = time.monotonic()
+        closed = None
+        while time.monotonic() - t0 < 12:
+            try:
+                c.sendall(b"X-Slow: 1\r\n")
+                if c.recv(4096) == b"":
+                    closed = time.monotonic() - t0
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = time.monotonic() - t0
+                break
+        self.assertIsNotNone(closed, "the slow request was never cut off")
+        self.assertLess(closed, 8)
+
+    def test_path_matched_as_sent(self):
+        port = self.serve()
+        for path in ("/%6detrics", "/metrics%00x", "/metrics/", "/Metrics"):
+            self.assertEqual(self.get(port, path)[0], 404, path)
+        self.assertEqual(self.get(port, "/metrics?x=1")[0], 200)
+
+    def live_page(self):
+        page = kept_page(self)
+        p = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{p.pid}"), "wb") as f:
+            f.write(forge(page, p.pid))
+        return p.pid
+
+    def test_command_line_not_served_beyond_loopback(self):
+        """Serving every interface (the cluster setup), the command line and configuration
+        are not labels unless asked for; on loopback, and with --labels, they are."""
+        pid = self.live_page()
+        port = free_port()
+        wide = self.serve(listen=f"0.0.0.0:{port}", port=port)
+        body = self.get(wide, "/metrics")[1]
+        self.assertIn(f'tessera_allocated_bytes{{pid="{pid}"', body)
+        self.assertNotIn("command=", body)
+        self.assertNotIn("config=", body)
+        self.assertIn(f'tessera_page_info{{pid="{pid}",version="', body)
+        port = free_port()
+        asked = self.serve("--labels", "pid,command", listen=f"0.0.0.0:{port}", port=port)
+        body = self.get(asked, "/metrics")[1]
+        self.assertIn("command=", body)
+        self.assertNotIn("config=", body)
+        local = self.serve()
+        self.assertIn("command=", self.get(local, "/metrics")[1])
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus", "--labels", "none"],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(f'tessera_page_info{{pid="{pid}"}} 1', out.stdout)
+        self.assertNotIn("command=", out.stdout)
+        bad = subprocess.run([STAT, "--prometheus", "--labels", "pid,secret"], capture_output=True,
+                             text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--labels: 'secret'", bad.stderr)
+
+    def test_serve_without_address(self):
+        """--help gives a default address: --serve alone uses it (it may be taken by another
+        server here: then it says so, but not as a usage error)."""
+        p = subprocess.Popen([STAT, "--dir", self.env.stats_dir, "--serve"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stderr.readline()
+        finally:
+            p.terminate()
+            p.wait()
+        self.assertIn("127.0.0.1:9464", line)
+        self.assertNotEqual(p.returncode, 2, line)
+
+
+class Snapshots(Base):
+    """Memory snapshots: tessera-stat snapshot's output file, a dead process, the byte bound;
+    snapshot_on_oom's mode, directory, disk waits and log lines."""
+
+    def live_page(self, ring=None):
+        page, kept_ring = kept_page_and_ring(self)
+        p = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{p.pid}"), "wb") as f:
+            f.write(forge(page, p.pid))
+        if ring is not None:
+            with open(os.path.join(self.env.stats_dir, f"tessera.{p.pid}.history.0"), "wb") as f:
+                f.write(ring(kept_ring, p.pid))
+        return p.pid
+
+    def snapshot(self, pid, out):
+        return subprocess.run([STAT, "--dir", self.env.stats_dir, "snapshot", str(pid), "-o", out,
+                               "--wait", "0"], capture_output=True, text=True, timeout=120)
+
+    def test_output_that_is_not_a_regular_file_is_refused(self):
+        """N4: -o a device (a private copy of /dev/null: the real one must not be at stake if
+        this regresses), a FIFO, a symbolic link, a directory: refused, left as they are."""
+        pid = self.live_page()
+        null = os.path.join(self.env.tmp, "null")
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        fifo = os.path.join(self.env.tmp, "fifo")
+        os.mkfifo(fifo)
+        target = os.path.join(self.env.tmp, "target")
+        with open(target, "w") as f:
+            f.write("keep\n")
+        link = os.path.join(self.env.tmp, "link")
+        os.symlink(target, link)
+        for out, kind in ((null, stat.S_ISCHR), (fifo, stat.S_ISFIFO), (link, stat.S_ISLNK),
+                          (self.env.tmp, stat.S_ISDIR)):
+            snap = self.snapshot(pid, out)
+            self.assertEqual(snap.returncode, 1, (out, snap.stdout))
+            self.assertIn("not a regular file", snap.stderr, out)
+            self.assertTrue(kind(os.lstat(out).st_mode), out)
+        self.assertEqual(open(target).read(), "keep\n")
+        self.assertEqual([f for f in os.listdir(self.env.tmp) if ".tmp." in f], [])
+        out = os.path.join(self.env.tmp, "snap.pickle")
+        self.assertEqual(self.snapshot(pid, out).returncode, 0)
+        self.assertEqual(stat.S_IMODE(os.stat(out).st_mode), 0o600)
+
+    def test_page_swapped_for_fifo_does_not_hang(self):
+        """The page is swapped for a FIFO between the read and the request for a fresh map
+        (strace holds the first open of the page for 1.5 s, meanwhile the swap): the request
+        opens it without blocking, sees it is not the page it read, and the snapshot ends."""
+        if not shutil.which("strace"):
+            self.skipTest("strace is not installed")
+        pid = self.live_page()
+        path = os.path.join(self.env.stats_dir, f"tessera.{pid}")
+        out = os.path.join(self.env.tmp, "swap.pickle")
+        snap = subprocess.Popen(["strace", "-qq", "-o", os.devnull, "-P", path, "-e",
+                                 "inject=openat:delay_exit=1500000:when=1", STAT, "--dir",
+                                 self.env.stats_dir, "snapshot", str(pid), "-o", out, "--wait", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(snap.wait)
+        self.addCleanup(snap.kill)
+        time.sleep(0.7)
+        os.mkfifo(path + ".fifo")
+        os.rename(path + ".fifo", path)
+        try:
+            sout, serr = snap.communicate(timeout=20)  # it hung for ever
+        except subprocess.TimeoutExpired:
+            for child in open(f"/proc/{snap.pid}/task/{snap.pid}/children").read().split():
+                os.kill(int(child), 9)  # tessera-stat itself, which strace would leave behind
+            self.fail("tessera-stat snapshot hung on a FIFO swapped in for the page")
+        self.assertEqual(snap.returncode, 0, serr)
+        self.assertIn("cannot ask for a fresh map", sout)
+
+    def test_dead_process_is_not_called_exact(self):
+        page, _ = kept_page_and_ring(self)
+        gone = dead_pid()
+        with open(os.path.join(self.env.stats_dir, f"tessera.{gone}"), "wb") as f:
+            f.write(forge(page, gone))
+        out = os.path.join(self.env.tmp, "dead.pickle")
+        snap = self.snapshot(gone, out)
+        self.assertEqual(snap.returncode, 0, snap.stderr)
+        self.assertNotIn("exact", snap.stdout)
+        self.assertIn(f"last state: process {gone} is gone", snap.stdout)
+        self.assertIn(f"process {gone} is gone", snap.stdout)
+
+    def test_snapshot_bounded_in_bytes(self):
+        """2^18 complete events of 16 frames each (over 300 MB of pickle): the history is cut
+        to keep the file under 64 MiB, and the output says so."""
+        def big_ring(ring, pid):
+            n = 1 << 18
+            data = bytearray(forge_ring(ring[:128], pid, capacity=n, written=n))
+            ev = bytearray(184)
+            struct.pack_into("<QQQQII", ev, 8, 1000, 0x7f0000000000, 4096, 0, 0, 16)
+            struct.pack_into("<16Q", ev, 56, *range(0x400000, 0x400000 + 16))
+            body = bytearray(ev * n)
+            for i in range(n):
+                struct.pack_into("<QQ", body, i * 184, 2 * i + 2, 1000 + i)
+            return data + body
+        pid = self.live_page(ring=big_ring)
+        out = os.path.join(self.env.tmp, "big.pickle")
+        snap = self.snapshot(pid, out)
+        self.assertEqual(snap.returncode, 0, snap.stderr)
+        self.assertIn("history cut: its", snap.stdout)
+        self.assertLessEqual(os.path.getsize(out), 64 << 20)
+        self.assertGreater(os.path.getsize(out), 32 << 20)  # the newest events are kept
+
+    def oom_run(self, tpl, strace=None, memory="256M", tolerate=False):
+        argv = prog("seed_middle", "--first", "64M", "--middle", "64M", "--last", "64M",
+                    "--request", "512M")
+        if tolerate:
+            argv = prog("churn", "--iters", "3000", "--live", "100", "--max-size", "16M",
+                        "--large-pct", "20", "--tolerate-oom")
+        if strace:
+            argv = ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync,syncfs,sync", "-o", strace] + argv
+        return self.env.run(argv, memory=memory, conf=f"history_events:256,snapshot_on_oom:{tpl}")
+
+    def test_oom_snapshot_mode_and_no_sync(self):
+        """Mode 0600; written after the walk and never synced (the failing call waits for no
+        disk); a missing last directory is created, mode 0700."""
+        if not shutil.which("strace"):
+            self.skipTest("strace is not installed")
+        d = os.path.join(self.env.tmp, "oom")
+        trace = os.path.join(self.env.tmp, "strace.log")
+        run = self.oom_run(os.path.join(d, "oom-%p-%n.pickle"), strace=trace)
+        files = os.listdir(d)
+        self.assertEqual(len(files), 1, run)
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(d, files[0])).st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(os.stat(d).st_mode), 0o700)
+        self.assertEqual([l for l in open(trace) if "sync" in l], [])
+
+    def test_oom_snapshot_refuses_shared_directory(self):
+        """N6: a directory other users can write (the old documented /tmp) is refused: anyone
+        could plant a pickle under the snapshot's name there."""
+        shared = os.path.join(self.env.tmp, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o1777)
+        run = self.oom_run(os.path.join(shared, "oom-%p-%n.pickle"))
+        self.assertEqual(run.rc, 2, run)
+        self.assertEqual(os.listdir(shared), [])
+        self.assertIn("writable by other users", run.stderr)
+
+    def test_oom_log_says_what_was_written(self):
+        """After ENOSPC the last line does not claim 8 snapshots were written."""
+        full = os.path.join(self.env.tmp, "full")
+        os.mkdir(full, 0o700)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", full],
+                          capture_output=True).returncode != 0:
+            self.skipTest("cannot mount a small tmpfs")
+        self.addCleanup(subprocess.run, ["umount", full], capture_output=True)
+        run = self.oom_run(os.path.join(full, "oom-%p-%n.pickle"), tolerate=True)
+        self.assertIn("No space left on device", run.stderr, run)
+        self.assertNotIn("snapshot_on_oom: 8 snapshots written", run.stderr)
+        m = re.search(r"snapshot_on_oom: (\d) of 8 snapshots written, (\d) not", run.stderr)
+        self.assertIsNotNone(m, run.stderr[-2000:])
+        self.assertEqual(int(m.group(1)), len(os.listdir(full)))
+        self.assertEqual(int(m.group(1)) + int(m.group(2)), 8)
+
+
+class RunSignals(Base):
+    """tessera run: every signal a program can be sent and catch reaches it; the program dies
+    with the wrapper; a program killed by a signal leaves no stats page."""
+
+    CATCHER = ("import os, signal, sys, time\n"
+               "sigs = [int(a) for a in sys.argv[1:]]\n"
+               "def h(s, f):\n"
+               "    os.write(2, b'got %d\\n' % s)\n"
+               "    if s == signal.SIGTERM: sys.exit(0)\n"
+               "for s in sigs: signal.signal(s, h)\n"
+               "os.write(2, b'READY\\n')\n"
+               "while True: time.sleep(1)\n")
+
+    def setUp(self):
+        super().setUp()
+        from test_run import TESSERA, clean_env
+        self.tessera, self.clean_env = TESSERA, clean_env
+        if not os.path.exists(TESSERA):
+            self.skipTest("tessera run is not built")
+
+    def test_every_catchable_signal_forwarded(self):
+        import signal
+        sigs = [signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE, signal.SIGWINCH,
+                signal.SIGCONT, signal.SIGURG, signal.SIGVTALRM, signal.SIGPROF, signal.SIGXCPU,
+                signal.SIGSYS, signal.SIGABRT, signal.SIGRTMIN + 1, signal.SIGRTMAX,
+                signal.SIGINT, signal.SIGHUP, signal.SIGTERM]
+        p = subprocess.Popen([self.tessera, "run", "--", sys.executable, "-c", self.CATCHER,
+                              *[str(int(x)) for x in sigs]], env=self.clean_env(),
+                             stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        self.assertEqual(p.stderr.readline(), "READY\n")
+        for sig in sigs:
+            p.send_signal(sig)
+            self.assertEqual(p.stderr.readline(), f"got {int(sig)}\n", f"signal {int(sig)}")
+        self.assertEqual(p.wait(timeout=30), 0)
+
+    def test_program_dies_with_the_wrapper(self):
+        p = subprocess.Popen([self.tessera, "run", "--", sys.executable, "-c",
+                              "import os, time; print(os.getpid(), flush=True); time.sleep(60)"],
+                             env=self.clean_env(), stdout=subprocess.PIPE, text=True)
+        child = int(p.stdout.readline())
+        p.kill()  # SIGKILL: the wrapper can forward nothing
+        p.wait()
+        deadline = time.monotonic() + 10
+        while pid_alive(child) and time.monotonic() < deadline:
+            try:
+                os.waitpid(child, os.WNOHANG)  # reaped by init, not us; just poll
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+        state = open(f"/proc/{child}/stat").read().split()[2] if pid_alive(child) else "gone"
+        self.assertIn(state, ("gone", "Z"), f"program {child} outlived its wrapper")
+
+    def test_killed_program_leaves_no_page(self):
+        env = self.clean_env({"TESSERA_STATS_DIR": self.env.stats_dir})
+        p = subprocess.Popen([self.tessera, "run", "--sim", "--conf", "history_events:16", "--",
+                              *probe("stats_probe")], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        line = p.stdout.readline()
+        self.assertTrue(line.startswith("READY"), line + p.stderr.read() if not line else line)
+        pid = int(line.split()[1])
+        self.assertIn(f"tessera.{pid}", os.listdir(self.env.stats_dir))
+        os.kill(pid, 9)
+        self.assertEqual(p.wait(timeout=30), 128 + 9)
+        self.assertEqual([f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera.")], [])
 
 
 class TraceTargets(Base):
@@ -237,18 +837,25 @@ class TraceTargets(Base):
         self.ok(run)
         self.assertIn("FIFO", one_line(self, run))
 
-    def test_fifo_reader_leaves(self):
+    def test_fifo_with_reader(self):
+        """A FIFO whose reader is there (it holds the read end open before the program starts,
+        not a reader that may or may not be in time): refused all the same, nothing written
+        to it, so no SIGPIPE when the reader leaves (it killed the program before)."""
         fifo = os.path.join(self.env.tmp, "fifo")
         os.mkfifo(fifo)
-        reader = subprocess.Popen(["head", "-c", "1", fifo], stdout=subprocess.DEVNULL)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # open at once, reader in place
         try:
-            time.sleep(0.2)
             run = self.churn(fifo, timeout=30)
-            self.ok(run)  # SIGPIPE killed it when the reader left
-            one_line(self, run)
+            self.ok(run)
+            # the refusal of a FIFO that has a reader (without one, the open fails: "is a FIFO")
+            self.assertIn("is not a regular file", one_line(self, run))
+            try:
+                got = os.read(reader, 1)
+            except BlockingIOError:
+                got = b""
+            self.assertEqual(got, b"")
         finally:
-            reader.kill()
-            reader.wait()
+            os.close(reader)
 
     def test_symlink_not_followed(self):
         victim = os.path.join(self.env.tmp, "victim")
@@ -334,6 +941,67 @@ class Bounds(Base):
         for path, data in kept.items():
             self.assertEqual(open(path, "rb").read(), data, path)
         self.assertFalse(os.path.exists(interrupted))
+
+    def test_sparse_history_ring_bounded(self):
+        """N3: a sparse ring claiming 2^24 events (3 GiB): a snapshot reads a bounded window
+        of it and says so."""
+        page, ring = kept_page_and_ring(self)
+        owner = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(owner.wait)
+        self.addCleanup(owner.kill)
+        with open(os.path.join(self.env.stats_dir, f"tessera.{owner.pid}"), "wb") as f:
+            f.write(forge(page, owner.pid))
+        path = os.path.join(self.env.stats_dir, f"tessera.{owner.pid}.history.0")
+        with open(path, "wb") as f:
+            f.write(forge_ring(ring[:128], owner.pid, capacity=1 << 24, written=1 << 24))
+            f.truncate(128 + (1 << 24) * 184)
+        out = os.path.join(self.env.tmp, "sparse.pickle")
+        t0 = time.monotonic()
+        snap = subprocess.run([STAT, "--dir", self.env.stats_dir, "snapshot", str(owner.pid),
+                               "-o", out, "--wait", "0"], capture_output=True, text=True,
+                              timeout=120)
+        took = time.monotonic() - t0
+        self.assertEqual(snap.returncode, 0, snap.stderr)
+        self.assertIn(f"{(1 << 24) - (1 << 18)} older events of the history ring not read",
+                      snap.stdout)
+        self.assertLess(took, 10)  # correctness bound (it took 11.8 s and 2.1 GB before)
+
+    def test_slots_repeating_device_and_context(self):
+        """Two slots in use with the same device and context (a writer never claims two): the
+        later one is corrupt, and Prometheus gets no series twice."""
+        page = kept_page(self)
+        owner = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(owner.wait)
+        self.addCleanup(owner.kill)
+        data = bytearray(forge(page, owner.pid))
+        data[HEADER + SLOT:HEADER + SLOT + 2240] = data[HEADER:HEADER + 2240]  # slot 1 = slot 0
+        with open(os.path.join(self.env.stats_dir, f"tessera.{owner.pid}"), "wb") as f:
+            f.write(data)
+        prom = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                              capture_output=True, text=True)
+        self.assertEqual(prom.returncode, 0, prom.stderr)
+        series = [l.rsplit(" ", 1)[0] for l in prom.stdout.splitlines() if not l.startswith("#")]
+        self.assertEqual(len(series), len(set(series)), "a series repeated")
+        self.assertIn("tessera_allocated_bytes{", prom.stdout)
+        out, doc = stat_json(self.env.stats_dir, str(owner.pid))
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("repeats the device and context of slot 0", out.stderr)
+
+    def test_gc_checks_ring_content(self):
+        """--gc removes a dead process's ring, but not a file that only has a ring's name."""
+        _, ring = kept_page_and_ring(self)
+        gone, other = dead_pid(), dead_pid()
+        real = os.path.join(self.env.stats_dir, f"tessera.{gone}.history.0")
+        with open(real, "wb") as f:
+            f.write(forge_ring(ring, gone))
+        named = os.path.join(self.env.stats_dir, f"tessera.{other}.history.0")
+        with open(named, "w") as f:
+            f.write("someone's notes, not a ring\n" * 10)
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--gc"], capture_output=True,
+                             text=True)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertFalse(os.path.exists(real))
+        self.assertTrue(os.path.exists(named))
 
     def test_long_stats_dir_readable(self):
         d = os.path.join(self.env.tmp, "long")

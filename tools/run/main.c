@@ -11,19 +11,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "config/config.h"
+#include "statspage/collect.h"
 #include "run.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "unknown"
 #endif
 
-static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-#define FORWARDED_COUNT (sizeof forwarded_signals / sizeof forwarded_signals[0])
+/* Every signal a program can be sent and catch is passed on to it, except: SIGKILL and SIGSTOP
+ * (nobody can catch them), SIGCHLD (the wrapper's own children), and the terminal's stop
+ * signals SIGTSTP, SIGTTIN and SIGTTOU, which stop the wrapper as a shell expects (the terminal
+ * stops the program too: it is in the same foreground group). */
+static bool signal_forwarded(int sig)
+{
+    switch (sig) {
+    case SIGKILL: case SIGSTOP: case SIGCHLD: case SIGTSTP: case SIGTTIN: case SIGTTOU:
+        return false;
+    default:
+        return sig < 32 || (sig >= SIGRTMIN && sig <= SIGRTMAX); /* 32, 33: the C library's own */
+    }
+}
+
+/* Faults the kernel raises in the wrapper itself (a bug here): not forwarded, but fatal. */
+static bool signal_is_fault(int sig)
+{
+    return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP ||
+           sig == SIGSYS;
+}
 
 /* Written once, before the forwarded signals are unblocked; read by the handler. */
 static volatile pid_t g_child;
@@ -56,10 +76,16 @@ static void die_usage(const char *what)
 
 /* A signal meant for the program is passed on to it. A terminal's ^C or ^\ already reached the
  * whole foreground process group, program included (si_code SI_KERNEL): passing it on again
- * would deliver it twice, which a program counting interrupts (Python's second ^C) would feel. */
+ * would deliver it twice, which a program counting interrupts (Python's second ^C) would feel.
+ * A fault raised by the kernel in the wrapper (si_code > 0) gets its default action back, so it
+ * kills the wrapper as it would have (and the program with it: PR_SET_PDEATHSIG). */
 static void forward(int sig, siginfo_t *info, void *ucontext)
 {
     (void)ucontext;
+    if (info && info->si_code > 0 && signal_is_fault(sig)) {
+        signal(sig, SIG_DFL);
+        return;
+    }
     pid_t child = g_child;
     if (child > 0 && !(info && info->si_code == SI_KERNEL))
         kill(child, sig);
@@ -100,34 +126,42 @@ static int status_of(int wstatus)
     return TS_RUN_EXIT_FAILURE;
 }
 
-static int program_run(char **argv)
+static int program_run(char **argv, pid_t *program)
 {
     sigset_t block, old;
     sigemptyset(&block);
-    for (size_t i = 0; i < FORWARDED_COUNT; i++)
-        sigaddset(&block, forwarded_signals[i]);
+    for (int sig = 1; sig <= SIGRTMAX; sig++)
+        if (signal_forwarded(sig))
+            sigaddset(&block, sig);
     /* blocked across fork: a signal arriving before g_child is set waits and is forwarded */
     sigprocmask(SIG_BLOCK, &block, &old);
+    /* what the program starts with: the dispositions the wrapper was given (ignored stays
+     * ignored, as a shell's nohup or trap '' expects), restored in the child */
+    static struct sigaction given[NSIG];
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = forward;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < FORWARDED_COUNT; i++)
-        sigaction(forwarded_signals[i], &sa, NULL);
+    for (int sig = 1; sig <= SIGRTMAX; sig++)
+        if (signal_forwarded(sig))
+            sigaction(sig, &sa, &given[sig]);
 
     fflush(stderr);
+    const pid_t wrapper = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "tessera: run: cannot fork: %s\n", strerror(errno));
         return TS_RUN_EXIT_FAILURE;
     }
     if (pid == 0) {
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        for (size_t i = 0; i < FORWARDED_COUNT; i++)
-            sigaction(forwarded_signals[i], &dfl, NULL);
+        for (int sig = 1; sig <= SIGRTMAX; sig++)
+            if (signal_forwarded(sig))
+                sigaction(sig, &given[sig], NULL);
+        /* the program dies with the wrapper: nothing is left to forward its signals, wait for
+         * it or clean up after it (checked again after: the wrapper may be gone already) */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != wrapper)
+            _exit(TS_RUN_EXIT_FAILURE);
         sigprocmask(SIG_SETMASK, &old, NULL);
         execvp(argv[0], argv);
         int e = errno;
@@ -135,6 +169,7 @@ static int program_run(char **argv)
         _exit(e == ENOENT ? TS_RUN_EXIT_NOT_FOUND : TS_RUN_EXIT_CANNOT_EXEC);
     }
     g_child = pid;
+    *program = pid;
     sigprocmask(SIG_SETMASK, &old, NULL);
 
     int wstatus = 0;
@@ -224,13 +259,19 @@ static int cmd_run(int argc, char **argv)
         }
     }
 
-    int status = program_run(argv + i);
+    const char *keep = getenv("TESSERA_STATS_KEEP");
+    bool user_keeps = !summary && keep && *keep && strcmp(keep, "0") != 0;
+    pid_t program = 0;
+    int status = program_run(argv + i, &program);
 
     if (summary) {
         ts_run_summary_print(stderr, stats_dir);
         fprintf(stderr, "tessera: program exit status %d\n", status);
         if (ts_run_summary_cleanup(stats_dir, err, sizeof err) != 0)
             fprintf(stderr, "tessera: run: %s\n", err);
+    } else if (status > 128 && status < TS_RUN_EXIT_FAILURE + 128 && program > 0 && !user_keeps) {
+        /* killed by a signal: it could not remove its stats page (and rings) itself */
+        (void)ts_page_collect_pid(NULL, (int)program, NULL, NULL);
     }
     return status;
 }

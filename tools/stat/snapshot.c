@@ -17,9 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "statspage/collect.h"
 #include "statspage/history_read.h"
 #include "statspage/snapshot.h"
 #include "statspage/symbols.h"
@@ -32,12 +34,20 @@ static uint64_t now_ns(void)
 }
 
 /* Ask every active slot for a fresh map. Returns the request value, 0 when the page cannot be
- * written (why says so). */
+ * written (why says so). The page is opened again by its name: never blocking (a FIFO swapped
+ * in would hang a writer-open), and only written when it is still the file that was read. */
 static uint64_t request_maps(ts_page *pg, const char *path, char *why, size_t whylen)
 {
-    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         snprintf(why, whylen, "cannot ask for a fresh map (%s)", strerror(errno));
+        return 0;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_dev != pg->dev ||
+        (uint64_t)st.st_ino != pg->ino) {
+        snprintf(why, whylen, "cannot ask for a fresh map (the page was replaced)");
+        close(fd);
         return 0;
     }
     uint64_t req = now_ns();
@@ -67,6 +77,15 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
         ts_page_close(&pg);
         return 1;
     }
+    /* A page of a process that is gone shows its last layout: said so, never "exact". */
+    char owner_why[192];
+    int owner = ts_page_judge(&pg, st, pid, owner_why, sizeof owner_why);
+    bool gone = ts_owner_is_stale(owner);
+    if (owner != TS_OWNER_LIVE && !gone) {
+        fprintf(stderr, "%s: %s: %s\n", prog, pg.path, owner_why);
+        ts_page_close(&pg);
+        return 1;
+    }
     tessera_page_slot_head *head = malloc(sizeof *head);
     tessera_page_segment *segs = calloc(TESSERA_PAGE_MAX_SEGMENTS, sizeof *segs);
     tessera_page_block *blocks = calloc(TESSERA_PAGE_MAX_BLOCKS, sizeof *blocks);
@@ -80,7 +99,7 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
     }
 
     char why[96] = "";
-    uint64_t req = request_maps(&pg, pg.path, why, sizeof why);
+    uint64_t req = gone ? 0 : request_maps(&pg, pg.path, why, sizeof why);
     const uint64_t deadline = now_ns() + (uint64_t)(wait_s * 1e9);
     snprintf(s.source, sizeof s.source, "tessera-stat");
     ts_snap_settings_from_conf(&s, pg.hdr.config); /* allocator_settings, from the page */
@@ -107,7 +126,11 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
             break;
         }
         uint64_t behind = (uint64_t)head->stats.num_ops - head->map.ops;
-        if (req && head->map.request_served >= req)
+        if (gone)
+            snprintf(consistency, sizeof consistency,
+                     "last state: %s; this is the last block layout its page recorded%s",
+                     owner_why, behind ? " (older than its last counters)" : "");
+        else if (req && head->map.request_served >= req)
             snprintf(consistency, sizeof consistency,
                      "exact: the process published its block layout for this request");
         else if (behind == 0)
@@ -128,20 +151,24 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
         }
         ts_history_copy c;
         char err[600];
-        int e = ts_history_read(dir, pid, i, &c, err, sizeof err);
+        int e = ts_history_read(dir, pid, i, pg.uid, &c, err, sizeof err);
         if (e == 0) {
+            uint64_t dropped = c.dropped, cut = c.cut;
             /* cut at the layout's instant: events after the map are not in the snapshot */
             uint64_t past = 0;
-            int cut = ts_snap_add_page_trace(&s, head, &c, &past);
-            if (cut < 0)
+            int at = ts_snap_add_page_trace(&s, head, &c, &past);
+            if (at < 0)
                 ts_history_copy_free(&c);
-            else if (cut == 1 && strncmp(consistency, "exact", 5) == 0)
+            else if (at == 1 && strncmp(consistency, "exact", 5) == 0)
                 snprintf(consistency, sizeof consistency,
                          "not exact: the history may run past the block layout (a page without "
                          "the history mark)");
-            if (c.dropped)
+            if (cut)
+                printf("device %d: %" PRIu64 " older events of the history ring not read (at most "
+                       "%u per device)\n", head->device, cut, TS_HISTORY_COPY_MAX_EVENTS);
+            if (dropped > cut)
                 printf("device %d: %" PRIu64 " older events no longer in the history ring\n",
-                       head->device, c.dropped);
+                       head->device, dropped - cut);
         } else if (e != ENOENT) {
             fprintf(stderr, "%s: %s (no device_traces for device %d)\n", prog, err, head->device);
         }
@@ -154,6 +181,15 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
     }
     if (rc == 0) {
         snprintf(s.consistency, sizeof s.consistency, "%s", consistency);
+        uint64_t cut = ts_snap_bound(&s, TS_SNAP_MAX_BYTES);
+        if (cut) {
+            printf("history cut: its %" PRIu64 " oldest events left out to keep the snapshot under "
+                   "%u MiB\n", cut, TS_SNAP_MAX_BYTES >> 20);
+            size_t used = strlen(s.consistency);
+            snprintf(s.consistency + used, sizeof s.consistency - used,
+                     "; history cut: %" PRIu64 " oldest events left out (%u MiB bound)", cut,
+                     TS_SNAP_MAX_BYTES >> 20);
+        }
         char err[600];
         if (ts_snap_write_file(&s, out_path, true, err, sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", prog, err);
@@ -165,6 +201,9 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
             printf("snapshot of pid %d written to %s: %zu segments, %zu blocks, %zu events%s\n",
                    pid, out_path, s.nsegs, s.nblocks, nev,
                    s.ntraces ? "" : " (no history: run it with history_events:N)");
+            if (gone)
+                printf("note: process %d is gone: the snapshot holds the last state its page "
+                       "recorded\n", pid);
         }
     }
 done:

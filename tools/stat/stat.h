@@ -15,7 +15,10 @@ void ts_stat_free_all(views *vs);
 /* tessera-stat snapshot PID -o FILE (tools/stat/snapshot.c). Exit status. */
 int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait_s);
 
-/* tessera-stat --serve ADDR:PORT (tools/stat/serve.c). Exit status. */
-int ts_stat_serve(const char *dir, const char *listen);
+/* tessera-stat --serve [ADDR:PORT] (tools/stat/serve.c). labels: the --labels list, or NULL
+ * for the default (every label on loopback; beyond it no command line and no configuration).
+ * Exit status. */
+#define TS_STAT_SERVE_DEFAULT "127.0.0.1:9464"
+int ts_stat_serve(const char *dir, const char *listen, const char *labels);
 
 #endif /* TS_TOOLS_STAT_H */
