@@ -15,7 +15,9 @@ force_sim=0
 scripts/setup.sh || exit 1
 if [ ! -f build/build.ninja ]; then
   echo "demo: configuring build/ (meson)"
-  meson setup build >/dev/null || exit 1
+  # the options scripts/test.sh gives its main build, so that the tests after the demo reuse
+  # this build instead of compiling everything again
+  meson setup build -Dwerror=true >/dev/null || exit 1
 fi
 # Build, showing progress every 10% (a first build takes minutes on a small machine); nothing
 # is printed when everything is up to date.
