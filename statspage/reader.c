@@ -551,11 +551,12 @@ int ts_page_snapshot(ts_page *pg, uint32_t index, tessera_page_slot_head *head,
     const uint64_t base = (uint64_t)h->header_size + (uint64_t)index * h->slot_size;
     const unsigned tries = pg->retries ? pg->retries : 1;
     uint64_t s1 = 0, s2 = 1, started = 0, charged = 0;
-    unsigned attempt;
+    unsigned attempt, looked = tries;
     for (attempt = 0; attempt < tries; attempt++) {
         if (attempt == 1)
             started = now_monotonic_ns();
         if (attempt && !backoff(attempt, pg->uid, started, &charged)) {
+            looked = attempt;
             attempt = tries;
             break;
         }
@@ -589,9 +590,15 @@ int ts_page_snapshot(ts_page *pg, uint32_t index, tessera_page_slot_head *head,
         (void)budget_charge(pg->uid, now_monotonic_ns() - started - charged);
     if (attempt == tries) {
         pg->retries = 1; /* bounded work per page: its other slots get one look each */
+        if (looked == 1 && tries > 1) /* the budget was spent before this slot's first retry */
+            return page_fail(pg, TS_PAGE_EBUSY,
+                             "slot %" PRIu32 ": the writer held its sequence lock (one look: the "
+                             "time for retries on pages of uid %" PRIu32 " is spent for now)",
+                             index, pg->uid);
         return page_fail(pg, TS_PAGE_EBUSY,
-                         "slot %" PRIu32 ": the writer held its sequence lock through %u attempts",
-                         index, tries);
+                         "slot %" PRIu32 ": the writer held its sequence lock through %u attempts "
+                         "(%" PRIu64 " ms)", index, looked,
+                         started ? (now_monotonic_ns() - started) / 1000000u : 0);
     }
     head->seq = s1;
     int st = ts_page_validate_slot(h, head, with_map ? segs : NULL, with_map ? blocks : NULL,
