@@ -497,6 +497,20 @@ class MaliciousTests(TempDirCase):
     def test_persistent_id(self):
         self.check_refused(b"Pos.system\n.", "persistent id")
 
+    def test_shared_references_refused_before_any_work(self):
+        # 4 KB standing for a million blocks (one block dict, one segment, each referenced
+        # 1000 times through the memo): refused by count, not expanded
+        blk = {"address": 0, "size": 512, "requested_size": 512, "state": "active_allocated"}
+        seg = {"device": 0, "address": 1 << 24, "total_size": 512 * 1000, "stream": 0,
+               "segment_type": "large", "blocks": [blk] * 1000}
+        data = pickle.dumps({"segments": [seg] * 1000, "device_traces": [[]]}, protocol=4)
+        self.assertLess(len(data), 8192)
+        p = self.write_bytes(data, name="bomb.pickle")
+        for fmt in ("csv", "dump"):
+            rc, out, err = run("--format", fmt, p)
+            self.assert_clean_error(rc, out, err, "1001000 events, segments and blocks",
+                                    "shared references")
+
 
 class RealTraceTests(unittest.TestCase):
     """The three real traces: the script's counts match an independent restricted load."""
