@@ -39,11 +39,13 @@ class Docs(unittest.TestCase):
         start = readme.index("tessera: summary of pid")
         sample = readme[start:readme.index("```", start)].strip().splitlines()
         churn = os.path.join(BUILD, "tests", "programs", "churn")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "PYTORCH_"))}
+        runtime = os.environ.get("TS_SANITIZER_RUNTIME", "")
+        if runtime:  # a sanitizer build: its runtime first in every process
+            env["LD_PRELOAD"] = runtime
         p = subprocess.run([os.path.join(BUILD, "tools", "tessera"), "run", "--summary", "--sim",
                             "--", churn, "--threads", "2", "--iters", "300"],
-                           capture_output=True, text=True, timeout=120,
-                           env={k: v for k, v in os.environ.items()
-                                if not k.startswith(("TESSERA_", "PYTORCH_"))})
+                           capture_output=True, text=True, timeout=120, env=env)
         self.assertEqual(p.returncode, 0, p.stderr)
         got = [l for l in p.stderr.splitlines() if l.startswith("tessera: summary of pid")]
         self.assertEqual(len(got), 1, p.stderr)
