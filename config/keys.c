@@ -203,8 +203,11 @@ const key_desc cfg_keys[KEY_COUNT] = {
         .range = "a file path without ':', ',' or spaces; %p: the pid, %n: a count, %%: %",
         .help = "Write a PyTorch memory snapshot (pickle; open it with PyTorch's memory_viz) to "
                 "this path when an allocation fails with out of memory, at most 8 per process. "
-                "An existing file is never replaced. With history_events, the snapshot holds the "
-                "events that led there.",
+                "An existing file is never replaced. Files are mode 0600 and at most 64 MiB (the "
+                "oldest history is cut, and a line says so); the directory must be one only this "
+                "user can write (a missing one is created, mode 0700; /tmp and other shared "
+                "directories are refused), e.g. $HOME/tessera-oom/oom-%p-%n.pickle. With "
+                "history_events, the snapshot holds the events that led there.",
     },
     [KEY_RELEASE_LOCK_ON_CUDAMALLOC] = {
         .name = "release_lock_on_cudamalloc", .kind = KIND_NA_BOOL, .pytorch_default = "False",
