@@ -43,6 +43,9 @@ int main()
         CHECK(cudaEventRecord(done[s], streams[s]));
     }
     float ms_total = 0;
+    // start is on the legacy stream, which non-blocking streams do not wait for: done[s] can
+    // complete first, and cudaEventElapsedTime needs both
+    CHECK(cudaEventSynchronize(start));
     for (int s = 0; s < nstreams; s++) {
         CHECK(cudaEventSynchronize(done[s]));
         float ms;
