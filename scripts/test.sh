@@ -107,7 +107,8 @@ if [ $quick -eq 0 ]; then
     if CC=clang CXX=clang++ configure build-tsan -Dwerror=true -Db_sanitize=thread \
          -Db_lundef=false -Dfuzz=disabled && build build-tsan; then
       TSAN_OPTIONS=halt_on_error=1 \
-        run_tests build-tsan --timeout-multiplier 3 --suite unit --suite statspage --suite sim
+        run_tests build-tsan --timeout-multiplier 3 --suite unit --suite statspage --suite sim \
+          --no-suite single-threaded
     fi
   fi
 
