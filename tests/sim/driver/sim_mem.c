@@ -572,6 +572,19 @@ CUresult sim_mem_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 
 /* ---- pinned host memory -------------------------------------------------------------- */
 
+/* Fill in a pinned or registered host range and put it on the list. Lock held. */
+static void host_link(struct sim_host *h, uintptr_t base, size_t size, unsigned flags,
+                      struct sim_ctx *ctx)
+{
+    h->base = base;
+    h->size = size;
+    h->flags = flags;
+    h->ctx = ctx;
+    h->serial = ++sim_g.serial;
+    h->next = hosts;
+    hosts = h;
+}
+
 CUresult sim_host_alloc(void **pp, size_t size, unsigned flags)
 {
     CUresult r = sim_check_init();
@@ -602,14 +615,8 @@ CUresult sim_host_alloc(void **pp, size_t size, unsigned flags)
             free(h);
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
-            h->base = (uintptr_t)m;
-            h->size = size;
             h->map_size = msz;
-            h->flags = flags;
-            h->ctx = cur;
-            h->serial = ++sim_g.serial;
-            h->next = hosts;
-            hosts = h;
+            host_link(h, (uintptr_t)m, size, flags, cur);
             *pp = m;
         }
     }
@@ -673,14 +680,8 @@ CUresult sim_host_register(void *p, size_t size, unsigned flags)
     if (r == CUDA_SUCCESS && !(h = calloc(1, sizeof *h)))
         r = CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS) {
-        h->base = b;
-        h->size = size;
-        h->flags = flags;
         h->registered = true;
-        h->ctx = cur;
-        h->serial = ++sim_g.serial;
-        h->next = hosts;
-        hosts = h;
+        host_link(h, b, size, flags, cur);
     }
     sim_unlock();
     return r;
