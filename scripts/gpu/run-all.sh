@@ -684,6 +684,12 @@ if [ "$CAP_D" -gt 0 ]; then
     IPC_OK="r:status=ok r:attr_bad=0 r:opened=9 r:bytes_bad=0 r:seen_back=9"
     pair shared ipc_share 60 "$IPC_OK" -- --mode basic
     pair "$BOTH" pitched 60 "r:status=ok r:rows_bad=0" -- --limit-probe
+    # pinned staging buffers and stream-ordered scratch allocated and freed per step, a queued
+    # copy still reading each one at its free: bytes checked, and the pair cost native against
+    # tessera (RESULT <mode>_pair_ns) for docs/BENCHMARKS.md, "Pinned host memory"
+    STAGING_OK="r:status=ok r:host_bad=0 r:mallochost_bad=0 r:driver_bad=0 r:async_bad=0"
+    pair shared staging 60 "$STAGING_OK" -- --size 4M --steps 200
+    pair shared staging 60 "$STAGING_OK" -- --size 64M --steps 48
     for ipc_conf in expandable_segments:False expandable_segments:True; do
         TESSERA_ALLOC_CONF=$ipc_conf MIN_NEED=5 run_prog shared tessera ipc_share 60 "$IPC_OK" -- --mode basic
     done
