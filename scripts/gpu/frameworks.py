@@ -127,6 +127,12 @@ ENV_ALL = {"jax": {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT
 ENV_TESSERA = {"transformers": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}}
 
 
+def workload_path(workdir, step):
+    """The workload script of a step. Never the framework's own name: the script's folder comes
+    first on sys.path, and a jax.py there would be imported in place of jax."""
+    return os.path.join(workdir, "workload_" + step.replace("-", "_") + ".py")
+
+
 def plan_run(step, mode, conf, args, workdir):
     """The command and environment changes of one run."""
     env = dict(ENV_ALL.get(step, {}))
@@ -138,7 +144,7 @@ def plan_run(step, mode, conf, args, workdir):
         env["TESSERA_STATS_KEEP"] = "1"
         if conf:
             env["TESSERA_ALLOC_CONF"] = conf
-    script = os.path.join(workdir, step + ".py")
+    script = workload_path(workdir, step)
     return {"step": step, "mode": mode, "conf": conf, "argv": [args.python, script], "env": env,
             "dir": rundir}
 
@@ -315,7 +321,7 @@ def main(argv):
            "note": "Checksums must match the native run's within a relative %g; peak reserved is "
                    "reserved_bytes.all.peak, driver calls num_device_alloc + num_device_free." % REL_TOLERANCE}
     for name, (module, source) in WORKLOADS.items():
-        script = os.path.join(workdir, name + ".py")
+        script = workload_path(workdir, name)
         with open(script, "w") as f:
             f.write(source.lstrip())
         py_compile.compile(script, doraise=True)  # a broken workload fails here, GPU or not

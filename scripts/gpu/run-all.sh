@@ -414,9 +414,11 @@ HAVE_LIB=0
 [ -f "$LIB" ] && [ -x "$STAT" ] && HAVE_LIB=1
 
 # c. sample programs -------------------------------------------------------------------------
-PROGRAMS=(seed_every5th seed_middle seed_even seed_cyclic churn reuse_race reuse_order bad_input
-    device_reset fork_child meminfo multi_device peer_access ipc_share pitched driver_api
-    driver_linked)
+# every program of tests/programs, from the one list in Makefile.nvcc (RUNTIME_ and DRIVER_PROGRAMS)
+mapfile -t PROGRAMS < <(awk '/\\$/ { sub(/\\$/, ""); buf = buf $0; next }
+    { line = buf $0; buf = "" }
+    line ~ /^(RUNTIME|DRIVER)_PROGRAMS :=/ { sub(/^[A-Z_]+ :=/, "", line); n = split(line, w, " ");
+        for (k = 1; k <= n; k++) print w[k] }' "$REPO/tests/programs/Makefile.nvcc")
 PDIR_shared="$BUILD_ABS/programs-shared"
 PDIR_static="$BUILD_ABS/programs-static"
 pdir() { [ "$1" = shared ] && echo "$PDIR_shared" || echo "$PDIR_static"; }

@@ -96,13 +96,27 @@ static void fill(void *p, size_t size, int i) {
 
 /* The driver's answers about the middle of block p (size bytes), as for a cudaMalloc of size:
  * how many are not the block's. *id gets its buffer id. */
+/* The names of the pointer-query checks that failed, for every block together: when a driver
+ * answers differently from what is expected here, the RESULT line says which answer differs. */
+static char attr_why[512];
+
+static void attr_note(int failed, const char *name, int *bad) {
+  if (!failed) return;
+  (*bad)++;
+  if (strstr(attr_why, name)) return;
+  size_t n = strlen(attr_why);
+  snprintf(attr_why + n, sizeof attr_why - n, "%s%s", n ? "," : "", name);
+}
+
 static int attributes_bad(void *p, size_t size, unsigned long long *id) {
   int bad = 0;
   CUdeviceptr mid = (CUdeviceptr)(uintptr_t)p + size / 2, base = 0;
   size_t range = 0;
-  if (get_range(&base, &range, mid) != CUDA_SUCCESS || base != (CUdeviceptr)(uintptr_t)p ||
-      range != size)
-    bad++;
+  int rc = get_range(&base, &range, mid);
+  attr_note(rc != CUDA_SUCCESS || base != (CUdeviceptr)(uintptr_t)p, "range_base", &bad);
+  attr_note(rc != CUDA_SUCCESS || range != size, "range_size", &bad);
+  if (rc == CUDA_SUCCESS && range != size)
+    printf("attr: block of %zu bytes: cuMemGetAddressRange size %zu\n", size, range);
   void *start = NULL;
   size_t rsize = 0;
   unsigned int type = 0;
@@ -120,31 +134,32 @@ static int attributes_bad(void *p, size_t size, unsigned long long *id) {
                                  CU_POINTER_ATTRIBUTE_CONTEXT,
                                  CU_POINTER_ATTRIBUTE_BUFFER_ID};
   void *data[] = {&start, &rsize, &type, &ordinal, &legacy, &mapped, &handles, &ctx, id};
-  if (get_attrs(9, attrs, data, mid) != CUDA_SUCCESS) bad++;
-  if (get_ctx(&cur) != CUDA_SUCCESS) bad++;
-  bad += start != p;
-  bad += rsize != size;
-  bad += type != CU_MEMORYTYPE_DEVICE;
-  bad += ordinal != 0;
-  bad += !legacy;
-  bad += !mapped;
-  bad += handles != 0;
-  bad += ctx != cur;
+  attr_note(get_attrs(9, attrs, data, mid) != CUDA_SUCCESS, "attrs_call", &bad);
+  attr_note(get_ctx(&cur) != CUDA_SUCCESS, "ctx_call", &bad);
+  attr_note(start != p, "start", &bad);
+  attr_note(rsize != size, "size", &bad);
+  attr_note(type != CU_MEMORYTYPE_DEVICE, "type", &bad);
+  attr_note(ordinal != 0, "ordinal", &bad);
+  attr_note(!legacy, "legacy_ipc", &bad);
+  attr_note(!mapped, "mapped", &bad);
+  attr_note(handles != 0, "handle_types", &bad);
+  if (handles != 0) printf("attr: block of %zu bytes: allowed handle types %#llx\n", size, handles);
+  attr_note(ctx != cur, "context", &bad);
   void *start1 = NULL;
   size_t size1 = 0;
-  if (get_attr(&start1, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, mid) != CUDA_SUCCESS ||
-      start1 != p)
-    bad++;
-  if (get_attr(&size1, CU_POINTER_ATTRIBUTE_RANGE_SIZE, mid) != CUDA_SUCCESS || size1 != size)
-    bad++;
+  attr_note(get_attr(&start1, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, mid) != CUDA_SUCCESS ||
+                start1 != p,
+            "start_one", &bad);
+  attr_note(get_attr(&size1, CU_POINTER_ATTRIBUTE_RANGE_SIZE, mid) != CUDA_SUCCESS || size1 != size,
+            "size_one", &bad);
   struct cudaPointerAttributes pa;
-  if (cudaPointerGetAttributes(&pa, (char *)p + size / 2) != cudaSuccess ||
-      pa.type != cudaMemoryTypeDevice || pa.device != 0 ||
-      pa.devicePointer != (char *)p + size / 2)
-    bad++;
+  attr_note(cudaPointerGetAttributes(&pa, (char *)p + size / 2) != cudaSuccess ||
+                pa.type != cudaMemoryTypeDevice || pa.device != 0 ||
+                pa.devicePointer != (char *)p + size / 2,
+            "runtime_attrs", &bad);
   /* cudaMalloc memory has no virtual-memory handle to retain */
   CUmemGenericAllocationHandle h;
-  if (retain(&h, (char *)p + size / 2) == CUDA_SUCCESS) bad++;
+  attr_note(retain(&h, (char *)p + size / 2) == CUDA_SUCCESS, "retain", &bad);
   return bad;
 }
 
@@ -393,10 +408,10 @@ int main(int argc, char **argv) {
     waitpid(pid, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die_msg("importer", "did not exit cleanly");
   }
-  printf("RESULT status=ok pid=%d blocks=%d attr_bad=%d ids=%d same_handle=%d own_open=%s opened=%d "
+  printf("RESULT status=ok pid=%d blocks=%d attr_bad=%d attr_why=%s ids=%d same_handle=%d own_open=%s opened=%d "
          "open_failed=%d bytes_bad=%d seen_back=%d held_ok=%d export_us=%.1f open_us=%.1f "
          "stale_refused=%d\n",
-         (int)getpid(), NBLOCKS, attr_bad, distinct, same_handle, cudaGetErrorName(own_err), opened, failed,
+         (int)getpid(), NBLOCKS, attr_bad, attr_why[0] ? attr_why : "none", distinct, same_handle, cudaGetErrorName(own_err), opened, failed,
          bytes_bad, seen_back, held_ok, export_us / NBLOCKS, open_us, stale);
   return 0;
 }

@@ -44,6 +44,10 @@ class DryRun(unittest.TestCase):
             self.assertIn("[frameworks] SKIP %s: " % s["name"], p.stdout)
             self.assertEqual([r["mode"] for r in s["planned"]], ["native", "tessera", "tessera-defrag"])
             native, tessera, defrag = (r["env"] for r in s["planned"])
+            # the workload script never shadows the framework it imports
+            script = s["planned"][0]["argv"][-1]
+            self.assertNotEqual(os.path.basename(script), s["module"] + ".py", script)
+            self.assertTrue(os.path.exists(script), script)
             self.assertNotIn("LD_PRELOAD", native)
             for env in (tessera, defrag):
                 self.assertTrue(env["LD_PRELOAD"].endswith("/libtessera.so"), env)
