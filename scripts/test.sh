@@ -58,7 +58,9 @@ run_tests() {
   local rc=$?
   printf '%s\n' "$out" | grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):' || true
   if [ $rc -ne 0 ]; then
-    printf '%s\n' "$out" | sed -n '/^--- command ---/,/^-------/p' | tail -80
+    # each failing test's command, stdout and stderr (meson prints them after a '>>> ' line and
+    # before its summary), so that a log of this script alone says why
+    printf '%s\n' "$out" | awk '/^>>> /{on=1} /^Summary of Failures:/{on=0} on' | tail -120
   fi
   local ok fail xpass skip tout
   ok=$(printf '%s\n' "$out" | sed -n 's/^Ok: *\([0-9]*\).*/\1/p' | tail -1)
