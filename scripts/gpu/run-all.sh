@@ -36,6 +36,8 @@ usage: scripts/gpu/run-all.sh [options]
   --budget SECONDS   total time budget (default 510, --quick 330); steps are scheduled in it
   --skip LIST        comma-separated steps to leave out: correctness,churn,torch,maxbatch,
                      frameworks
+  --programs LIST    step d runs only these programs (comma-separated, e.g. ipc_share,staging):
+                     a short rerun of what changed
   --build-dir DIR    build directory (default build-gpu)
   --out DIR          where the report goes (default $OUT, else BUILD_DIR/gpu-results)
   --selftest         check the report writer and the option parsing with made-up data; no GPU
@@ -58,6 +60,7 @@ OUT_DIR="${OUT:-}"
 SIZES=real
 TORCH_DEVICE=cuda
 SELFTEST=0
+ONLY_PROGRAMS=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; shift ;;
@@ -68,6 +71,9 @@ while [ $# -gt 0 ]; do
     --skip) [ $# -ge 2 ] || { echo "run-all.sh: --skip needs a value" >&2; exit 2; }
         SKIP=",$2,"; shift 2 ;;
     --skip=*) SKIP=",${1#*=},"; shift ;;
+    --programs) [ $# -ge 2 ] || { echo "run-all.sh: --programs needs a value" >&2; exit 2; }
+        ONLY_PROGRAMS=",$2,"; shift 2 ;;
+    --programs=*) ONLY_PROGRAMS=",${1#*=},"; shift ;;
     --build-dir) [ $# -ge 2 ] || { echo "run-all.sh: --build-dir needs a value" >&2; exit 2; }
         BUILD_DIR=$2; shift 2 ;;
     --build-dir=*) BUILD_DIR=${1#*=}; shift ;;
@@ -539,6 +545,11 @@ run_prog() {
     local label="$build/$prog${args[*]:+ ${args[*]}} [$mode]"
     RUN_STATUS=SKIP
     RUN_SECS=0
+    # --programs: the others are not part of this run (no record, so no SKIP in the report)
+    if [ -n "$ONLY_PROGRAMS" ] && [[ "$ONLY_PROGRAMS" != *",$prog,"* ]]; then
+        RUN_SEQ=$((RUN_SEQ - 1))
+        return
+    fi
     local base=(type=prog "build=$build" "program=$prog" "args=${args[*]}" "mode=$mode")
     if [ ! -x "$bin" ]; then
         RUN_STATUS=FAIL
@@ -989,8 +1000,7 @@ else
     : >"$OUT_DIR/replay-measured-costs.txt"
     for t in "$REPO"/tests/data/traces/*.pickle; do
         timeout -k 5 "$(time_for 20)" "$REPLAY_BIN" --driver-costs "$OUT_DIR/driver-costs.txt" \
-            --compare "$t" default expandable_segments:True defragment:True \
-            defragment:True,handle_policy:coarse,stitch_when:pressure \
+            --compare "$t" pytorch default expandable_segments:True defragment:True \
             >>"$OUT_DIR/replay-measured-costs.txt" 2>&1 || log "replay of $(basename "$t") failed"
     done
     cat "$OUT_DIR/replay-measured-costs.txt"
