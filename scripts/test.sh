@@ -2,11 +2,11 @@
 # Install what is missing, build, and run every test:
 #   build        gcc, -Werror: every suite (unit, config, sim, programs, statspage, scripts,
 #                fuzz corpora, integration)
-#   build-clang  clang, -Werror: compiles everything
 #   build-asan   gcc, ASan + UBSan: every suite that does not preload tessera
 #   build-ubsan  gcc, UBSan: the integration suite (tessera preloaded into the programs; ASan's
 #                and TSan's runtimes cannot share a process with a preloaded dlsym hook)
-#   build-tsan   clang, TSan: the threaded suites (core, stats page, simulator)
+#   build-tsan   clang, -Werror, TSan: compiles everything with clang; runs the threaded suites
+#                (core, stats page, simulator)
 #   build-fuzz   clang, libFuzzer + ASan + UBSan: each fuzz target for a few seconds
 # Options: --quick (main build only), --no-fuzz. TESSERA_FUZZ_SECONDS (default 15) per target.
 # The last line is "tests: N passed, N failed, N skipped"; the exit status is 0 only when nothing
@@ -82,12 +82,6 @@ else
 fi
 
 if [ $quick -eq 0 ]; then
-  if command -v clang >/dev/null 2>&1; then
-    log "clang build (-Werror)"
-    CC=clang CXX=clang++ configure build-clang -Dwerror=true -Dfuzz=disabled && build build-clang \
-      && passed=$((passed + 1))
-  fi
-
   log "ASan + UBSan (gcc)"
   if configure build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
        -Dfuzz=disabled && build build-asan; then
@@ -105,7 +99,8 @@ if [ $quick -eq 0 ]; then
   fi
 
   if command -v clang >/dev/null 2>&1; then
-    log "TSan (clang): threaded suites"
+    # this build is also the clang -Werror build: every target, compiled by clang
+    log "TSan (clang, -Werror): every target; the threaded suites run"
     if CC=clang CXX=clang++ configure build-tsan -Dwerror=true -Db_sanitize=thread \
          -Db_lundef=false -Dfuzz=disabled && build build-tsan; then
       TSAN_OPTIONS=halt_on_error=1 \
