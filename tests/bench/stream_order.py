@@ -6,7 +6,9 @@
 2. host-runs-ahead training loop on the legacy stream (tests/programs/train_loop): peak reserved
    (from the stats page) and wall time, relative to reuse_fence:none (stream order taken for
    granted), for the defaults and for defragment:True;
-3. the multi-stream variants of tests/programs/reuse_order: wall time against reuse_fence:sync.
+3. the multi-stream variants of tests/programs/reuse_order: wall time against reuse_fence:sync;
+4. streams that should overlap, never synchronised per round (tests/programs/overlap): device
+   time from the simulator's event timestamps, scratch from cudaMalloc and stream-ordered.
 Configurations alternate within each repetition, so drift affects all alike; medians are shown.
 Usage: stream_order.py BUILD_DIR OUT_PREFIX [--quick]
 """
@@ -121,6 +123,35 @@ for v in variants:
     a, b = vres[v][""], vres[v]["reuse_fence:sync"]
     md.append(f"| {v} | {median(a):.2f} | {median(b):.2f} | "
               f"{median([x / y for x, y in zip(a, b)]):.2f}x |")
+
+# 4. overlapping streams: device time from event timestamps
+ov_cases = [("driver alone", [], None, False), ("tessera default", [], "", True),
+            ("tessera, reuse_fence:none", [], "reuse_fence:none", True),
+            ("driver alone", ["--async"], None, False), ("tessera default", ["--async"], "", True)]
+ores = {i: [] for i in range(len(ov_cases))}
+for _ in range(reps):
+    for i, (label, args, conf, pre) in enumerate(ov_cases):
+        argv = [os.path.join(progs, "overlap"), "--rounds", "16"] + args
+        with tempfile.TemporaryDirectory(prefix="tessera-bench-") as d:
+            env = dict(os.environ, LD_LIBRARY_PATH=sim, TESSERA_SIM_MEMORY="8G",
+                       TESSERA_SIM_OP_DELAY_US="1000", TESSERA_STATS_DIR=d,
+                       TESSERA_ALLOC_CONF=conf or "")
+            if pre:
+                env["LD_PRELOAD"] = shim
+            p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+        line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")][-1]
+        ores[i].append(dict(kv.split("=", 1) for kv in line.split()[1:]))
+report["overlap"] = {f"{c[0]} {' '.join(c[1]) or 'cudaMalloc'}": v for c, v in zip(ov_cases, ores.values())}
+md.append("")
+md.append("| 2 streams x 16 rounds, no sync per round | scratch | device span ms | overlap | bytes |")
+md.append("|---|---|---|---|---|")
+for i, (label, args, conf, pre) in enumerate(ov_cases):
+    v = ores[i]
+    bad = sum(r["status"] != "ok" for r in v)
+    md.append(f"| {label} | {'cudaMallocAsync' if args else 'cudaMalloc'} | "
+              f"{median([float(r['span_ms']) for r in v]):.0f} | "
+              f"{median([float(r['overlap']) for r in v]):.2f} | "
+              f"{'ok' if not bad else f'corrupt in {bad} of {len(v)}'} |")
 
 with open(out + ".json", "w") as f:
     json.dump(report, f, indent=1)

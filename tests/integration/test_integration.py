@@ -725,6 +725,56 @@ class Pitched(Base):
         self.assertIn("raise memory_limit", run.stderr)
 
 
+class Overlap(Base):
+    """Streams that should run side by side, the host allocating and freeing between their
+    launches and never synchronising a round (overlap). Device time comes from the simulator's
+    event timestamps, never from the host's clock: overlap = the streams' summed work time over
+    the span they took together (2 when two streams run side by side, 1 when serialised)."""
+
+    DELAY = {"TESSERA_SIM_OP_DELAY_US": "1000"}
+
+    def overlap(self, args, conf=None, preload=True, extra=None):
+        run = self.env.run(prog("overlap", "--rounds", "12", *args), conf=conf, preload=preload,
+                           extra=dict(self.DELAY, **(extra or {})))
+        return run, float(run.result.get("overlap", "nan"))
+
+    def test_stream_ordered_scratch_overlaps(self):
+        # each stream reuses its own blocks in its own order: nothing to wait for, with or
+        # without tessera, under every policy
+        _, native = self.overlap(["--async"], preload=False)
+        self.assertGreater(native, 1.5)
+        for conf in (None, PYTORCH, "expandable_segments:True"):
+            with self.subTest(conf=conf):
+                run, ov = self.overlap(["--async"], conf=conf)
+                self.ok(run)
+                self.assertEqual(run.result["bad_slots"], "0", run)
+                self.assertGreater(ov, 1.5, run)
+
+    def test_markers_cost_no_device_time(self):
+        # the same run with the simulator charging each event record and stream wait as work
+        # (the old model): the order points' markers alone serialise the streams' time
+        run, charged = self.overlap(["--async"], extra={"TESSERA_SIM_MARKER_DELAY": "1"})
+        self.ok(run)
+        _, free = self.overlap(["--async"])
+        self.assertLess(charged, free, run)
+
+    def test_reuse_across_streams_is_ordered(self):
+        # cudaMalloc names no stream, so a block freed by one stream and handed to the next is
+        # ordered by an order point: no corruption, at the price of the overlap (the driver's own
+        # cudaFree waits for the whole device, which serialises the streams natively too)
+        _, native = self.overlap([], preload=False)
+        run, ordered = self.overlap([])
+        self.ok(run)
+        self.assertEqual(run.result["bad_slots"], "0", run)
+        self.assertLess(ordered, 1.3, run)
+        self.assertLess(native, 1.3)
+        # without the order (reuse_fence:none) the streams overlap, and the copies read
+        # scratch that the other stream already overwrites
+        run, unordered = self.overlap([], conf="reuse_fence:none")
+        self.assertGreater(unordered, 1.5, run)
+        self.ok(run, status="corrupt", rc=3)
+
+
 class Ipc(Base):
     """Memory shared with another process, or asked about, behaves as the driver's under every
     policy (ipc_share): 9 blocks of 512 B to 64 MiB, several in one segment, one served from
