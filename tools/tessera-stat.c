@@ -42,6 +42,8 @@ static void usage(FILE *f)
             "       %s --watch SECONDS [--count N]      redraw the table (Ctrl-C stops)\n"
             "       %s map PID [--device D] [--width W] ASCII segment map\n"
             "       %s snapshot PID -o FILE [--wait S]  PyTorch memory snapshot (pickle)\n"
+            "       %s symbolize FILE [-o OUT]          name the raw frames of a snapshot_on_oom\n"
+            "                                           snapshot (FILE replaced without -o)\n"
             "       %s --serve [ADDR:PORT] [--labels L] serve /metrics (default " TS_STAT_SERVE_DEFAULT ")\n"
             "       %s --gc                             remove pages of dead processes\n"
             "       %s --help | --version\n"
@@ -54,7 +56,7 @@ static void usage(FILE *f)
             "command, config, version (default: all; --serve beyond loopback: version only).\n"
             "FRAG in the table: the share of free cached memory that no single request can use\n"
             "(holes inside segments in use; a wholly free segment is not fragmentation).\n",
-            prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
+            prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -430,13 +432,14 @@ static int cmd_gc(const char *dir)
 
 /* What the command line asked for. */
 typedef struct stat_args {
-    int json, prom, gc, watch, is_map, is_snapshot;
+    int json, prom, gc, watch, is_map, is_snapshot, is_symbolize;
     double seconds;   /* --watch */
     long count;       /* --count */
     long device;      /* --device (map), -1: every device */
     long width;       /* --width (map) */
     long pid;         /* 0: none given */
     const char *dir, *serve, *out_path, *labels;
+    const char *file; /* symbolize FILE */
     double wait_s;    /* --wait (snapshot) */
     int wait_given;
     ts_prom_labels prom_labels;
@@ -541,15 +544,18 @@ static int parse_options(int argc, char **argv, stat_args *a)
     return -1;
 }
 
-/* The words after the options: a command (map, snapshot) and a pid. -1 to go on, else the
- * exit status. */
+/* The words after the options: a command (map, snapshot) and a pid, or symbolize and a file.
+ * -1 to go on, else the exit status. */
 static int parse_operands(int argc, char **argv, stat_args *a)
 {
     a->is_map = optind < argc && strcmp(argv[optind], "map") == 0;
     a->is_snapshot = optind < argc && strcmp(argv[optind], "snapshot") == 0;
-    if (a->is_map || a->is_snapshot)
+    a->is_symbolize = optind < argc && strcmp(argv[optind], "symbolize") == 0;
+    if (a->is_map || a->is_snapshot || a->is_symbolize)
         optind++;
-    if (optind < argc) {
+    if (a->is_symbolize && optind < argc)
+        a->file = argv[optind++];
+    else if (optind < argc) {
         if (parse_int(argv[optind], 1, INT_MAX, &a->pid)) {
             fprintf(stderr, "%s: '%s' is not a pid\ntry '%s --help'\n", prog, argv[optind], prog);
             return EXIT_USAGE;
@@ -568,18 +574,26 @@ static int parse_operands(int argc, char **argv, stat_args *a)
 static int check_combination(stat_args *a)
 {
     int modes = a->json + a->prom + a->gc + a->watch + a->is_map + a->is_snapshot +
-                (a->serve != NULL);
+                a->is_symbolize + (a->serve != NULL);
     if (modes > 1) {
         fprintf(stderr, "%s: choose one of --json, --prometheus, --watch, --gc, --serve, map, "
-                        "snapshot\n", prog);
+                        "snapshot, symbolize\n", prog);
+        return EXIT_USAGE;
+    }
+    if (a->is_symbolize && !a->file) {
+        fprintf(stderr, "%s: symbolize needs a snapshot file\n", prog);
+        return EXIT_USAGE;
+    }
+    if (a->out_path && !a->is_snapshot && !a->is_symbolize) {
+        fprintf(stderr, "%s: -o goes with snapshot or symbolize\n", prog);
         return EXIT_USAGE;
     }
     if (a->is_snapshot && (!a->pid || !a->out_path)) {
         fprintf(stderr, "%s: snapshot needs a pid and -o FILE\n", prog);
         return EXIT_USAGE;
     }
-    if ((a->out_path || a->wait_given) && !a->is_snapshot) {
-        fprintf(stderr, "%s: -o and --wait go with snapshot\n", prog);
+    if (a->wait_given && !a->is_snapshot) {
+        fprintf(stderr, "%s: --wait goes with snapshot\n", prog);
         return EXIT_USAGE;
     }
     if (a->serve && a->pid) {
@@ -619,6 +633,8 @@ static int check_combination(stat_args *a)
 /* Run the mode asked for; its exit status. */
 static int run_mode(const stat_args *a)
 {
+    if (a->is_symbolize)
+        return ts_stat_symbolize(a->file, a->out_path);
     if (a->is_snapshot)
         return ts_stat_snapshot(a->dir, (int)a->pid, a->out_path, a->wait_s);
     if (a->serve)
