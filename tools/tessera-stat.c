@@ -5,7 +5,8 @@
  * listings (which still succeed for the other pages).
  *
  * Exit status: 0 success; 1 the page asked for is missing, stale-and-unreadable, corrupt, busy,
- * or a stale page could not be removed; 2 usage error.
+ * or a stale page could not be removed, or a snapshot file could not be read or written (or
+ * symbolize refused it); 2 usage error.
  */
 #include <errno.h>
 #include <getopt.h>
