@@ -403,6 +403,14 @@ int ts_snap_symbolize(const unsigned char *in, size_t n, struct ts_symbols *sym,
         ;
     if (e == 1)
         e = apply_edits(&p, out, outlen);
+    if (e == 0 && *outlen > TS_SNAP_MAX_BYTES) {
+        /* only when frames nested in frames left out were counted twice: a forged file */
+        snprintf(err, errlen, "the output would pass %u MiB: refused", TS_SNAP_MAX_BYTES >> 20);
+        free(*out);
+        *out = NULL;
+        *outlen = 0;
+        e = EFBIG;
+    }
     if (e == ENOMEM)
         snprintf(err, errlen, "out of memory");
     if (e == 0 && c)
