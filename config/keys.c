@@ -207,7 +207,8 @@ const key_desc cfg_keys[KEY_COUNT] = {
                 "oldest history is cut, and a line says so); the directory must be one only this "
                 "user can write (a missing one is created, mode 0700; /tmp and other shared "
                 "directories are refused), e.g. $HOME/tessera-oom/oom-%p-%n.pickle. With "
-                "history_events, the snapshot holds the events that led there.",
+                "history_events, the snapshot holds the events that led there; their frames "
+                "(history_frames) are file offsets, which tessera-stat symbolize names.",
     },
     [KEY_RELEASE_LOCK_ON_CUDAMALLOC] = {
         .name = "release_lock_on_cudamalloc", .kind = KIND_NA_BOOL, .pytorch_default = "False",

@@ -526,8 +526,9 @@ int ts_snap_write_pickle(const ts_snap *s, int fd)
     return err;
 }
 
-int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *err,
-                       size_t errlen)
+/* Write the file through fill(ctx, fd) (0 or an errno), as ts_snap_write_file says. */
+static int write_file_with(int (*fill)(const void *ctx, size_t n, int fd), const void *ctx,
+                           size_t n, const char *path, bool replace, char *err, size_t errlen)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
@@ -548,7 +549,7 @@ int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *e
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(e));
         return e;
     }
-    int e = ts_snap_write_pickle(s, fd);
+    int e = fill(ctx, n, fd);
     if (!e && replace && fsync(fd) != 0 && errno != EINVAL)
         e = errno;
     if (close(fd) != 0 && !e)
@@ -563,4 +564,37 @@ int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *e
     if (e || !replace)
         unlink(tmp);
     return e;
+}
+
+static int fill_pickle(const void *ctx, size_t n, int fd)
+{
+    (void)n;
+    return ts_snap_write_pickle(ctx, fd);
+}
+
+static int fill_bytes(const void *ctx, size_t n, int fd)
+{
+    const unsigned char *b = ctx;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? errno : EIO;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *err,
+                       size_t errlen)
+{
+    return write_file_with(fill_pickle, s, 0, path, replace, err, errlen);
+}
+
+int ts_snap_write_bytes_file(const void *buf, size_t n, const char *path, bool replace,
+                             char *err, size_t errlen)
+{
+    return write_file_with(fill_bytes, buf, n, path, replace, err, errlen);
 }

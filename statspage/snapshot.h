@@ -125,6 +125,9 @@ int ts_snap_write_pickle(const ts_snap *s, int fd);
  * an errno value with a reason in err. */
 int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *err,
                        size_t errlen);
+/* The same for a pickle already in memory (buf, n bytes): tessera-stat symbolize. */
+int ts_snap_write_bytes_file(const void *buf, size_t n, const char *path, bool replace,
+                             char *err, size_t errlen);
 
 struct ts_history_copy;
 

@@ -5,7 +5,8 @@
  * listings (which still succeed for the other pages).
  *
  * Exit status: 0 success; 1 the page asked for is missing, stale-and-unreadable, corrupt, busy,
- * or a stale page could not be removed; 2 usage error.
+ * or a stale page could not be removed, or a snapshot file could not be read or written (or
+ * symbolize refused it); 2 usage error.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -42,6 +43,8 @@ static void usage(FILE *f)
             "       %s --watch SECONDS [--count N]      redraw the table (Ctrl-C stops)\n"
             "       %s map PID [--device D] [--width W] ASCII segment map\n"
             "       %s snapshot PID -o FILE [--wait S]  PyTorch memory snapshot (pickle)\n"
+            "       %s symbolize FILE [-o OUT]          name the raw frames of a snapshot_on_oom\n"
+            "                                           snapshot (FILE replaced without -o)\n"
             "       %s --serve [ADDR:PORT] [--labels L] serve /metrics (default " TS_STAT_SERVE_DEFAULT ")\n"
             "       %s --gc                             remove pages of dead processes\n"
             "       %s --help | --version\n"
@@ -54,7 +57,7 @@ static void usage(FILE *f)
             "command, config, version (default: all; --serve beyond loopback: version only).\n"
             "FRAG in the table: the share of free cached memory that no single request can use\n"
             "(holes inside segments in use; a wholly free segment is not fragmentation).\n",
-            prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
+            prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -426,7 +429,48 @@ static int cmd_gc(const char *dir)
 
 /* ------------------------------------------------------------------------------------------ */
 
-int main(int argc, char **argv)
+/* ---- the command line ---------------------------------------------------------------------- */
+
+/* What the command line asked for. */
+typedef struct stat_args {
+    int json, prom, gc, watch, is_map, is_snapshot, is_symbolize;
+    double seconds;   /* --watch */
+    long count;       /* --count */
+    long device;      /* --device (map), -1: every device */
+    long width;       /* --width (map) */
+    long pid;         /* 0: none given */
+    const char *dir, *serve, *out_path, *labels;
+    const char *file; /* symbolize FILE */
+    double wait_s;    /* --wait (snapshot) */
+    int wait_given;
+    ts_prom_labels prom_labels;
+} stat_args;
+
+/* A seconds value in (lo, hi] (or [0, hi] when zero_ok), else -1. */
+static int parse_seconds(const char *s, bool zero_ok, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(zero_ok ? v >= 0 : v > 0) || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* --serve alone serves the default address; --serve ADDR:PORT (a separate word with a colon)
+ * or --serve=ADDR:PORT another. */
+static const char *serve_address(int argc, char **argv)
+{
+    if (optarg)
+        return optarg;
+    if (optind < argc && strchr(argv[optind], ':') && argv[optind][0] != '-')
+        return argv[optind++];
+    return TS_STAT_SERVE_DEFAULT;
+}
+
+/* The options. Returns -1 to go on, else the exit status (--help, --version, a bad option). */
+static int parse_options(int argc, char **argv, stat_args *a)
 {
     enum { OPT_JSON = 256, OPT_PROM, OPT_WATCH, OPT_COUNT, OPT_GC, OPT_DIR, OPT_DEVICE, OPT_WIDTH,
            OPT_HELP, OPT_VERSION, OPT_SERVE, OPT_WAIT, OPT_LABELS };
@@ -440,72 +484,49 @@ int main(int argc, char **argv)
         {"wait", required_argument, NULL, OPT_WAIT}, {"output", required_argument, NULL, 'o'},
         {"labels", required_argument, NULL, OPT_LABELS},
         {NULL, 0, NULL, 0}};
-    int json = 0, prom = 0, gc = 0, watch = 0;
-    double seconds = 0;
-    long count = 0, device = -1, width = 64;
-    const char *dir = NULL, *serve = NULL, *out_path = NULL, *labels = NULL;
-    double wait_s = 2.0;
-    int wait_given = 0;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_JSON: json = 1; break;
-        case OPT_PROM: prom = 1; break;
-        case OPT_GC: gc = 1; break;
-        case OPT_DIR: dir = optarg; break;
-        case OPT_WATCH: {
-            char *end;
-            errno = 0;
-            seconds = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(seconds > 0) || seconds > 86400) {
+        case OPT_JSON: a->json = 1; break;
+        case OPT_PROM: a->prom = 1; break;
+        case OPT_GC: a->gc = 1; break;
+        case OPT_DIR: a->dir = optarg; break;
+        case OPT_WATCH:
+            if (parse_seconds(optarg, false, 86400, &a->seconds)) {
                 fprintf(stderr, "%s: --watch wants seconds in (0, 86400], not '%s'\n", prog, optarg);
                 return EXIT_USAGE;
             }
-            watch = 1;
+            a->watch = 1;
             break;
-        }
         case OPT_COUNT:
-            if (parse_int(optarg, 1, LONG_MAX, &count)) {
+            if (parse_int(optarg, 1, LONG_MAX, &a->count)) {
                 fprintf(stderr, "%s: --count wants a positive number, not '%s'\n", prog, optarg);
                 return EXIT_USAGE;
             }
             break;
         case OPT_DEVICE:
-            if (parse_int(optarg, 0, 65535, &device)) {
+            if (parse_int(optarg, 0, 65535, &a->device)) {
                 fprintf(stderr, "%s: --device wants a device ordinal, not '%s'\n", prog, optarg);
                 return EXIT_USAGE;
             }
             break;
         case OPT_WIDTH:
-            if (parse_int(optarg, 8, 1024, &width)) {
+            if (parse_int(optarg, 8, 1024, &a->width)) {
                 fprintf(stderr, "%s: --width wants 8 to 1024 characters, not '%s'\n", prog, optarg);
                 return EXIT_USAGE;
             }
             break;
-        case OPT_SERVE:
-            /* --serve alone serves the default address; --serve ADDR:PORT (a separate word
-             * with a colon) or --serve=ADDR:PORT another */
-            if (optarg)
-                serve = optarg;
-            else if (optind < argc && strchr(argv[optind], ':') && argv[optind][0] != '-')
-                serve = argv[optind++];
-            else
-                serve = TS_STAT_SERVE_DEFAULT;
-            break;
-        case OPT_LABELS: labels = optarg; break;
-        case 'o': out_path = optarg; break;
-        case OPT_WAIT: {
-            char *end;
-            errno = 0;
-            wait_s = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(wait_s >= 0) || wait_s > 60) {
+        case OPT_SERVE: a->serve = serve_address(argc, argv); break;
+        case OPT_LABELS: a->labels = optarg; break;
+        case 'o': a->out_path = optarg; break;
+        case OPT_WAIT:
+            if (parse_seconds(optarg, true, 60, &a->wait_s)) {
                 fprintf(stderr, "%s: --wait wants seconds in [0, 60], not '%s'\n", prog, optarg);
                 return EXIT_USAGE;
             }
-            wait_given = 1;
+            a->wait_given = 1;
             break;
-        }
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
         case OPT_VERSION:
@@ -521,16 +542,22 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    if (!dir)
-        dir = ts_statspage_dir();
+    return -1;
+}
 
-    int is_map = optind < argc && strcmp(argv[optind], "map") == 0;
-    int is_snapshot = optind < argc && strcmp(argv[optind], "snapshot") == 0;
-    if (is_map || is_snapshot)
+/* The words after the options: a command (map, snapshot) and a pid, or symbolize and a file.
+ * -1 to go on, else the exit status. */
+static int parse_operands(int argc, char **argv, stat_args *a)
+{
+    a->is_map = optind < argc && strcmp(argv[optind], "map") == 0;
+    a->is_snapshot = optind < argc && strcmp(argv[optind], "snapshot") == 0;
+    a->is_symbolize = optind < argc && strcmp(argv[optind], "symbolize") == 0;
+    if (a->is_map || a->is_snapshot || a->is_symbolize)
         optind++;
-    long pid = 0;
-    if (optind < argc) {
-        if (parse_int(argv[optind], 1, INT_MAX, &pid)) {
+    if (a->is_symbolize && optind < argc)
+        a->file = argv[optind++];
+    else if (optind < argc) {
+        if (parse_int(argv[optind], 1, INT_MAX, &a->pid)) {
             fprintf(stderr, "%s: '%s' is not a pid\ntry '%s --help'\n", prog, argv[optind], prog);
             return EXIT_USAGE;
         }
@@ -540,72 +567,112 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: unexpected argument '%s'\ntry '%s --help'\n", prog, argv[optind], prog);
         return EXIT_USAGE;
     }
-    int modes = json + prom + gc + watch + is_map + is_snapshot + (serve != NULL);
+    return -1;
+}
+
+/* Each option goes with its mode, and one mode at a time. -1 when the combination is good
+ * (the Prometheus labels parsed into a->prom_labels), else the exit status. */
+static int check_combination(stat_args *a)
+{
+    int modes = a->json + a->prom + a->gc + a->watch + a->is_map + a->is_snapshot +
+                a->is_symbolize + (a->serve != NULL);
     if (modes > 1) {
         fprintf(stderr, "%s: choose one of --json, --prometheus, --watch, --gc, --serve, map, "
-                        "snapshot\n", prog);
+                        "snapshot, symbolize\n", prog);
         return EXIT_USAGE;
     }
-    if (is_snapshot && (!pid || !out_path)) {
+    if (a->is_symbolize && !a->file) {
+        fprintf(stderr, "%s: symbolize needs a snapshot file\n", prog);
+        return EXIT_USAGE;
+    }
+    if (a->out_path && !a->is_snapshot && !a->is_symbolize) {
+        fprintf(stderr, "%s: -o goes with snapshot or symbolize\n", prog);
+        return EXIT_USAGE;
+    }
+    if (a->is_snapshot && (!a->pid || !a->out_path)) {
         fprintf(stderr, "%s: snapshot needs a pid and -o FILE\n", prog);
         return EXIT_USAGE;
     }
-    if ((out_path || wait_given) && !is_snapshot) {
-        fprintf(stderr, "%s: -o and --wait go with snapshot\n", prog);
+    if (a->wait_given && !a->is_snapshot) {
+        fprintf(stderr, "%s: --wait goes with snapshot\n", prog);
         return EXIT_USAGE;
     }
-    if (serve && pid) {
+    if (a->serve && a->pid) {
         fprintf(stderr, "%s: --serve takes no pid\n", prog);
         return EXIT_USAGE;
     }
-    if ((prom || gc || watch) && pid) {
+    if ((a->prom || a->gc || a->watch) && a->pid) {
         fprintf(stderr, "%s: this mode takes no pid\n", prog);
         return EXIT_USAGE;
     }
-    if (is_map && !pid) {
+    if (a->is_map && !a->pid) {
         fprintf(stderr, "%s: map needs a pid\n", prog);
         return EXIT_USAGE;
     }
-    if ((device >= 0 || width != 64) && !is_map) {
+    if ((a->device >= 0 || a->width != 64) && !a->is_map) {
         fprintf(stderr, "%s: --device and --width go with map\n", prog);
         return EXIT_USAGE;
     }
-    ts_prom_labels prom_labels = {true, true, true};
-    if (labels) {
+    if (a->labels) {
         char err[160];
-        if (!prom && !serve) {
+        if (!a->prom && !a->serve) {
             fprintf(stderr, "%s: --labels goes with --prometheus or --serve\n", prog);
             return EXIT_USAGE;
         }
-        if (ts_prom_labels_parse(labels, &prom_labels, err, sizeof err) != 0) {
+        if (ts_prom_labels_parse(a->labels, &a->prom_labels, err, sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", prog, err);
             return EXIT_USAGE;
         }
     }
-    if (count && !watch) {
+    if (a->count && !a->watch) {
         fprintf(stderr, "%s: --count goes with --watch\n", prog);
         return EXIT_USAGE;
     }
+    return -1;
+}
 
-    int rc;
-    if (is_snapshot)
-        rc = ts_stat_snapshot(dir, (int)pid, out_path, wait_s);
-    else if (serve)
-        rc = ts_stat_serve(dir, serve, labels);
-    else if (is_map)
-        rc = cmd_map(dir, (int)pid, device, (unsigned)width);
-    else if (gc)
-        rc = cmd_gc(dir);
-    else if (prom)
-        rc = cmd_prometheus(dir, &prom_labels);
-    else if (json)
-        rc = cmd_json(dir, (int)pid);
-    else if (watch)
-        rc = cmd_watch(dir, seconds, count);
-    else if (pid)
-        rc = cmd_detail(dir, (int)pid);
-    else
-        rc = cmd_table(dir);
+/* Run the mode asked for; its exit status. */
+static int run_mode(const stat_args *a)
+{
+    if (a->is_symbolize)
+        return ts_stat_symbolize(a->file, a->out_path);
+    if (a->is_snapshot)
+        return ts_stat_snapshot(a->dir, (int)a->pid, a->out_path, a->wait_s);
+    if (a->serve)
+        return ts_stat_serve(a->dir, a->serve, a->labels);
+    if (a->is_map)
+        return cmd_map(a->dir, (int)a->pid, a->device, (unsigned)a->width);
+    if (a->gc)
+        return cmd_gc(a->dir);
+    if (a->prom)
+        return cmd_prometheus(a->dir, &a->prom_labels);
+    if (a->json)
+        return cmd_json(a->dir, (int)a->pid);
+    if (a->watch)
+        return cmd_watch(a->dir, a->seconds, a->count);
+    if (a->pid)
+        return cmd_detail(a->dir, (int)a->pid);
+    return cmd_table(a->dir);
+}
+
+int main(int argc, char **argv)
+{
+    stat_args a = {0};
+    a.device = -1;
+    a.width = 64;
+    a.wait_s = 2.0;
+    a.prom_labels = (ts_prom_labels){true, true, true};
+    int rc = parse_options(argc, argv, &a);
+    if (rc < 0)
+        rc = parse_operands(argc, argv, &a);
+    if (rc < 0)
+        rc = check_combination(&a);
+    if (rc >= 0)
+        return rc;
+    if (!a.dir)
+        a.dir = ts_statspage_dir();
+
+    rc = run_mode(&a);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "%s: error writing the output: %s\n", prog, strerror(errno));
         return 1;

@@ -3,7 +3,8 @@
  * Each input is parsed as is (truncated pages, foreign bytes) and, when its header declares a
  * total size up to 4 MiB, also zero-padded to that size, so that short seeds (pages with their
  * trailing zeros trimmed, see tests/fuzz/corpus/statspage/) reach slot, map and output code.
- * Nothing may crash, hang, read out of bounds or trip a sanitizer. */
+ * The same bytes also go through tessera-stat symbolize's pickle pass (no symbol tables: no file
+ * is opened). Nothing may crash, hang, read out of bounds or trip a sanitizer. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "statspage/render.h"
+#include "statspage/symbolize.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -65,6 +67,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     parse_and_render(data, size);
+    unsigned char *sym_out = NULL;
+    size_t sym_len = 0;
+    char err[256];
+    (void)ts_snap_symbolize(data, size, NULL, &sym_out, &sym_len, NULL, err, sizeof err);
+    free(sym_out);
 
     if (size >= 32) {
         uint64_t total;

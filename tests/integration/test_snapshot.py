@@ -17,6 +17,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -258,6 +259,107 @@ class SnapshotOnOom(Base):
         self.assertEqual(gc.returncode, 0, gc.stdout + gc.stderr)
         self.assertIn("removed 1 stale page and 1 history ring", gc.stdout)
         self.assertEqual([f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera.")], [])
+
+    def test_symbolize_names_the_raw_frames(self):
+        # snapshot_on_oom keeps the frames as file offsets (no symbol tables read at a failure);
+        # tessera-stat symbolize names them afterwards from the program's symbol table
+        tpl = os.path.join(self.env.tmp, "oom-%n.pickle")
+        run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
+                                   "64M", "--request", "512M"), memory="256M",
+                           conf=f"expandable_segments:False,history_events:256,"
+                                f"history_frames:True,snapshot_on_oom:{tpl}")
+        self.assertEqual(run.rc, 2, run)
+        raw_path = os.path.join(self.env.tmp, "oom-1.pickle")
+        raw = self.check_layout(raw_path)
+        prog = os.path.realpath(it.prog("seed_middle")[0])
+
+        def stacks(data):
+            return [e["frames"] for e in data["device_traces"][0] if e["action"] == "alloc"]
+
+        for frames in stacks(raw):
+            self.assertTrue(frames)
+            self.assertEqual(frames[0]["filename"], prog, frames)
+            self.assertRegex(frames[0]["name"], r"^0x[0-9a-f]+$", frames)
+        with open(raw_path, "rb") as f:
+            before = f.read()
+        # -o: the original stays as it was; the copy has names where the file is still there
+        named_path = os.path.join(self.env.tmp, "named.pickle")
+        r = subprocess.run([it.STAT, "symbolize", raw_path, "-o", named_path],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"written to {named_path}", r.stdout)
+        with open(raw_path, "rb") as f:
+            self.assertEqual(f.read(), before)
+        named = self.check_layout(named_path)
+        for frames in stacks(named):
+            self.assertEqual(frames[0], {"name": "main", "filename": prog, "line": 0}, frames)
+        # everything else is as it was: only frame names changed
+        def strip(data):
+            for t in data["device_traces"]:
+                for e in t:
+                    e["frames"] = [(f["filename"], f["line"]) for f in e["frames"]]
+            return data
+        self.assertEqual(strip(named), strip(self.check_layout(raw_path)))
+        # a second pass has nothing left to name in main's frames; in place (no -o)
+        r = subprocess.run([it.STAT, "symbolize", named_path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # an older snapshot that kept tessera's own frames, written by another pickler
+        # (protocol 2 without a memo: SETITEM and APPEND for single items): they are left out
+        old = self.check_layout(raw_path)
+        for frames in stacks(old):
+            frames.insert(0, {"name": "0x1234", "filename": "/opt/x/libtessera.so", "line": 0})
+        older = os.path.join(self.env.tmp, "older.pickle")
+        with open(older, "wb") as f:
+            pk = pickle.Pickler(f, protocol=2)
+            pk.fast = True  # no memo: no shared references, as tessera writes
+            pk.dump(old)
+        r = subprocess.run([it.STAT, "symbolize", older], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r", [1-9][0-9]* of tessera's own left out;")
+        for frames in stacks(self.check_layout(older)):
+            self.assertEqual(frames[0], {"name": "main", "filename": prog, "line": 0}, frames)
+        # a frame whose file is gone stays an offset: the program moved away
+        moved = os.path.join(self.env.tmp, "gone.pickle")
+        with open(moved, "wb") as f:
+            f.write(before.replace(prog.encode(), prog[:-1].encode() + b"Z"))
+        r = subprocess.run([it.STAT, "symbolize", moved], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for frames in stacks(self.check_layout(moved)):
+            self.assertRegex(frames[0]["name"], r"^0x[0-9a-f]+$", frames)
+
+    def test_symbolize_refuses_what_tessera_did_not_write(self):
+        cases = {
+            "empty": b"",
+            "memo": b"\x80\x02}q\x00.",                       # BINPUT: not tessera's
+            "cut string": b"\x80\x02}(X\xff\xff\xff\x7fname",
+            "no stop": b"\x80\x02}(X\x04\x00\x00\x00nameJ\x01\x00\x00\x00u",
+            "after stop": b"\x80\x02}.junk",
+            "deep": b"\x80\x02" + b"](" * 100,
+            "not a dict": b"\x80\x02].",
+            "pairs into a list": b"\x80\x02}(X\x01\x00\x00\x00k](K\x01K\x02uu.",
+        }
+        for what, data in cases.items():
+            path = os.path.join(self.env.tmp, "bad.pickle")
+            with open(path, "wb") as f:
+                f.write(data)
+            r = subprocess.run([it.STAT, "symbolize", path], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1, (what, r.stdout, r.stderr))
+            self.assertTrue(r.stderr.startswith("tessera-stat: " + path + ": "), (what, r.stderr))
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), data, what)  # never touched
+        r = subprocess.run([it.STAT, "symbolize", "/dev/null"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("not a regular file", r.stderr)
+        fifo = os.path.join(self.env.tmp, "fifo")
+        os.mkfifo(fifo)
+        r = subprocess.run([it.STAT, "symbolize", fifo], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        r = subprocess.run([it.STAT, "symbolize"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        r = subprocess.run([it.STAT, "--wait", "1", "symbolize", fifo], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
 
     def test_existing_file_is_never_replaced(self):
         path = os.path.join(self.env.tmp, "taken.pickle")

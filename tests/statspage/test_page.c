@@ -911,6 +911,97 @@ static void test_gc(void **state)
     free(buf);
 }
 
+/* ---- a page that comes alive while being collected ---- */
+
+/* rename(2) as --gc calls it, with a hook run just before the move: the statspage code is a
+ * static library, so this definition is the one it links against. The hook fires once, for the
+ * move of `gc_watch` aside (the only rename --gc makes of a page). */
+static const char *gc_watch;
+static void (*gc_before_move)(const char *path);
+
+int rename(const char *from, const char *to)
+{
+    if (gc_watch && strcmp(from, gc_watch) == 0 && strstr(to, "/.tessera-gc.")) {
+        void (*fn)(const char *) = gc_before_move;
+        gc_watch = NULL;
+        gc_before_move = NULL;
+        fn(from);
+    }
+    return renameat(AT_FDCWD, from, AT_FDCWD, to);
+}
+
+static unsigned char *live_bytes; /* the page made live: the right start time */
+
+/* The owner fixes its page in place (same file): it is live from now on. */
+static void revive_in_place(const char *path)
+{
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, live_bytes, TOTAL, 0), (ssize_t)TOTAL);
+    close(fd);
+}
+
+/* The pid's owner publishes a new page under the name (another file). */
+static void replace_with_live(const char *path)
+{
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    write_bytes(tmp, live_bytes, TOTAL);
+    assert_int_equal(renameat(AT_FDCWD, tmp, AT_FDCWD, path), 0);
+}
+
+/* --gc judges a page stale, then the page comes alive before it is moved aside: the judgement
+ * made after the move keeps it (in place, or replaced by a new file). Fails if --gc removes the
+ * moved-aside file on the first judgement alone. */
+static void test_gc_rejudges_after_move(void **state)
+{
+    (void)state;
+    unsigned char *buf = page_bytes();
+    tessera_page_header *h = hdr_of(buf);
+    int parent = (int)getppid();
+    uint64_t pstart = 0;
+    assert_int_equal(ts_proc_stat(parent, NULL, &pstart), 0);
+    h->pid = parent;
+    h->start_time_ticks = pstart;
+    live_bytes = malloc(TOTAL);
+    if (!live_bytes)
+        abort();
+    memcpy(live_bytes, buf, TOTAL);
+    h->start_time_ticks = pstart + 1; /* as first seen: the pid belongs to another process */
+
+    char path[512];
+    page_path(path, sizeof path, parent);
+    void (*const hooks[])(const char *) = {revive_in_place, replace_with_live};
+    for (unsigned i = 0; i < 2; i++) {
+        write_bytes(path, buf, TOTAL);
+        gc_watch = path;
+        gc_before_move = hooks[i];
+        struct gc_log g = {{0}, 0, 0};
+        assert_int_equal(ts_page_gc(dir, gc_cb, &g), 0);
+        assert_null(gc_watch); /* the hook ran: --gc did move the page */
+        assert_int_equal(g.nremoved, 0);
+        assert_int_equal(g.kept, 1);
+        /* the live page is back under its name, whole */
+        unsigned char *now = malloc(TOTAL);
+        if (!now)
+            abort();
+        int fd = open(path, O_RDONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(pread(fd, now, TOTAL, 0), (ssize_t)TOTAL);
+        close(fd);
+        assert_memory_equal(now, live_bytes, TOTAL);
+        free(now);
+        /* nothing left aside */
+        char aside[512];
+        snprintf(aside, sizeof aside, "%s/.tessera-gc.%d.%d", dir, (int)getpid(), parent);
+        assert_int_equal(access(aside, F_OK), -1);
+        unlink(path);
+    }
+    free(live_bytes);
+    live_bytes = NULL;
+    free(buf);
+}
+
 /* ---- fork and close ---- */
 
 static void test_forget_in_child(void **state)
@@ -1058,6 +1149,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_owner_state, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_list_names, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_gc, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_gc_rejudges_after_move, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_forget_in_child, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_render_details, setup_dir, teardown_dir),
     };

@@ -358,7 +358,34 @@ static bool conf_has_cap(const ts_config *cfg)
     return cfg->memory_limit > 0 || cfg->per_process_memory_fraction < 1.0;
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for. */
+typedef struct replay_args {
+    const char *conf_text;  /* --conf */
+    size_t capacity;        /* --capacity, else (after choose_device) the recorded device */
+    bool capacity_given;
+    bool min_cap, compare, json, check, verbose;
+    ts_driver_costs costs;
+    replay_opts ro;
+    const char *costs_file; /* --driver-costs */
+    const char *path;       /* the trace */
+    const char *confs[MAX_CONFS];
+    int nconf;
+} replay_args;
+
+/* --steps N: 1 to 100000000. */
+static int parse_steps(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v == 0 || v > 100000000)
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+/* The options. Returns -1 to go on, else the exit status (--help, a bad option or value). */
+static int parse_options(int argc, char **argv, replay_args *a)
 {
     static const struct option opts[] = {
         {"conf", required_argument, NULL, 'c'},
@@ -373,76 +400,59 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *conf_text = NULL;
-    size_t capacity = 0;
-    bool capacity_given = false;
-    bool min_cap = false, compare = false, json = false, check = false, verbose = false;
-    ts_driver_costs costs;
-    ts_driver_costs_defaults(&costs);
-    replay_opts ro = {&costs, 0};
-    const char *costs_file = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': conf_text = optarg; break;
+        case 'c': a->conf_text = optarg; break;
         case 'C':
-            if (parse_size(optarg, &capacity) != 0) {
+            if (parse_size(optarg, &a->capacity) != 0) {
                 fprintf(stderr, "tessera-replay: --capacity: '%s' is not a size (e.g. 80G)\n",
                         optarg);
                 return 2;
             }
-            capacity_given = true;
+            a->capacity_given = true;
             break;
-        case 'm': min_cap = true; break;
+        case 'm': a->min_cap = true; break;
         case 'D': {
             char err[512];
-            if (ts_driver_costs_load(&costs, optarg, err, sizeof err) != 0) {
+            if (ts_driver_costs_load(&a->costs, optarg, err, sizeof err) != 0) {
                 fprintf(stderr, "tessera-replay: --driver-costs: %s\n", err);
                 return 2;
             }
-            costs_file = optarg;
+            a->costs_file = optarg;
             break;
         }
-        case 'S': {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-' || v == 0 || v > 100000000) {
+        case 'S':
+            if (parse_steps(optarg, &a->ro.steps) != 0) {
                 fprintf(stderr, "tessera-replay: --steps: '%s' is not a number of steps "
                         "(1 to 100000000)\n", optarg);
                 return 2;
             }
-            ro.steps = (size_t)v;
             break;
-        }
-        case 'x': compare = true; break;
-        case 'j': json = true; break;
-        case 'p': check = true; break;
-        case 'v': verbose = true; break;
+        case 'x': a->compare = true; break;
+        case 'j': a->json = true; break;
+        case 'p': a->check = true; break;
+        case 'v': a->verbose = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (check) {
-        if (optind + 1 != argc) {
-            fprintf(stderr, "tessera-replay: --check-pytorch takes one snapshot\n");
-            return 2;
-        }
-        return replay_check_pytorch(argv[optind], verbose);
-    }
+    return -1;
+}
 
-    /* With --compare: the trace is the first positional argument, configurations follow. */
+/* The trace and the configurations: with --compare the trace is the first word and the
+ * configurations follow; else one trace, under --conf. -1 to go on, else the exit status. */
+static int parse_operands(int argc, char **argv, replay_args *a)
+{
     if (optind >= argc) {
         usage(stderr);
         return 2;
     }
-    const char *path = argv[optind];
-    const char *confs[MAX_CONFS];
-    int nconf = 0;
-    if (compare) {
-        for (int i = optind + 1; i < argc && nconf < MAX_CONFS; i++)
-            confs[nconf++] = argv[i];
-        if (nconf == 0) {
+    a->path = argv[optind];
+    if (a->compare) {
+        for (int i = optind + 1; i < argc && a->nconf < MAX_CONFS; i++)
+            a->confs[a->nconf++] = argv[i];
+        if (a->nconf == 0) {
             fprintf(stderr, "tessera-replay: --compare needs configurations after the trace\n");
             return 2;
         }
@@ -451,146 +461,216 @@ int main(int argc, char **argv)
             fprintf(stderr, "tessera-replay: one trace at a time (or use --compare)\n");
             return 2;
         }
-        confs[nconf++] = conf_text ? conf_text : check ? "pytorch" : "default";
+        a->confs[a->nconf++] = a->conf_text ? a->conf_text : a->check ? "pytorch" : "default";
     }
+    return -1;
+}
 
-    ts_config cfgs[MAX_CONFS];
-    for (int i = 0; i < nconf; i++)
-        if (conf_parse(confs[i], &cfgs[i]) != 0)
-            return 2;
-
-    trace t;
-    if (trace_load(&t, path) != 0)
-        return 1;
-    if (verbose || t.skipped_frees)
+/* What the trace holds that a replay cannot: frees skipped, blocks from before its history. */
+static void print_trace_notes(const trace *t, const char *path, bool verbose)
+{
+    if (verbose || t->skipped_frees)
         fprintf(stderr,
                 "tessera-replay: %s: %zu allocations, %zu frees, %zu frees of addresses the trace "
                 "never allocated skipped, %zu allocations never freed\n",
-                path, t.allocations, t.frees, t.skipped_frees, t.never_freed);
-
-    if (t.preexisting_blocks) {
+                path, t->allocations, t->frees, t->skipped_frees, t->never_freed);
+    if (t->preexisting_blocks) {
         char b[32];
-        print_size(b, sizeof b, (size_t)t.preexisting_bytes);
+        print_size(b, sizeof b, (size_t)t->preexisting_bytes);
         fprintf(stderr,
                 "tessera-replay: %s: %zu block%s in use (%s) at the snapshot were allocated "
                 "before its history began: not replayed, so the replay holds less than the run "
                 "did (record it with a larger history_events)\n",
-                path, t.preexisting_blocks, plural(t.preexisting_blocks), b);
+                path, t->preexisting_blocks, plural(t->preexisting_blocks), b);
     }
+}
 
-    /* The device: --capacity, else what a run that died ran on, else unlimited. */
-    size_t limit = 0;
-    bool recorded = false;
-    if (!capacity_given && t.run_failures && t.has_capacity) {
-        capacity = (size_t)t.run_device_total;
-        limit = (size_t)t.run_limit;
-        recorded = true;
-    } else if (!capacity_given && t.run_failures) {
+/* The device: --capacity, else what a run that died ran on (a->capacity and *limit set, and
+ * *recorded), else unlimited. */
+static void choose_device(replay_args *a, const trace *t, size_t *limit, bool *recorded)
+{
+    *limit = 0;
+    *recorded = false;
+    if (!a->capacity_given && t->run_failures && t->has_capacity) {
+        a->capacity = (size_t)t->run_device_total;
+        *limit = (size_t)t->run_limit;
+        *recorded = true;
+    } else if (!a->capacity_given && t->run_failures) {
         fprintf(stderr,
                 "tessera-replay: %s: the run failed %zu request%s, but the trace does not say "
                 "what device it ran on: replayed on an unlimited device (give --capacity)\n",
-                path, t.run_failures, plural(t.run_failures));
+                a->path, t->run_failures, plural(t->run_failures));
     }
-    if (verbose && recorded && t.run_conf[0])
-        fprintf(stderr, "tessera-replay: %s: the run's configuration: %s\n", path, t.run_conf);
-    const char *capacity_source = recorded ? "recorded" : capacity ? "given" : "unlimited";
-    char device[128];
-    device_text(device, sizeof device, capacity, limit, recorded);
+    if (a->verbose && *recorded && t->run_conf[0])
+        fprintf(stderr, "tessera-replay: %s: the run's configuration: %s\n", a->path, t->run_conf);
+}
 
-    replay_result res[MAX_CONFS];
-    size_t mins[MAX_CONFS] = {0}, limits[MAX_CONFS] = {0};
-    for (int i = 0; i < nconf; i++) {
+/* Replay t under each configuration on the device (capacity, and the run's limit for those
+ * without a cap of their own: limits[i]); with --min-capacity or --compare also the smallest
+ * device each needs (mins[i]). 0, or 1 when host memory ran out. */
+static int replay_all(const replay_args *a, const trace *t, const ts_config *cfgs, size_t limit,
+                      replay_result *res, size_t *mins, size_t *limits)
+{
+    for (int i = 0; i < a->nconf; i++) {
         /* The run's cap applies to a configuration that sets none of its own, as it did live. */
         ts_config run_cfg = cfgs[i];
         if (limit && !conf_has_cap(&run_cfg))
             run_cfg.memory_limit = limits[i] = limit;
-        if (replay_run(&t, &run_cfg, capacity, &ro, &res[i]) != 0) {
+        if (replay_run(t, &run_cfg, a->capacity, &a->ro, &res[i]) != 0) {
             fprintf(stderr, "tessera-replay: out of host memory\n");
-            trace_free(&t);
             return 1;
         }
-        if (min_cap || compare) {
+        if (a->min_cap || a->compare) {
             replay_result unlimited = res[i];
-            if ((capacity || limit) && replay_run(&t, &cfgs[i], 0, &ro, &unlimited) != 0) {
-                trace_free(&t);
+            if ((a->capacity || limit) && replay_run(t, &cfgs[i], 0, &a->ro, &unlimited) != 0)
                 return 1;
-            }
-            mins[i] = replay_min_capacity(&t, &cfgs[i], &unlimited);
+            mins[i] = replay_min_capacity(t, &cfgs[i], &unlimited);
         }
+    }
+    return 0;
+}
+
+/* --json: one object, or an array of them with --compare. */
+static void print_json_all(const replay_args *a, const trace *t, size_t limits[],
+                           const char *capacity_source, const replay_result *res,
+                           const size_t *mins)
+{
+    if (a->compare)
+        fputs("[", stdout);
+    for (int i = 0; i < a->nconf; i++) {
+        if (i)
+            fputs(",\n ", stdout);
+        print_json(stdout, t, a->confs[i], a->capacity, limits[i], capacity_source, &res[i],
+                   mins[i]);
+    }
+    puts(a->compare ? "]" : "");
+}
+
+/* The --compare table: one row per configuration. */
+static void print_compare_table(const replay_args *a, const replay_result *res, const size_t *mins)
+{
+    /* the configuration column is as wide as the longest name: names are never cut */
+    int w = (int)strlen("configuration");
+    for (int i = 0; i < a->nconf; i++)
+        if ((int)strlen(a->confs[i]) > w)
+            w = (int)strlen(a->confs[i]);
+    printf("%-*s %11s %11s %8s %12s %9s %9s %9s %9s %9s %9s %7s %5s %-16s %7s\n", w,
+           "configuration", "peak alloc", "peak resv", "util", "min capacity", "dev alloc",
+           "dev free", "drv calls", "drv time", "drv grow", "drv/step", "retries", "OOMs",
+           "first OOM", "ns/op");
+    for (int i = 0; i < a->nconf; i++) {
+        char pa[32], pr[32], m[32], first[48];
+        print_size(pa, sizeof pa, res[i].peak_allocated);
+        print_size(pr, sizeof pr, res[i].peak_reserved);
+        print_size(m, sizeof m, mins[i]);
+        first_oom_text(first, sizeof first, &res[i]);
+        char total[32], grow[32], per_step[32] = "-";
+        snprintf(total, sizeof total, "%.1fms", res[i].driver_ns / 1e6);
+        snprintf(grow, sizeof grow, "%.1fms", res[i].driver_ns_growth / 1e6);
+        if (res[i].driver_ns_per_step >= 0)
+            snprintf(per_step, sizeof per_step, "%.3fms", res[i].driver_ns_per_step / 1e6);
+        printf("%-*s %11s %11s %7.2f%% %12s %9llu %9llu %9llu %9s %9s %9s %7llu %5zu %-16s "
+               "%7.1f\n",
+               w, a->confs[i], pa, pr, 100 * res[i].utilization, m,
+               (unsigned long long)res[i].num_device_alloc,
+               (unsigned long long)res[i].num_device_free,
+               (unsigned long long)res[i].device_calls, total, grow, per_step,
+               (unsigned long long)res[i].num_alloc_retries, res[i].failed_allocs, first,
+               res[i].ns_per_op);
+    }
+}
+
+/* --compare without --json: the heading, the table and its notes, the verdicts on the request
+ * the run failed, and each configuration's verdict against the first. */
+static void print_compare(const replay_args *a, const trace *t, const char *device,
+                          const replay_result *res, const size_t *mins)
+{
+    printf("%s: %zu events, %zu allocations, %zu request%s the run failed (replayed from an "
+           "empty device, %s)\n",
+           a->path, t->n, t->allocations, t->run_failures, plural(t->run_failures), device);
+    print_compare_table(a, res, mins);
+    print_peak_note(res, a->nconf);
+    printf("drv calls: every driver call for memory (dev alloc and dev free are what tessera "
+           "run --summary shows);\n  drv time: their estimated time; drv grow: until memory "
+           "stopped growing; drv/step: per step after that (--steps);\n  latencies: %s\n",
+           a->costs_file ? a->costs_file : "the published A100 figures (--driver-costs FILE)");
+    if (t->run_failures) {
+        char size[32];
+        print_size(size, sizeof size, (size_t)res[0].run_first_size);
+        printf("the run failed %zu request%s (the first: #%zu, %s); on the %s:\n",
+               t->run_failures, plural(t->run_failures), res[0].run_first_failed, size,
+               a->capacity ? device : "unlimited device the replay assumed");
+        for (int i = 0; i < a->nconf; i++)
+            print_run_verdict(a->confs[i], &res[i]);
+        if (t->preexisting_blocks)
+            printf("  (the history began late: %zu block%s the run held are not replayed, so "
+                   "these verdicts may be too hopeful)\n",
+                   t->preexisting_blocks, plural(t->preexisting_blocks));
+    }
+    if (a->nconf > 1)
+        printf("verdict (min capacity: the smallest device that runs the trace, in 2 MiB "
+               "steps):\n");
+    for (int i = 1; i < a->nconf; i++)
+        print_verdict(a->confs[i], &res[i], mins[i], a->confs[0], &res[0], mins[0], a->capacity);
+}
+
+/* Load the trace, replay it under each configuration and print the result. The exit status. */
+static int replay_trace(replay_args *a)
+{
+    ts_config cfgs[MAX_CONFS];
+    for (int i = 0; i < a->nconf; i++)
+        if (conf_parse(a->confs[i], &cfgs[i]) != 0)
+            return 2;
+
+    trace t;
+    if (trace_load(&t, a->path) != 0)
+        return 1;
+    print_trace_notes(&t, a->path, a->verbose);
+
+    size_t limit;
+    bool recorded;
+    choose_device(a, &t, &limit, &recorded);
+    const char *capacity_source = recorded ? "recorded" : a->capacity ? "given" : "unlimited";
+    char device[128];
+    device_text(device, sizeof device, a->capacity, limit, recorded);
+
+    replay_result res[MAX_CONFS];
+    size_t mins[MAX_CONFS] = {0}, limits[MAX_CONFS] = {0};
+    if (replay_all(a, &t, cfgs, limit, res, mins, limits) != 0) {
+        trace_free(&t);
+        return 1;
     }
 
-    if (json) {
-        if (compare)
-            fputs("[", stdout);
-        for (int i = 0; i < nconf; i++) {
-            if (i)
-                fputs(",\n ", stdout);
-            print_json(stdout, &t, confs[i], capacity, limits[i], capacity_source, &res[i],
-                       mins[i]);
-        }
-        puts(compare ? "]" : "");
-    } else if (compare) {
-        printf("%s: %zu events, %zu allocations, %zu request%s the run failed (replayed from an "
-               "empty device, %s)\n",
-               path, t.n, t.allocations, t.run_failures, plural(t.run_failures), device);
-        /* the configuration column is as wide as the longest name: names are never cut */
-        int w = (int)strlen("configuration");
-        for (int i = 0; i < nconf; i++)
-            if ((int)strlen(confs[i]) > w)
-                w = (int)strlen(confs[i]);
-        printf("%-*s %11s %11s %8s %12s %9s %9s %9s %9s %9s %9s %7s %5s %-16s %7s\n", w,
-               "configuration", "peak alloc", "peak resv", "util", "min capacity", "dev alloc",
-               "dev free", "drv calls", "drv time", "drv grow", "drv/step", "retries", "OOMs",
-               "first OOM", "ns/op");
-        for (int i = 0; i < nconf; i++) {
-            char a[32], b[32], m[32], first[48];
-            print_size(a, sizeof a, res[i].peak_allocated);
-            print_size(b, sizeof b, res[i].peak_reserved);
-            print_size(m, sizeof m, mins[i]);
-            first_oom_text(first, sizeof first, &res[i]);
-            char total[32], grow[32], per_step[32] = "-";
-            snprintf(total, sizeof total, "%.1fms", res[i].driver_ns / 1e6);
-            snprintf(grow, sizeof grow, "%.1fms", res[i].driver_ns_growth / 1e6);
-            if (res[i].driver_ns_per_step >= 0)
-                snprintf(per_step, sizeof per_step, "%.3fms", res[i].driver_ns_per_step / 1e6);
-            printf("%-*s %11s %11s %7.2f%% %12s %9llu %9llu %9llu %9s %9s %9s %7llu %5zu %-16s "
-                   "%7.1f\n",
-                   w, confs[i], a, b, 100 * res[i].utilization, m,
-                   (unsigned long long)res[i].num_device_alloc,
-                   (unsigned long long)res[i].num_device_free,
-                   (unsigned long long)res[i].device_calls, total, grow, per_step,
-                   (unsigned long long)res[i].num_alloc_retries, res[i].failed_allocs, first,
-                   res[i].ns_per_op);
-        }
-        print_peak_note(res, nconf);
-        printf("drv calls: every driver call for memory (dev alloc and dev free are what tessera "
-               "run --summary shows);\n  drv time: their estimated time; drv grow: until memory "
-               "stopped growing; drv/step: per step after that (--steps);\n  latencies: %s\n",
-               costs_file ? costs_file : "the published A100 figures (--driver-costs FILE)");
-        if (t.run_failures) {
-            char size[32];
-            print_size(size, sizeof size, (size_t)res[0].run_first_size);
-            printf("the run failed %zu request%s (the first: #%zu, %s); on the %s:\n",
-                   t.run_failures, plural(t.run_failures), res[0].run_first_failed, size,
-                   capacity ? device : "unlimited device the replay assumed");
-            for (int i = 0; i < nconf; i++)
-                print_run_verdict(confs[i], &res[i]);
-            if (t.preexisting_blocks)
-                printf("  (the history began late: %zu block%s the run held are not replayed, so "
-                       "these verdicts may be too hopeful)\n",
-                       t.preexisting_blocks, plural(t.preexisting_blocks));
-        }
-        if (nconf > 1)
-            printf("verdict (min capacity: the smallest device that runs the trace, in 2 MiB "
-                   "steps):\n");
-        for (int i = 1; i < nconf; i++)
-            print_verdict(confs[i], &res[i], mins[i], confs[0], &res[0], mins[0], capacity);
-    } else {
-        print_report(&t, confs[0], device, &res[0], mins[0]);
-    }
+    if (a->json)
+        print_json_all(a, &t, limits, capacity_source, res, mins);
+    else if (a->compare)
+        print_compare(a, &t, device, res, mins);
+    else
+        print_report(&t, a->confs[0], device, &res[0], mins[0]);
     trace_free(&t);
-    for (int i = 0; i < nconf; i++)
-        if (res[i].num_ooms && !min_cap && (capacity || limit))
+    for (int i = 0; i < a->nconf; i++)
+        if (res[i].num_ooms && !a->min_cap && (a->capacity || limit))
             return 3; /* the trace did not fit the device */
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    replay_args a = {0};
+    ts_driver_costs_defaults(&a.costs);
+    a.ro = (replay_opts){&a.costs, 0};
+    int rc = parse_options(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    if (a.check) {
+        if (optind + 1 != argc) {
+            fprintf(stderr, "tessera-replay: --check-pytorch takes one snapshot\n");
+            return 2;
+        }
+        return replay_check_pytorch(argv[optind], a.verbose);
+    }
+    rc = parse_operands(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    return replay_trace(&a);
 }

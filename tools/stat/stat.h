@@ -15,6 +15,10 @@ void ts_stat_free_all(views *vs);
 /* tessera-stat snapshot PID -o FILE (tools/stat/snapshot.c). Exit status. */
 int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait_s);
 
+/* tessera-stat symbolize FILE [-o OUT] (tools/stat/symbolize.c): name a snapshot's raw frames;
+ * OUT NULL: FILE itself. Exit status. */
+int ts_stat_symbolize(const char *in_path, const char *out_path);
+
 /* tessera-stat --serve [ADDR:PORT] (tools/stat/serve.c). labels: the --labels list, or NULL
  * for the default (every label on loopback; beyond it no command line and no configuration).
  * Exit status. */
