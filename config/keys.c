@@ -210,6 +210,14 @@ const key_desc cfg_keys[KEY_COUNT] = {
                 "history_events, the snapshot holds the events that led there; their frames "
                 "(history_frames) are file offsets, which tessera-stat symbolize names.",
     },
+    [KEY_PINNED_CACHE] = {
+        .name = "pinned_cache", .kind = KIND_BOOL, .flags = F_TESSERA,
+        .offset = FIELD(pinned_cache), .def.b = true,
+        .help = "Cache pinned host memory (cudaHostAlloc, cudaMallocHost, cuMemHostAlloc, "
+                "cuMemAllocHost) like PyTorch's pinned memory allocator: a freed buffer is "
+                "reused once the device work queued before its free is done. False: every "
+                "call goes to the driver.",
+    },
     [KEY_RELEASE_LOCK_ON_CUDAMALLOC] = {
         .name = "release_lock_on_cudamalloc", .kind = KIND_NA_BOOL, .pytorch_default = "False",
         .help = "PyTorch: drop its device lock around cudaMalloc.",

@@ -8,6 +8,7 @@
 #include "core/expandable.h"
 #include "core/fence.h"
 #include "core/handles.h"
+#include "core/hostcache.h"
 #include "core/inspect.h"
 #include "core/pool.h"
 #include "core/release.h"
@@ -162,6 +163,7 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
         fences_synchronize_all(a);
     else
         fences_drop_all(a);
+    ts_hostcache_teardown(a, release_memory);
     /* Remove each segment from the tree before freeing it: an in-order walk would climb
      * through parents already freed. */
     ts_node *n;
@@ -222,6 +224,7 @@ void ts_allocator_forget_all(ts_allocator *a)
         stat_to_zero(a, &st->name[i]);
     TESSERA_STAT_ARRAYS(ZERO_ARRAY)
 #undef ZERO_ARRAY
+    ts_hostcache_teardown(a, false);
 #define ZERO_SINGLE(name, help) stat_to_zero(a, &st->name);
     TESSERA_STAT_SINGLES(ZERO_SINGLE)
 #undef ZERO_SINGLE

@@ -89,7 +89,23 @@ typedef struct ts_backend {
      * earlier vm_map mapping. */
     int (*vm_peer_add)(void *ctx, int device);
     int (*vm_access)(void *ctx, uintptr_t va, size_t size);
+
+    /* Pinned host memory (optional; both or none): host_alloc pins size bytes of page-locked
+     * host memory with the driver's flags (TS_HOST_* below, which are CUDA's own bit values plus
+     * TS_HOST_ALLOC_HOST for the flag-less cuMemAllocHost call); host_free unpins a whole buffer
+     * host_alloc gave. The pointer is the driver's, so its own queries (device pointer, flags)
+     * answer for it. Fences above order host reuse too: the host writes pinned memory directly. */
+    int (*host_alloc)(void *ctx, size_t size, unsigned flags, uintptr_t *out);
+    int (*host_free)(void *ctx, uintptr_t ptr);
 } ts_backend;
+
+/* host_alloc flags: CU_MEMHOSTALLOC_PORTABLE, _DEVICEMAP, _WRITECOMBINED (same bits), and
+ * TS_HOST_ALLOC_HOST: a cuMemAllocHost buffer (no flags argument; kept in its own class). */
+#define TS_HOST_PORTABLE 0x01u
+#define TS_HOST_DEVICEMAP 0x02u
+#define TS_HOST_WRITECOMBINED 0x04u
+#define TS_HOST_ALLOC_HOST 0x08u
+#define TS_HOST_FLAGS_MASK 0x0fu
 
 static inline int ts_backend_has_vm(const ts_backend *b)
 {

@@ -183,6 +183,16 @@ static int w_fence_record(void *c, ts_fence *out)
     ts_history *h = c;
     return h->inner.fence_record(h->inner.ctx, out);
 }
+static int w_host_alloc(void *c, size_t size, unsigned flags, uintptr_t *out)
+{
+    ts_history *h = c;
+    return h->inner.host_alloc(h->inner.ctx, size, flags, out);
+}
+static int w_host_free(void *c, uintptr_t ptr)
+{
+    ts_history *h = c;
+    return h->inner.host_free(h->inner.ctx, ptr);
+}
 static int w_fence_query(void *c, ts_fence f)
 {
     ts_history *h = c;
@@ -257,6 +267,8 @@ void ts_history_attach(ts_history *h, ts_allocator *a)
     WRAP(vm_destroy, w_vm_destroy);
     WRAP(vm_map, w_vm_map);
     WRAP(vm_unmap, w_vm_unmap);
+    WRAP(host_alloc, w_host_alloc);
+    WRAP(host_free, w_host_free);
     a->be = out;
     a->history = h;
     pthread_mutex_unlock(&a->lock);

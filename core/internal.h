@@ -180,6 +180,9 @@ struct ts_allocator {
 
     /* History ring (core/history.c); NULL unless history_events is set. */
     struct ts_history *history;
+
+    /* Pinned host memory (core/hostcache.c); NULL until the first host allocation. */
+    struct ts_hostcache *host;
 };
 
 /* Record an allocator event in the history ring, when there is one: the only cost otherwise is

@@ -42,6 +42,10 @@ struct ts_devmodel {
     ts_driver_costs costs;
     ts_devmodel_counters c;
     const uint64_t *seq; /* the allocator's stats sequence lock, watched at every call */
+    /* Pinned host memory: real host bytes (a test writes and reads them), one record each. */
+    struct dm_host { uintptr_t addr; size_t size; unsigned flags; } *host;
+    size_t nhost, host_cap;
+    size_t host_capacity, host_in_use; /* 0: no limit */
 };
 
 static size_t dm_round(const ts_devmodel *m, size_t size)
@@ -174,6 +178,17 @@ static int dm_refuse(ts_devmodel *m)
 {
     m->c.invalid_calls++;
     return TS_EINVAL;
+}
+
+static bool dm_host_grow(ts_devmodel *m)
+{
+    size_t cap = m->host_cap ? m->host_cap * 2 : 16;
+    struct dm_host *n = realloc(m->host, cap * sizeof *n);
+    if (!n)
+        return false;
+    m->host = n;
+    m->host_cap = cap;
+    return true;
 }
 
 /* --- backend functions ---------------------------------------------------------------------- */
@@ -444,6 +459,60 @@ static int dm_vm_unmap(void *ctx, uintptr_t va, size_t size)
     return TS_OK;
 }
 
+/* --- pinned host memory --------------------------------------------------------------------- */
+
+static int dm_host_alloc(void *ctx, size_t size, unsigned flags, uintptr_t *out)
+{
+    ts_devmodel *m = dm_enter(ctx);
+    if (size == 0)
+        return dm_refuse(m);
+    if ((m->host_capacity && size > m->host_capacity - m->host_in_use) ||
+        (m->nhost == m->host_cap && !dm_host_grow(m)))
+        return TS_ENOMEM;
+    void *p = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+    if (!p)
+        return TS_ENOMEM;
+    m->host[m->nhost++] = (struct dm_host){(uintptr_t)p, size, flags};
+    m->host_in_use += size;
+    m->c.host_allocs++;
+    m->c.host_bytes_in_use = m->host_in_use;
+    *out = (uintptr_t)p;
+    return TS_OK;
+}
+
+static int dm_host_free(void *ctx, uintptr_t ptr)
+{
+    ts_devmodel *m = dm_enter(ctx);
+    for (size_t i = 0; i < m->nhost; i++) {
+        if (m->host[i].addr != ptr)
+            continue;
+        m->host_in_use -= m->host[i].size;
+        m->host[i] = m->host[--m->nhost];
+        free((void *)ptr);
+        m->c.host_frees++;
+        m->c.host_bytes_in_use = m->host_in_use;
+        return TS_OK;
+    }
+    return dm_refuse(m);
+}
+
+void ts_devmodel_set_host_capacity(ts_devmodel *m, size_t bytes)
+{
+    m->host_capacity = bytes;
+}
+
+int ts_devmodel_host_info(const ts_devmodel *m, uintptr_t ptr, size_t *size, unsigned *flags)
+{
+    for (size_t i = 0; i < m->nhost; i++) {
+        if (m->host[i].addr == ptr) {
+            *size = m->host[i].size;
+            *flags = m->host[i].flags;
+            return TS_OK;
+        }
+    }
+    return TS_ENOTFOUND;
+}
+
 /* --- public ---------------------------------------------------------------------------------- */
 
 ts_devmodel *ts_devmodel_create(size_t capacity, size_t page)
@@ -464,6 +533,9 @@ void ts_devmodel_destroy(ts_devmodel *m)
     dm_free_tree(&m->allocs);
     dm_free_tree(&m->reserves);
     dm_free_tree(&m->maps);
+    for (size_t i = 0; i < m->nhost; i++)
+        free((void *)m->host[i].addr);
+    free(m->host);
     free(m->handles);
     free(m);
 }
@@ -477,6 +549,8 @@ ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences)
     b.seg_free = dm_seg_free;
     b.mem_info = dm_mem_info;
     b.synchronize = dm_synchronize;
+    b.host_alloc = dm_host_alloc;
+    b.host_free = dm_host_free;
     if (with_fences) {
         b.fence_record = dm_fence_record;
         b.fence_query = dm_fence_query;

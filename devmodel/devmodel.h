@@ -29,6 +29,8 @@ typedef struct ts_devmodel_counters {
     uint64_t calls_in_stats_window; /* calls made with the watched sequence lock odd (must be 0) */
     size_t bytes_in_use, peak_bytes_in_use; /* physical, page-rounded */
     size_t live_segments;
+    uint64_t host_allocs, host_frees; /* pinned host buffers pinned and unpinned */
+    size_t host_bytes_in_use;
     /* Estimated driver time (costs.h), in all and per CUDA call, and how many of each call. */
     double driver_ns;
     double call_ns[TS_CALL_COUNT];
@@ -78,6 +80,11 @@ void ts_devmodel_set_address_script(ts_devmodel *m, ts_devmodel_addr_fn fn, void
 
 /* Declare an existing allocation (state that predates a replay). Returns 0, -1 on overlap. */
 int ts_devmodel_adopt(ts_devmodel *m, uintptr_t addr, size_t size);
+
+/* Pinned host memory: the most bytes host_alloc may pin at once (0: no limit); and the size and
+ * flags a live pinned buffer was made with (TS_ENOTFOUND when ptr is none). */
+void ts_devmodel_set_host_capacity(ts_devmodel *m, size_t bytes);
+int ts_devmodel_host_info(const ts_devmodel *m, uintptr_t ptr, size_t *size, unsigned *flags);
 
 /* Does [addr, addr+size) lie in memory that is currently allocated or mapped? */
 bool ts_devmodel_is_backed(const ts_devmodel *m, uintptr_t addr, size_t size);

@@ -531,6 +531,34 @@ static int cb_vm_access(void *ctx, uintptr_t va, size_t size)
     return cu_status(cb_set_access(ctx, va, size));
 }
 
+/* --- pinned host memory ------------------------------------------------------------------------ */
+
+static int cb_host_alloc(void *ctx, size_t size, unsigned flags, uintptr_t *out)
+{
+    ts_cuda_backend *b = ctx;
+    ctx_guard g;
+    guard_begin(b, &g);
+    void *p = NULL;
+    CUresult r = (flags & TS_HOST_ALLOC_HOST)
+                     ? ts_real.cuMemAllocHost_v2(&p, size)
+                     : ts_real.cuMemHostAlloc(&p, size, flags & ~TS_HOST_ALLOC_HOST);
+    guard_end(&g);
+    if (r != CUDA_SUCCESS)
+        return cu_status(r);
+    *out = (uintptr_t)p;
+    return TS_OK;
+}
+
+static int cb_host_free(void *ctx, uintptr_t ptr)
+{
+    ts_cuda_backend *b = ctx;
+    ctx_guard g;
+    guard_begin(b, &g);
+    CUresult r = ts_real.cuMemFreeHost((void *)ptr);
+    guard_end(&g);
+    return cu_status(r);
+}
+
 /* --- construction -------------------------------------------------------------------------------- */
 
 ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_fence_mode mode,
@@ -558,6 +586,10 @@ ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_fence_mo
         out->fence_wait = cb_fence_wait;
         out->fence_release = cb_fence_release;
         out->reuse_order = cb_reuse_order;
+    }
+    if (ts_real.cuMemHostAlloc && ts_real.cuMemAllocHost_v2 && ts_real.cuMemFreeHost) {
+        out->host_alloc = cb_host_alloc;
+        out->host_free = cb_host_free;
     }
     if (ts_real.cuMemAddressReserve && ts_real.cuMemAddressFree && ts_real.cuMemCreate &&
         ts_real.cuMemRelease && ts_real.cuMemMap && ts_real.cuMemUnmap &&

@@ -21,6 +21,7 @@
 #include "core/history.h"
 #include "statspage/writer.h"
 #include "shim/shim.h"
+#include "core/hostcache.h"
 
 #define MAX_CONTEXTS 256
 #define STATS_PUBLISH_EVERY 64 /* ops between segment-map refreshes */
@@ -429,6 +430,21 @@ int ts_ctx_free(uintptr_t ptr, size_t *requested)
         if (e == first || !__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE))
             continue;
         int rc = ts_free_ex(e->a, ptr, requested);
+        if (rc != TS_ENOTFOUND)
+            return rc;
+    }
+    return TS_ENOTFOUND;
+}
+
+int ts_ctx_host_free(uintptr_t ptr)
+{
+    /* Pinned buffers are freed from any context (or none): each host cache is asked. */
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        ctx_entry *e = &table[i];
+        if (!__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE))
+            continue;
+        int rc = ts_host_free(e->a, ptr);
         if (rc != TS_ENOTFOUND)
             return rc;
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "shim/shim.h"
+#include "core/hostcache.h"
 
 #define HOOK_READY() (ts_driver_ready() || ts_driver_init(true, true))
 
@@ -216,6 +217,69 @@ static CUresult hook_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 static CUresult hook_cuMemFree_v2(CUdeviceptr dptr)
 {
     return ts_driver_free(dptr);
+}
+
+/* --- pinned host memory: cached per context (core/hostcache.c) ----------------------------------- */
+
+/* Serve a pinned host buffer from the current context's host cache. *served false: the driver's
+ * business (tessera inactive or pinned_cache:False, arguments the driver refuses or answers
+ * itself, no current context, a size or flags the cache does not take). cudaHostAlloc,
+ * cudaMallocHost and cudaFreeHost reach these hooks through cudart's driver table. */
+static CUresult host_alloc_served(void **pp, size_t size, unsigned flags, bool *served)
+{
+    *served = false;
+    if (hook_pass(ts_tls_get()) || !pp || size == 0 || !ts_shim_config()->pinned_cache)
+        return CUDA_SUCCESS;
+    CUcontext ctx;
+    ts_allocator *a = ts_ctx_allocator(&ctx);
+    if (!a)
+        return CUDA_SUCCESS;
+    uintptr_t p = 0;
+    int rc = ts_host_alloc(a, size, flags, &p);
+    if (rc == TS_EUNSUPPORTED || rc == TS_EBACKEND)
+        return CUDA_SUCCESS; /* the driver answers (and gives its own error) */
+    *served = true;
+    if (rc != TS_OK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pp = (void *)p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult hook_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    if (!HOOK_READY() || !ts_real.cuMemHostAlloc)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    bool served = false;
+    CUresult r = (Flags & ~(unsigned)(TS_HOST_PORTABLE | TS_HOST_DEVICEMAP | TS_HOST_WRITECOMBINED))
+                     ? CUDA_SUCCESS
+                     : host_alloc_served(pp, bytesize, Flags, &served);
+    return served ? r : ts_real.cuMemHostAlloc(pp, bytesize, Flags);
+}
+
+static CUresult hook_cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    if (!HOOK_READY() || !ts_real.cuMemAllocHost_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    bool served;
+    CUresult r = host_alloc_served(pp, bytesize, TS_HOST_ALLOC_HOST, &served);
+    return served ? r : ts_real.cuMemAllocHost_v2(pp, bytesize);
+}
+
+/* A buffer of a host cache goes back to it; a pointer inside one that is not a live buffer's
+ * start gets the driver's answer to an interior pointer or a second free; any other pointer goes
+ * to the driver unchanged. */
+static CUresult hook_cuMemFreeHost(void *p)
+{
+    if (!HOOK_READY() || !ts_real.cuMemFreeHost)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (hook_pass(ts_tls_get()) || !p)
+        return ts_real.cuMemFreeHost(p);
+    int rc = ts_ctx_host_free((uintptr_t)p);
+    if (rc == TS_OK)
+        return CUDA_SUCCESS;
+    if (rc == TS_EINVAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return ts_real.cuMemFreeHost(p);
 }
 
 static CUresult hook_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)

@@ -137,6 +137,9 @@ TS_HIDDEN int ts_ctx_free(uintptr_t ptr, size_t *requested);
 TS_HIDDEN void ts_ctx_note_thread(CUcontext ctx);
 /* A stream was created in ctx (the current context). */
 TS_HIDDEN void ts_ctx_stream_created(CUcontext ctx, CUstream s, unsigned int flags);
+/* Free a pinned host buffer of any allocator's host cache: TS_OK, TS_EINVAL (interior pointer or
+ * freed twice), TS_ENOTFOUND (not tessera's: the driver's business). */
+TS_HIDDEN int ts_ctx_host_free(uintptr_t ptr);
 /* Look a pointer up in every allocator. */
 TS_HIDDEN int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk);
 /* The allocator whose segments hold ptr: TS_OK with its allocator, context and table index (any

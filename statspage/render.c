@@ -37,10 +37,14 @@ static const struct field FIELDS[] = {
 #undef X_SINGLE
 #define X_COUNTER(n, h) {#n, "count", h, F_COUNTER, STATS_OFF(n), STATS_SIZE(n)},
     TESSERA_COUNTERS(X_COUNTER)
-#undef X_COUNTER
 #define X_GAUGE(n, u, h) {#n, u, h, F_GAUGE, STATS_OFF(n), STATS_SIZE(n)},
     TESSERA_GAUGES(X_GAUGE)
 #undef X_GAUGE
+#define X_HOST_STAT(n, u, h) {#n, u, h, F_SINGLE, STATS_OFF(n), STATS_SIZE(n)},
+    TESSERA_HOST_STATS(X_HOST_STAT)
+#undef X_HOST_STAT
+    TESSERA_HOST_COUNTERS(X_COUNTER)
+#undef X_COUNTER
 };
 #define NFIELDS (sizeof FIELDS / sizeof FIELDS[0])
 

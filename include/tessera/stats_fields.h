@@ -73,6 +73,27 @@ enum tessera_pool_index {
     X(memory_limit_bytes, "bytes", "The effective allocator limit (0 when none)")                 \
     X(device_total_bytes, "bytes", "Device memory capacity as the driver reports it")
 
+/* X(name, unit, help): pinned host memory served by the context's allocator (cudaHostAlloc,
+ * cudaMallocHost, cuMemHostAlloc, cuMemAllocHost), single Stats. torch.cuda.host_memory_stats()
+ * has the same four without the "host_" prefix (allocations, allocated_bytes, active_requests,
+ * active_bytes). Appended after the gauges (layout rule above). */
+#define TESSERA_HOST_STATS(X)                                                                      \
+    X(host_allocations, "count", "Pinned host buffers held (handed out or cached)")               \
+    X(host_allocated_bytes, "bytes", "Bytes of pinned host buffers held (power-of-two sizes)")    \
+    X(host_active_requests, "count", "Pinned host buffers handed out, or freed and not yet seen "  \
+                                     "past their fence")                                            \
+    X(host_active_bytes, "bytes", "Bytes of active pinned host buffers")
+
+/* X(name, help): pinned host memory counters (PyTorch's num_host_alloc and num_host_free; its
+ * host_alloc_time.total and host_free_time.total, in microseconds). */
+#define TESSERA_HOST_COUNTERS(X)                                                                   \
+    X(num_host_alloc, "Pinned host buffers obtained from the driver")                             \
+    X(num_host_free, "Pinned host buffers given back to the driver")                              \
+    X(num_host_alloc_calls, "Pinned host allocation requests served (cache hits included)")       \
+    X(num_host_free_calls, "Pinned host frees served")                                            \
+    X(host_alloc_time, "Microseconds spent in the driver pinning host buffers")                   \
+    X(host_free_time, "Microseconds spent in the driver unpinning host buffers")
+
 typedef struct tessera_device_stats {
 #define TESSERA_X_ARRAY(name, unit, help) tessera_stat name[TESSERA_POOL_COUNT];
     TESSERA_STAT_ARRAYS(TESSERA_X_ARRAY)
@@ -86,6 +107,12 @@ typedef struct tessera_device_stats {
 #define TESSERA_X_GAUGE(name, unit, help) int64_t name;
     TESSERA_GAUGES(TESSERA_X_GAUGE)
 #undef TESSERA_X_GAUGE
+#define TESSERA_X_HOST_STAT(name, unit, help) tessera_stat name;
+    TESSERA_HOST_STATS(TESSERA_X_HOST_STAT)
+#undef TESSERA_X_HOST_STAT
+#define TESSERA_X_HOST_COUNTER(name, help) int64_t name;
+    TESSERA_HOST_COUNTERS(TESSERA_X_HOST_COUNTER)
+#undef TESSERA_X_HOST_COUNTER
     int64_t reserved_tail[16]; /* room to append fields without moving what follows */
 } tessera_device_stats;
 

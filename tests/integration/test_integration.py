@@ -773,6 +773,74 @@ class Overlap(Base):
         run, unordered = self.overlap([], conf="reuse_fence:none")
         self.assertGreater(unordered, 1.5, run)
         self.ok(run, status="corrupt", rc=3)
+class PinnedHost(Base):
+    """Pinned host memory (cudaHostAlloc, cudaMallocHost, cuMemHostAlloc, cudaFreeHost,
+    cuMemFreeHost) is cached by tessera: bytes right (staging checks every slot a queued copy
+    wrote from a buffer freed at once), counted on the stats page, a buffer never handed out again
+    while a queued copy still reads it (slow copies: TESSERA_SIM_OP_DELAY_US), off with
+    pinned_cache:False, and outside memory_limit (device memory's limit)."""
+
+    STEPS = "64"
+
+    def staging(self, mode, conf=None, preload=True, size="65536", steps=STEPS, delay="200"):
+        return self.env.run(prog("staging", "--mode", mode, "--steps", steps, "--size", size),
+                            preload=preload, conf=conf, extra={"TESSERA_SIM_OP_DELAY_US": delay})
+
+    def test_cached_counted_and_never_reused_early(self):
+        for mode in ("host", "mallochost", "driver"):
+            with self.subTest(mode=mode):
+                plain = self.staging(mode, preload=False)
+                self.ok(plain)
+                run = self.staging(mode)
+                self.ok(run)
+                self.assertEqual(run.result[mode + "_bad"], "0", run)
+                st = run.stats
+                calls = 64 + 8  # staging's warm-up round of 8 steps, then the 64
+                self.assertEqual(st["num_host_alloc_calls"], calls, run)
+                self.assertEqual(st["num_host_free_calls"], calls, run)
+                self.assertGreaterEqual(st["num_fences_recorded"], calls, run)
+                # every 8 steps the stream is synchronised: at most 8 buffers are ever in use
+                self.assertGreaterEqual(st["num_host_alloc"], 1, run)
+                self.assertLessEqual(st["num_host_alloc"], 8, run)
+                self.assertEqual(st["host_allocations.current"], st["num_host_alloc"], run)
+                self.assertEqual(st["host_allocated_bytes.current"], 65536 * st["num_host_alloc"], run)
+                self.assertEqual(st["num_host_free"], 0, run)
+                self.assertEqual(st["num_invalid_frees"], 0, run)
+                # no device memory taken for it
+                self.assertEqual(st["allocation.all.allocated"], 1, run)  # the slots only
+
+    def test_same_answers_as_the_driver(self):
+        plain = self.env.run(probe("pinned_probe"), preload=False)
+        self.ok(plain)
+        self.assertEqual(plain.result["bytes"], "1", plain)
+        self.assertEqual(plain.result["interior"], "cudaErrorInvalidValue", plain)
+        self.assertEqual(plain.result["twice"], "cudaErrorInvalidValue", plain)
+        for conf in (None, "pinned_cache:False"):
+            with self.subTest(conf=conf):
+                run = self.env.run(probe("pinned_probe"), conf=conf)
+                self.ok(run)
+                self.assertEqual(run.result, plain.result, run)
+                served = 0 if conf else 3
+                self.assertEqual(run.stats["num_host_alloc_calls"], served, run)
+                self.assertEqual(run.stats["num_invalid_frees"], 2 if served else 0, run)
+
+    def test_off(self):
+        run = self.staging("all", conf="pinned_cache:False")
+        self.ok(run)
+        for key in ("num_host_alloc", "num_host_alloc_calls", "num_host_free_calls",
+                    "host_allocations.allocated"):
+            self.assertEqual(run.stats[key], 0, (key, run))
+
+    def test_memory_limit_is_not_applied_to_host_memory(self):
+        # 16 MiB of device slots under a 20 MiB limit; copies of 2 ms each keep several 2 MiB
+        # pinned buffers busy at once: device and host memory together pass the limit
+        run = self.staging("host", conf="memory_limit:20M", size=str(2 * MiB), steps="16", delay="2000")
+        self.ok(run)
+        st = run.stats
+        self.assertEqual(st["num_ooms"], 0, run)
+        self.assertEqual(st["reserved_bytes.all.peak"], 16 * MiB, run)
+        self.assertGreaterEqual(st["num_host_alloc"], 3, run)
+        self.assertGreater(st["reserved_bytes.all.peak"] + st["host_allocated_bytes.peak"], 20 * MiB, run)
 
 
 class Ipc(Base):

@@ -122,6 +122,20 @@ class Summary(Base):
         d = summary_of(p.stderr)[0]
         self.assertGreaterEqual(d["num_stitches"], 1, p.stderr)
 
+    def test_pinned_host_memory(self):
+        # staging's pinned buffers, one per step (8 warm-up steps and 32): served by the cache,
+        # and only a few pinned; churn, which pins nothing, shows no such line
+        staging = os.path.join(BUILD, "tests", "programs", "staging")
+        p = self.run_tool(["--summary", "--sim", "--", staging, "--mode", "host", "--steps", "32",
+                           "--size", "64K"], extra={"TMPDIR": self.tmp})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        d = summary_of(p.stderr)[0]
+        self.assertEqual(d["num_host_alloc_calls"], 40, p.stderr)
+        self.assertGreaterEqual(d["num_host_alloc"], 1, p.stderr)
+        self.assertLessEqual(d["num_host_alloc"], 8, p.stderr)
+        churn = self.check_churn_summary()
+        self.assertNotIn("num_host_alloc", churn.stderr)
+
     def test_no_cuda_program(self):
         p = self.run_tool(["--summary", "--", "true"], extra={"TMPDIR": self.tmp})
         self.assertEqual(p.returncode, 0, p.stderr)

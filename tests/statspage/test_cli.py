@@ -57,7 +57,12 @@ def xmacro_names():
         for sub in ("current", "peak", "allocated", "freed"):
             keys.append("%s.%s" % (n, sub))
     keys += block("TESSERA_COUNTERS") + block("TESSERA_GAUGES")
-    return keys, block("TESSERA_COUNTERS"), block("TESSERA_GAUGES")
+    for n in block("TESSERA_HOST_STATS"):
+        for sub in ("current", "peak", "allocated", "freed"):
+            keys.append("%s.%s" % (n, sub))
+    keys += block("TESSERA_HOST_COUNTERS")
+    counters = block("TESSERA_COUNTERS") + block("TESSERA_HOST_COUNTERS")
+    return keys, counters, block("TESSERA_GAUGES")
 
 
 KEYS, COUNTERS, GAUGES = xmacro_names()

@@ -55,6 +55,12 @@ static void slot_print(FILE *f, const tessera_page_slot_head *h)
             s->num_alloc_retries);
     fprintf(f, "tessera:     out of memory       %12" PRId64 "                 (num_ooms)\n",
             s->num_ooms);
+    if (s->num_host_alloc_calls > 0) { /* pinned host memory, only for programs that used it */
+        fprintf(f, "tessera:     pinned host served  %12" PRId64
+                   "                 (num_host_alloc_calls)\n", s->num_host_alloc_calls);
+        fprintf(f, "tessera:     pinned host pinned  %12" PRId64
+                   "                 (num_host_alloc)\n", s->num_host_alloc);
+    }
 }
 
 static void view_print(FILE *f, const ts_proc_view *v)
