@@ -495,7 +495,13 @@ def stats_summary(d, stat):
             ("reserved_peak", "reserved_bytes.all.peak"),
             ("allocated_peak", "allocated_bytes.all.peak"), ("retries", "num_alloc_retries"),
             ("ooms", "num_ooms"), ("stitches", "num_stitches"))
-    return " ".join("%s=%s" % (a, v.get(b)) for a, b in keys if b in v)
+    # pinned host memory, only where the program used it
+    host = (("host_calls", "num_host_alloc_calls"), ("host_pins", "num_host_alloc"),
+            ("host_reserved_peak", "host_allocated_bytes.peak"))
+    out = ["%s=%s" % (a, v.get(b)) for a, b in keys if b in v]
+    if v.get("num_host_alloc_calls"):
+        out += ["%s=%s" % (a, v.get(b)) for a, b in host if b in v]
+    return " ".join(out)
 
 
 def cmd_torch_compare(records):

@@ -425,6 +425,8 @@ mapfile -t PROGRAMS < <(awk '/\\$/ { sub(/\\$/, ""); buf = buf $0; next }
     { line = buf $0; buf = "" }
     line ~ /^(RUNTIME|DRIVER)_PROGRAMS :=/ { sub(/^[A-Z_]+ :=/, "", line); n = split(line, w, " ");
         for (k = 1; k <= n; k++) print w[k] }' "$REPO/tests/programs/Makefile.nvcc")
+# probes of tests/integration whose RESULT line must be the same with and without tessera
+PROBES=(pinned_probe free_async_probe)
 PDIR_shared="$BUILD_ABS/programs-shared"
 PDIR_static="$BUILD_ABS/programs-static"
 pdir() { [ "$1" = shared ] && echo "$PDIR_shared" || echo "$PDIR_static"; }
@@ -509,6 +511,23 @@ if [ "$NEED_PROGRAMS" = 1 ]; then
                     tail_file "$WORK/nvcc/$key.log" 10 "  | "
                 fi
             done
+        done
+        # the integration probes (plain C, compared with and without tessera in step d), with
+        # the C compiler against the shared cudart, as Meson builds them
+        for p in "${PROBES[@]}"; do
+            STEP_RUNS=$((STEP_RUNS + 1))
+            if timeout -k 5 "$(time_for 30)" cc -O2 -D_GNU_SOURCE -isystem "$CUDA_HOME/include" \
+                 -I"$REPO/tests/integration" -o "$PDIR_shared/$p" "$REPO/tests/integration/$p.c" \
+                 -L"$CUDA_LIB" -lcudart -Wl,-rpath,"$CUDA_LIB" -ldl -lpthread \
+                 >"$WORK/nvcc/probe-$p.log" 2>&1; then
+                rec type=build variant=shared "program=$p" status=PASS seconds=0 reason=cc
+            else
+                STEP_FAILS=$((STEP_FAILS + 1))
+                rec type=build variant=shared "program=$p" status=FAIL seconds=0 \
+                    "reason=cc: $(grep -m1 -iE 'error' "$WORK/nvcc/probe-$p.log" | cut -c1-200)"
+                log "FAIL cc $p"
+                tail_file "$WORK/nvcc/probe-$p.log" 10 "  | "
+            fi
         done
         # the shared programs must find libcudart.so.13; the static ones must not need it
         if [ -x "$PDIR_shared/churn" ]; then
@@ -703,6 +722,13 @@ if [ "$CAP_D" -gt 0 ]; then
     STAGING_OK="r:status=ok r:host_bad=0 r:mallochost_bad=0 r:driver_bad=0 r:async_bad=0"
     pair shared staging 60 "$STAGING_OK" -- --size 4M --steps 200
     pair shared staging 60 "$STAGING_OK" -- --size 64M --steps 48
+    # the driver's answers, natively and under tessera: the same RESULT line
+    for p in "${PROBES[@]}"; do
+        MIN_NEED=5 run_prog shared native "$p" 30 "r:status=ok" --
+        [ "$RUN_STATUS" = PASS ] || continue
+        native_out=$(ls -td "$WORK"/runs/d*-shared-"$p"-native | head -n 1)/stdout
+        MIN_NEED=5 run_prog shared tessera "$p" 30 "r:status=ok same:$native_out" --
+    done
     for ipc_conf in expandable_segments:False expandable_segments:True; do
         TESSERA_ALLOC_CONF=$ipc_conf MIN_NEED=5 run_prog shared tessera ipc_share 60 "$IPC_OK" -- --mode basic
     done
