@@ -149,6 +149,17 @@ TS_HIDDEN void ts_ctx_forget(CUcontext ctx);
  * peer's allocator grants `from` its virtual-memory mappings, now or once it exists. */
 TS_HIDDEN void ts_ctx_peer_enabled(CUcontext peer, CUdevice from);
 TS_HIDDEN void ts_ctx_forget_primary(CUdevice dev);
+/* cudaFreeAsync on stream (0: not one stream's order): ts_ctx_free, with ts_free_on_stream's
+ * rule for a block allocated for that stream. */
+TS_HIDDEN int ts_ctx_free_on_stream(uintptr_t ptr, uintptr_t stream, size_t *requested);
+/* Stream s is being destroyed: every allocator forgets the order of its frees. */
+TS_HIDDEN void ts_ctx_stream_retired(CUstream s);
+/* Allocations left to the driver and counted by an allocator (ts_allocator_driver_*): note one
+ * recorded; take ptr's record before its free is forwarded (the allocator that counted it, and
+ * its bytes; NULL when none did); restore it when the driver refused that free. */
+TS_HIDDEN void ts_ctx_driver_left_note(void);
+TS_HIDDEN ts_allocator *ts_ctx_driver_left_take(uintptr_t ptr, size_t *bytes);
+TS_HIDDEN void ts_ctx_driver_left_restore(ts_allocator *a, uintptr_t ptr, size_t bytes);
 /* Count a call forwarded untouched. */
 TS_HIDDEN void ts_ctx_count_passthrough(void);
 /* Report an out-of-memory (rate-limited). */

@@ -71,7 +71,8 @@ enum tessera_pool_index {
     X(largest_free_block_bytes, "bytes", "Largest free cached block (0 when none)")               \
     X(stitched_bytes, "bytes", "Bytes currently mapped in stitched virtual ranges")               \
     X(memory_limit_bytes, "bytes", "The effective allocator limit (0 when none)")                 \
-    X(device_total_bytes, "bytes", "Device memory capacity as the driver reports it")
+    X(device_total_bytes, "bytes", "Device memory capacity as the driver reports it")            \
+    X(driver_bytes, "bytes", "Live allocations left to the driver (managed, own pools), capped")
 
 typedef struct tessera_device_stats {
 #define TESSERA_X_ARRAY(name, unit, help) tessera_stat name[TESSERA_POOL_COUNT];
@@ -86,7 +87,7 @@ typedef struct tessera_device_stats {
 #define TESSERA_X_GAUGE(name, unit, help) int64_t name;
     TESSERA_GAUGES(TESSERA_X_GAUGE)
 #undef TESSERA_X_GAUGE
-    int64_t reserved_tail[16]; /* room to append fields without moving what follows */
+    int64_t reserved_tail[15]; /* room to append fields without moving what follows */
 } tessera_device_stats;
 
 #endif /* TESSERA_STATS_FIELDS_H */

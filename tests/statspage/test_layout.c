@@ -170,7 +170,8 @@ int main(void)
     OFF(tessera_device_stats, stitched_bytes, 1056);
     OFF(tessera_device_stats, memory_limit_bytes, 1064);
     OFF(tessera_device_stats, device_total_bytes, 1072);
-    OFF(tessera_device_stats, reserved_tail, 1080);
+    OFF(tessera_device_stats, driver_bytes, 1080);
+    OFF(tessera_device_stats, reserved_tail, 1088);
     OFF(tessera_stat, current, 0);
     OFF(tessera_stat, peak, 8);
     OFF(tessera_stat, allocated, 16);
