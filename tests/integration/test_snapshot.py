@@ -249,6 +249,24 @@ class SnapshotOnOom(Base):
         chk = subprocess.run([it.REPLAY, "--check-pytorch", files[0]], capture_output=True,
                              text=True)
         self.assertEqual(chk.returncode, 0, chk.stderr)
+
+    def test_stream_ordered_blocks_are_in_the_snapshot(self):
+        # async_pool's probe: cudaMallocAsync of 32 MiB blocks on its stream until the 128 MiB
+        # cap refuses one; the snapshot at that failure holds the four, on that stream
+        tpl = os.path.join(self.env.tmp, "oom-%p-%n.pickle")
+        run = self.env.run(it.prog("async_pool", "--limit-probe"), memory="512M",
+                           conf=f"memory_limit:128M,history_events:1024,snapshot_on_oom:{tpl}")
+        self.assertEqual(run.rc, 0, run)
+        files = glob.glob(os.path.join(self.env.tmp, "oom-*-1.pickle"))
+        self.assertEqual(len(files), 1, run)
+        data = self.check_layout(files[0])
+        live = [(seg["stream"], b["size"]) for seg in data["segments"] for b in seg["blocks"]
+                if b["state"] == "active_allocated"]
+        self.assertEqual([size for _, size in live], [32 * MiB] * 4, live)
+        self.assertEqual(len({stream for stream, _ in live}), 1, live)
+        self.assertNotEqual(live[0][0], 0, live)  # the program's stream, not cudaMalloc's 0
+        allocs = [e for e in data["device_traces"][0] if e["action"] == "alloc"]
+        self.assertTrue(any(e["stream"] == live[0][0] and e["size"] == 32 * MiB for e in allocs))
         self.assertIn("allocations at PyTorch's address: 3/3", chk.stdout)
         # the kept page and its history ring are both collected once the process is gone
         kept = sorted(f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera."))
