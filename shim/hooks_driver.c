@@ -275,14 +275,14 @@ static CUresult alloc_async(const async_call *c, bool ptsz)
                                    !__atomic_load_n(&pool_replaced[dev], __ATOMIC_ACQUIRE);
     if (!ours)
         return alloc_left(c);
-    uintptr_t p = 0;
+    uintptr_t p = 0, tag = stream_tag(c->s, ptsz);
     ts_oom_info oom;
-    if (ts_malloc_ex(a, c->size, stream_tag(c->s, ptsz), &p, &oom) == TS_OK) {
+    if (ts_malloc_ex(a, c->size, tag, &p, &oom) == TS_OK) {
         *c->dptr = (CUdeviceptr)p;
-        ts_trace_alloc(p, c->size, false);
+        ts_trace_alloc_on(p, c->size, false, tag);
         return CUDA_SUCCESS;
     }
-    ts_trace_alloc(0, c->size, true);
+    ts_trace_alloc_on(0, c->size, true, tag);
     ts_report_oom(&oom);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -415,7 +415,7 @@ static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr 
     size_t size = 0;
     int rc = ts_ctx_free_on_stream((uintptr_t)dptr, free_order(s, ptsz), &size);
     if (rc == TS_OK) {
-        ts_trace_free((uintptr_t)dptr, size);
+        ts_trace_free_on((uintptr_t)dptr, size, stream_tag(s, ptsz));
         return CUDA_SUCCESS;
     }
     if (rc == TS_EINVAL) {

@@ -801,9 +801,12 @@ class StreamOrdered(Base):
                 self.assertEqual(run.stats["num_invalid_frees"], 1, run)  # the second cudaFreeAsync
                 self.assertEqual(run.stats["driver_bytes"], 0, run)  # the driver's, uncounted at free
                 with open(trace) as f:  # RMM's columns: thread, time, action, pointer, size, stream
-                    actions = [l.split(",")[2] for l in f if l.count(",") >= 5]
-                self.assertEqual(actions.count("allocate"), self.SERVED, run)
-                self.assertEqual(actions.count("free"), self.SERVED, run)
+                    rows = [l.split(",") for l in f if l.count(",") >= 5]
+                allocs = [r for r in rows if r[2] == "allocate"]
+                self.assertEqual(len(allocs), self.SERVED, run)
+                self.assertEqual(sum(r[2] == "free" for r in rows), self.SERVED, run)
+                # each on the stream it named (the legacy and per-thread ones included), never 0
+                self.assertNotIn("0", [r[5].strip() for r in allocs], run)
 
     def test_memory_limit_counts_every_kind(self):
         for conf in self.POLICIES:

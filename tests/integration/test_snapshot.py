@@ -249,6 +249,16 @@ class SnapshotOnOom(Base):
         chk = subprocess.run([it.REPLAY, "--check-pytorch", files[0]], capture_output=True,
                              text=True)
         self.assertEqual(chk.returncode, 0, chk.stderr)
+        self.assertIn("allocations at PyTorch's address: 3/3", chk.stdout)
+        # the kept page and its history ring are both collected once the process is gone
+        kept = sorted(f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera."))
+        self.assertEqual(len(kept), 2, kept)
+        self.assertTrue(any(".history." in f for f in kept), kept)
+        gc = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "--gc"], capture_output=True,
+                            text=True)
+        self.assertEqual(gc.returncode, 0, gc.stdout + gc.stderr)
+        self.assertIn("removed 1 stale page and 1 history ring", gc.stdout)
+        self.assertEqual([f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera.")], [])
 
     def test_stream_ordered_blocks_are_in_the_snapshot(self):
         # async_pool's probe: cudaMallocAsync of 32 MiB blocks on its stream until the 128 MiB
@@ -267,16 +277,6 @@ class SnapshotOnOom(Base):
         self.assertNotEqual(live[0][0], 0, live)  # the program's stream, not cudaMalloc's 0
         allocs = [e for e in data["device_traces"][0] if e["action"] == "alloc"]
         self.assertTrue(any(e["stream"] == live[0][0] and e["size"] == 32 * MiB for e in allocs))
-        self.assertIn("allocations at PyTorch's address: 3/3", chk.stdout)
-        # the kept page and its history ring are both collected once the process is gone
-        kept = sorted(f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera."))
-        self.assertEqual(len(kept), 2, kept)
-        self.assertTrue(any(".history." in f for f in kept), kept)
-        gc = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "--gc"], capture_output=True,
-                            text=True)
-        self.assertEqual(gc.returncode, 0, gc.stdout + gc.stderr)
-        self.assertIn("removed 1 stale page and 1 history ring", gc.stdout)
-        self.assertEqual([f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera.")], [])
 
     def test_symbolize_names_the_raw_frames(self):
         # snapshot_on_oom keeps the frames as file offsets (no symbol tables read at a failure);
