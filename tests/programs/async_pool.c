@@ -9,7 +9,7 @@
  *    its own pattern, read back, and freed by the call that goes with it (cudaFreeAsync,
  *    cuMemFreeAsync(_ptsz), cudaFree, cuMemFree);
  *  - the default pool's usage as the program reads it (cudaMemPoolGetAttribute) while 1 MiB of
- *    it is live and after its free;
+ *    it is live and after its free, and its high mark before and after a reset to 0;
  *  - an explicit pool (cudaMemPoolCreate): a block from it, its usage, and cudaMallocAsync while
  *    it is the device's current pool (cudaDeviceSetMemPool): the block must come from it;
  *  - managed memory (cudaMallocManaged), written by the host and copied back;
@@ -20,7 +20,7 @@
  * Mode reuse: N rounds of cudaMallocAsync / cudaFreeAsync of 1 MiB on S (a stream's own order).
  * Mode cross: N rounds of cudaMallocAsync on S / cudaFreeAsync on another stream S2.
  * Kernels are not used: every check goes through copies.
- * RESULT fields: bytes_bad, used_live, used_after, pool_used, current_pool, free_sync,
+ * RESULT fields: bytes_bad, used_live, reserved_ok, used_after, high_before, high_reset, pool_used, current_pool, free_sync,
  * double_free, fit_async, fit_pool, fit_managed (-1 without --limit-probe), rounds. */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -171,6 +171,10 @@ int main(int argc, char **argv) {
   CHECK(cudaFreeAsync(a, s));
   CHECK(cudaStreamSynchronize(s));
   unsigned long long used_after = pool_attr(def, cudaMemPoolAttrUsedMemCurrent);
+  unsigned long long high_before = pool_attr(def, cudaMemPoolAttrUsedMemHigh);
+  cuuint64_t zero = 0;
+  CHECK(cudaMemPoolSetAttribute(def, cudaMemPoolAttrUsedMemHigh, &zero)); /* reset the mark */
+  unsigned long long high_reset = pool_attr(def, cudaMemPoolAttrUsedMemHigh);
   CHECK(cudaMallocFromPoolAsync(&b, 3 * MiB + 5, def, s));
   bad += round_trip(b, 3 * MiB + 5, 2, s);
   CHECK(cudaFreeAsync(b, s));
@@ -248,9 +252,9 @@ int main(int argc, char **argv) {
   CHECK(cudaMemPoolDestroy(own));
   CHECK(cudaDeviceSynchronize());
   printf("RESULT status=ok bytes_bad=%d used_live=%llu reserved_ok=%d used_after=%llu "
-         "pool_used=%llu current_pool=%d free_sync=%s double_free=%s fit_async=%d fit_pool=%d "
-         "fit_managed=%d\n",
-         bad, used_live, reserved_live >= used_live, used_after, pool_used, current_pool,
-         free_sync, double_free, fit_async, fit_pool, fit_managed);
+         "high_before=%llu high_reset=%llu pool_used=%llu current_pool=%d free_sync=%s "
+         "double_free=%s fit_async=%d fit_pool=%d fit_managed=%d\n",
+         bad, used_live, reserved_live >= used_live, used_after, high_before, high_reset,
+         pool_used, current_pool, free_sync, double_free, fit_async, fit_pool, fit_managed);
   return bad ? EXIT_CORRUPTION : 0;
 }
