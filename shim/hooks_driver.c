@@ -174,7 +174,7 @@ CUresult ts_driver_free(CUdeviceptr dptr)
 static CUmemoryPool default_pool[64];
 static bool pool_replaced[64];
 
-static CUmemoryPool pool_default(int dev)
+CUmemoryPool ts_pool_default(int dev)
 {
     if (dev < 0 || dev >= 64 || !ts_real.cuDeviceGetDefaultMemPool)
         return NULL;
@@ -270,7 +270,7 @@ static CUresult alloc_async(const async_call *c, bool ptsz)
     if (!a)
         return call_driver(c);
     int dev = ts_allocator_device(a);
-    bool ours = c->from_pool ? c->pool && c->pool == pool_default(dev)
+    bool ours = c->from_pool ? c->pool && c->pool == ts_pool_default(dev)
                              : dev < 0 || dev >= 64 ||
                                    !__atomic_load_n(&pool_replaced[dev], __ATOMIC_ACQUIRE);
     if (!ours)
@@ -334,7 +334,7 @@ static CUresult hook_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = ts_real.cuDeviceSetMemPool(dev, pool);
     if (r == CUDA_SUCCESS && dev >= 0 && dev < 64)
-        __atomic_store_n(&pool_replaced[dev], pool != pool_default(dev), __ATOMIC_RELEASE);
+        __atomic_store_n(&pool_replaced[dev], pool != ts_pool_default(dev), __ATOMIC_RELEASE);
     return r;
 }
 
@@ -345,7 +345,7 @@ static ts_allocator *pool_allocator(CUmemoryPool pool)
     CUcontext ctx;
     ts_allocator *a = pool && ts_shim_active() && !hook_pass(ts_tls_get()) ? ts_ctx_allocator(&ctx)
                                                                             : NULL;
-    return a && pool == pool_default(ts_allocator_device(a)) ? a : NULL;
+    return a && pool == ts_pool_default(ts_allocator_device(a)) ? a : NULL;
 }
 
 /* A program's own view of its default pool: the driver's figures plus the stream-ordered blocks

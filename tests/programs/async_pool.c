@@ -9,7 +9,8 @@
  *    its own pattern, read back, and freed by the call that goes with it (cudaFreeAsync,
  *    cuMemFreeAsync(_ptsz), cudaFree, cuMemFree);
  *  - the default pool's usage as the program reads it (cudaMemPoolGetAttribute) while 1 MiB of
- *    it is live and after its free, and its high mark before and after a reset to 0;
+ *    it is live and after its free, and its high mark before and after a reset to 0; the pool
+ *    a block says it came from (3: the default pool for cudaMallocAsync's, none for cudaMalloc's);
  *  - an explicit pool (cudaMemPoolCreate): a block from it, its usage, and cudaMallocAsync while
  *    it is the device's current pool (cudaDeviceSetMemPool): the block must come from it;
  *  - managed memory (cudaMallocManaged), written by the host and copied back;
@@ -20,7 +21,7 @@
  * Mode reuse: N rounds of cudaMallocAsync / cudaFreeAsync of 1 MiB on S (a stream's own order).
  * Mode cross: N rounds of cudaMallocAsync on S / cudaFreeAsync on another stream S2.
  * Kernels are not used: every check goes through copies.
- * RESULT fields: bytes_bad, used_live, reserved_ok, used_after, high_before, high_reset, pool_used, current_pool, free_sync,
+ * RESULT fields: bytes_bad, used_live, reserved_ok, used_after, high_before, high_reset, pool_of, pool_used, current_pool, free_sync,
  * double_free, fit_async, fit_pool, fit_managed (-1 without --limit-probe), rounds. */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -168,6 +169,13 @@ int main(int argc, char **argv) {
   unsigned long long used_live = pool_attr(def, cudaMemPoolAttrUsedMemCurrent);
   unsigned long long reserved_live = pool_attr(def, cudaMemPoolAttrReservedMemCurrent);
   bad += round_trip(a, 1 * MiB, 1, s);
+  void *plain;
+  CHECK(cudaMalloc(&plain, 1 * MiB));
+  CUmemoryPool of_async = NULL, of_malloc = (CUmemoryPool)1;
+  DRV(drv.attr(&of_async, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, (CUdeviceptr)(uintptr_t)a));
+  DRV(drv.attr(&of_malloc, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, (CUdeviceptr)(uintptr_t)plain));
+  int pool_of = (of_async == (CUmemoryPool)def) + 2 * (of_malloc == NULL);
+  CHECK(cudaFree(plain));
   CHECK(cudaFreeAsync(a, s));
   CHECK(cudaStreamSynchronize(s));
   unsigned long long used_after = pool_attr(def, cudaMemPoolAttrUsedMemCurrent);
@@ -252,9 +260,9 @@ int main(int argc, char **argv) {
   CHECK(cudaMemPoolDestroy(own));
   CHECK(cudaDeviceSynchronize());
   printf("RESULT status=ok bytes_bad=%d used_live=%llu reserved_ok=%d used_after=%llu "
-         "high_before=%llu high_reset=%llu pool_used=%llu current_pool=%d free_sync=%s "
-         "double_free=%s fit_async=%d fit_pool=%d fit_managed=%d\n",
-         bad, used_live, reserved_live >= used_live, used_after, high_before, high_reset,
+         "high_before=%llu high_reset=%llu pool_of=%d pool_used=%llu current_pool=%d "
+         "free_sync=%s double_free=%s fit_async=%d fit_pool=%d fit_managed=%d\n",
+         bad, used_live, reserved_live >= used_live, used_after, high_before, high_reset, pool_of,
          pool_used, current_pool, free_sync, double_free, fit_async, fit_pool, fit_managed);
   return bad ? EXIT_CORRUPTION : 0;
 }
