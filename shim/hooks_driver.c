@@ -202,8 +202,9 @@ static uintptr_t free_order(CUstream s, bool ptsz)
     return tag == (uintptr_t)CU_STREAM_PER_THREAD ? 0 : tag;
 }
 
-/* A stream-ordered call as the driver would take it, for the cases tessera forwards. */
-typedef struct async_call {
+/* An allocation call as the driver takes it (stream-ordered or managed), for the cases tessera
+ * forwards. */
+typedef struct alloc_call {
     CUresult (*alloc)(CUdeviceptr *, size_t, CUstream);                 /* cuMemAllocAsync(_ptsz) */
     CUresult (*from_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream); /* or FromPool */
     CUresult (*managed)(CUdeviceptr *, size_t, unsigned int);           /* or cuMemAllocManaged */
@@ -212,9 +213,9 @@ typedef struct async_call {
     CUmemoryPool pool;
     CUstream s;
     unsigned int flags;
-} async_call;
+} alloc_call;
 
-static CUresult call_driver(const async_call *c)
+static CUresult call_driver(const alloc_call *c)
 {
     if (c->alloc)
         return c->alloc(c->dptr, c->size, c->s);
@@ -228,7 +229,7 @@ static CUresult call_driver(const async_call *c)
  * request past the cap gets the driver's out-of-memory answer); uncounted by whichever free
  * releases it (ts_ctx_driver_left_take). When the driver itself is out of memory, tessera's cache
  * is given back and the call made once more. */
-static CUresult alloc_left(const async_call *c)
+static CUresult alloc_left(const alloc_call *c)
 {
     CUcontext ctx;
     ts_allocator *a = ts_ctx_allocator(&ctx);
@@ -257,7 +258,7 @@ static CUresult alloc_left(const async_call *c)
  * like any allocation. Forwarded: what the driver must refuse (no pointer, size 0), allocations
  * inside a stream capture (graph memory, the graph's own), and requests while the program has
  * made another pool the device's current one (counted, alloc_left). */
-static CUresult alloc_async(const async_call *c, bool ptsz)
+static CUresult alloc_async(const alloc_call *c, bool ptsz)
 {
     if (!HOOK_READY() || !(c->alloc || c->from_pool))
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -289,20 +290,20 @@ static CUresult alloc_async(const async_call *c, bool ptsz)
 
 static CUresult hook_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 {
-    async_call c = {.alloc = ts_real.cuMemAllocAsync, .dptr = dptr, .size = size, .s = s};
+    alloc_call c = {.alloc = ts_real.cuMemAllocAsync, .dptr = dptr, .size = size, .s = s};
     return alloc_async(&c, false);
 }
 
 static CUresult hook_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
 {
-    async_call c = {.alloc = ts_real.cuMemAllocAsync_ptsz, .dptr = dptr, .size = size, .s = s};
+    alloc_call c = {.alloc = ts_real.cuMemAllocAsync_ptsz, .dptr = dptr, .size = size, .s = s};
     return alloc_async(&c, true);
 }
 
 static CUresult hook_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
                                              CUstream s)
 {
-    async_call c = {.from_pool = ts_real.cuMemAllocFromPoolAsync, .dptr = dptr, .size = size,
+    alloc_call c = {.from_pool = ts_real.cuMemAllocFromPoolAsync, .dptr = dptr, .size = size,
                     .pool = pool, .s = s};
     return alloc_async(&c, false);
 }
@@ -310,7 +311,7 @@ static CUresult hook_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUm
 static CUresult hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size,
                                                   CUmemoryPool pool, CUstream s)
 {
-    async_call c = {.from_pool = ts_real.cuMemAllocFromPoolAsync_ptsz, .dptr = dptr,
+    alloc_call c = {.from_pool = ts_real.cuMemAllocFromPoolAsync_ptsz, .dptr = dptr,
                     .size = size, .pool = pool, .s = s};
     return alloc_async(&c, true);
 }
@@ -321,7 +322,7 @@ static CUresult hook_cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned 
 {
     if (!HOOK_READY() || !ts_real.cuMemAllocManaged)
         return CUDA_ERROR_NOT_INITIALIZED;
-    async_call c = {.managed = ts_real.cuMemAllocManaged, .dptr = dptr, .size = size,
+    alloc_call c = {.managed = ts_real.cuMemAllocManaged, .dptr = dptr, .size = size,
                     .flags = flags};
     if (hook_pass(ts_tls_get()) || !dptr || size == 0 || ts_capture_underway())
         return call_driver(&c);
