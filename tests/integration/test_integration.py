@@ -823,7 +823,8 @@ class StreamOrdered(Base):
                 if conf != "expandable_segments:True":
                     self.assertEqual(run.result["fit_async"], "4", run)
                 else:  # a free 4 MiB tail of the stream's reservation stays mapped (the OOM
-                    # snapshot shows it after the release pass): the fourth block does not fit
+                    # snapshot shows it after the release pass; cudaMalloc's blocks after the
+                    # same frees meet it too): the fourth block does not fit
                     self.assertIn(run.result["fit_async"], ("3", "4"), run)
                 self.assertIn("exceed memory_limit", run.stderr)
 
