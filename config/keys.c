@@ -110,7 +110,9 @@ const key_desc cfg_keys[KEY_COUNT] = {
         .offset = FIELD(memory_limit), .def.u = 0,
         .range = "a size in bytes with an optional K, M, G or T suffix (binary multiples), "
                  "0 for no limit",
-        .help = "Most bytes the allocator may reserve per device, e.g. 8G or 512M. 0: no limit.",
+        .help = "Most bytes the allocator may reserve per device, e.g. 8G or 512M. 0: no limit. "
+                "Memory left to the driver (managed memory, pools the program creates) counts "
+                "too: a request past the limit gets the driver's out-of-memory error.",
     },
     [KEY_STATS] = {
         .name = "stats", .kind = KIND_BOOL, .flags = F_TESSERA,

@@ -16,7 +16,7 @@
 
 /* --- locking ---------------------------------------------------------------------------------- */
 
-static void allocator_lock(ts_allocator *a)
+void allocator_lock(ts_allocator *a)
 {
     pthread_mutex_lock(&a->lock);
 }
@@ -38,7 +38,7 @@ static void allocator_observe(ts_allocator *a)
     a->observer(a->observer_user, a);
 }
 
-static void allocator_unlock(ts_allocator *a)
+void allocator_unlock(ts_allocator *a)
 {
 #ifdef TS_EXPENSIVE_CHECKS
     char why[256];
@@ -77,6 +77,11 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
     int mrc = pthread_mutex_init(&a->lock, &attr);
     pthread_mutexattr_destroy(&attr);
     if (mrc != 0 || ts_ptrmap_init(&a->live, 1024) != 0) {
+        free(a);
+        return NULL;
+    }
+    if (ts_ptrmap_init(&a->driver_live, 16) != 0) {
+        ts_ptrmap_destroy(&a->live);
         free(a);
         return NULL;
     }
@@ -184,6 +189,7 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
     st_close(a);
     pthread_mutex_unlock(&a->lock);
     ts_ptrmap_destroy(&a->live);
+    ts_ptrmap_destroy(&a->driver_live);
     ts_slab_destroy(&a->block_slab);
     ts_slab_destroy(&a->segment_slab);
     ts_slab_destroy(&a->handle_slab);
@@ -215,6 +221,11 @@ void ts_allocator_forget_all(ts_allocator *a)
     memset(&a->large.unmapped, 0, sizeof a->large.unmapped);
     memset(a->live.slots, 0, (a->live.mask + 1) * sizeof *a->live.slots);
     a->live.count = 0;
+    memset(a->driver_live.slots, 0, (a->driver_live.mask + 1) * sizeof *a->driver_live.slots);
+    a->driver_live.count = 0;
+    a->driver_bytes = 0; /* the driver's memory of the context went with it */
+    gauge_set(a, &a->st->driver_bytes, 0);
+    a->tagged.used = a->tagged.reserved = 0;
     a->total_allocated_memory = 0;
     a->stitched_segments = 0;
     a->peer_devices = 0; /* peer access ends with the context */
@@ -253,7 +264,8 @@ size_t ts_allocator_cap(const ts_allocator *a)
 /* Would reserving bytes more stay within the cap (memory_limit, memory fraction)? */
 static bool cap_allows(const ts_allocator *a, size_t bytes)
 {
-    return !a->set_fraction || a->total_allocated_memory + bytes <= a->allowed_memory_maximum;
+    return !a->set_fraction ||
+           a->total_allocated_memory + a->driver_bytes + bytes <= a->allowed_memory_maximum;
 }
 
 /* A new plain segment (one seg_alloc) of alloc_size bytes, its one block FREE and in no tree. */
@@ -403,6 +415,16 @@ static size_t oom_device_free(ts_allocator *a, const ts_oom_info *oom)
     return 0;
 }
 
+static void stream_usage_add(ts_stream_usage *u, size_t used, size_t reserved)
+{
+    u->used += used;
+    u->reserved += reserved;
+    if (u->used > u->used_high)
+        u->used_high = u->used;
+    if (u->reserved > u->reserved_high)
+        u->reserved_high = u->reserved;
+}
+
 int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
                  ts_oom_info *oom)
 {
@@ -490,6 +512,8 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     if (spare)
         a->spare = spare; /* unused: still zeroed (alloc_found_block touches it only to split) */
     *out = b->addr;
+    if (stream)
+        stream_usage_add(&a->tagged, size, b->size);
     TS_HISTORY_NOTE(a, TESSERA_EV_ALLOC, b->addr, b->size, stream, size);
     allocator_unlock(a);
     return TS_OK;
@@ -505,7 +529,8 @@ int ts_free(ts_allocator *a, uintptr_t ptr)
     return ts_free_ex(a, ptr, NULL);
 }
 
-int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested)
+/* The free path; stream: the stream the program frees in the order of (0: none). */
+static int free_on(ts_allocator *a, uintptr_t ptr, uintptr_t stream, size_t *requested)
 {
     tessera_device_stats *st = a->st;
     allocator_lock(a);
@@ -533,15 +558,32 @@ int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested)
     if (b->size >= a->cfg.max_split_size)
         stat_decrease(a, &st->oversize_allocations, 1);
     TS_HISTORY_NOTE(a, TESSERA_EV_FREE_REQUESTED, b->addr, b->size, b->stream, b->requested);
+    if (b->stream) {
+        a->tagged.used -= b->requested;
+        a->tagged.reserved -= b->size;
+    }
 
     if (a->use_fences) {
         fences_defer_free(a, b);
     } else {
-        b->free_epoch = a->order_epoch; /* reuse_fence:order: freed since the last order point */
+        /* reuse_fence:order: freed since the last order point, unless freed in the order of the
+         * one stream the block serves (its pool is that stream's: no other stream takes it, and
+         * that stream's later work follows the free) */
+        b->free_epoch = stream && stream == b->stream ? 0 : a->order_epoch;
         block_free_complete(a, b);
     }
     allocator_unlock(a);
     return TS_OK;
+}
+
+int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested)
+{
+    return free_on(a, ptr, 0, requested);
+}
+
+int ts_free_on_stream(ts_allocator *a, uintptr_t ptr, uintptr_t stream, size_t *requested)
+{
+    return free_on(a, ptr, stream, requested);
 }
 
 void ts_allocator_order_reuse(ts_allocator *a)

@@ -76,6 +76,38 @@ int ts_free(ts_allocator *a, uintptr_t ptr);
 /* ts_free that also reports the freed allocation's requested size (may be NULL). */
 int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested);
 
+/* Free, in stream order, a block the program frees on stream (cudaFreeAsync): a block allocated
+ * for that same stream (stream != 0) is reusable at once by later requests on it, with no order
+ * point and no fence (reuse_fence:order, none), since the stream's own order puts its later work
+ * after the free and no other stream is ever handed it; any other block is freed as ts_free_ex
+ * frees it. Results as ts_free_ex. */
+int ts_free_on_stream(ts_allocator *a, uintptr_t ptr, uintptr_t stream, size_t *requested);
+
+/* Stream is gone (its handle may name a new stream later): blocks freed in its order are
+ * ordered like any other free before they are handed out again. */
+void ts_allocator_stream_retire(ts_allocator *a, uintptr_t stream);
+
+/* What the stream-ordered allocations served here (those made with a non-zero stream) add up
+ * to: requested bytes and block bytes, now and at their high marks. reset_used_high,
+ * reset_reserved_high: drop that mark to the current value first. */
+typedef struct ts_stream_usage {
+    size_t used, used_high, reserved, reserved_high;
+} ts_stream_usage;
+void ts_allocator_stream_usage(ts_allocator *a, bool reset_used_high, bool reset_reserved_high,
+                               ts_stream_usage *out);
+
+/* Memory the program holds from the driver directly, outside tessera's segments (managed memory,
+ * pools left to the driver): counted in driver_bytes and against the cap (driver.c).
+ * reserve: count bytes before the driver call; TS_OK, or TS_ENOMEM (counted in num_ooms) when
+ * they would exceed the cap even after releasing the cache (capped false: count them whatever the
+ * cap, for memory the program already holds). record: the call succeeded at addr
+ * (TS_ENOMEM: no host memory to remember it; the bytes are then uncounted). unreserve: the call
+ * failed. forget: addr was freed; TS_OK with its bytes uncounted, or TS_ENOTFOUND. */
+int ts_allocator_driver_reserve(ts_allocator *a, size_t bytes, bool capped);
+int ts_allocator_driver_record(ts_allocator *a, uintptr_t addr, size_t bytes);
+void ts_allocator_driver_unreserve(ts_allocator *a, size_t bytes);
+int ts_allocator_driver_forget(ts_allocator *a, uintptr_t addr, size_t *bytes);
+
 /* Make a stream-order point now (reuse_fence:order): work issued on the device from here on is
  * ordered after all work issued before, whatever became of the blocks freed earlier. The shim
  * calls it when a context's work stops being confined to one queue (a second host thread). */

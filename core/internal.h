@@ -136,6 +136,14 @@ struct ts_allocator {
     size_t allowed_memory_maximum;
     size_t device_total;
 
+    /* Memory the program holds from the driver itself (driver.c): address -> bytes, counted in
+     * driver_bytes and against the cap together with total_allocated_memory. */
+    ts_ptrmap driver_live;
+    size_t driver_bytes;
+    /* Stream-ordered allocations served here (blocks with a stream tag), live now and at their
+     * high marks: requested bytes (used) and block bytes (reserved). */
+    ts_stream_usage tagged;
+
     /* Counters: in the stats page when there is one, else in own_stats. */
     tessera_device_stats *st;
     uint64_t *seq;
@@ -309,6 +317,11 @@ static inline void backend_enter(ts_allocator *a)
 {
     st_close(a);
 }
+
+/* The allocator's mutex (allocator.c): unlock also runs the observer and closes the stats
+ * window, as every entry point must. */
+void allocator_lock(ts_allocator *a);
+void allocator_unlock(ts_allocator *a);
 
 /* A backend call like any other: the stats window is closed first. */
 static inline bool backend_capturing(ts_allocator *a)

@@ -8,6 +8,7 @@ void ts_allocator_mem_info(ts_allocator *a, size_t dev_free, size_t dev_total, s
     size_t reserved = a->total_allocated_memory;
     int64_t allocated_now = a->st->allocated_bytes[TESSERA_POOL_ALL].current;
     size_t cap = ts_allocator_cap(a);
+    size_t driver = a->driver_bytes; /* the driver's own allocations count under the cap */
     pthread_mutex_unlock(&a->lock);
 
     size_t allocated = allocated_now > 0 ? (size_t)allocated_now : 0;
@@ -19,7 +20,7 @@ void ts_allocator_mem_info(ts_allocator *a, size_t dev_free, size_t dev_total, s
     if (free_bytes > total)
         free_bytes = total;
     if (cap) {
-        size_t room = cap > allocated ? cap - allocated : 0;
+        size_t room = cap > allocated + driver ? cap - allocated - driver : 0;
         if (free_bytes > room)
             free_bytes = room;
     }

@@ -18,10 +18,13 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      libtessera.so, and with TESSERA_TRACE recording
   5. stream-ordered reuse through LD_PRELOAD (tests/bench/stream_order.py): the tight
      cudaMalloc/cudaFree loop against a glibc pair, the host-runs-ahead loop against
-     reuse_fence:none, the multi-stream variants against reuse_fence:sync
+     reuse_fence:none, the multi-stream variants against reuse_fence:sync, and streams that
+     overlap without per-round synchronisation (device time from event timestamps)
   6. pinned host memory through LD_PRELOAD (tests/bench/pinned.py): the cudaHostAlloc,
      cudaMallocHost and cuMemHostAlloc + free pair of tests/programs/staging without tessera,
      with its pinned cache and with pinned_cache:False
+  7. the cudaMallocAsync + cudaFreeAsync pair through LD_PRELOAD (tests/bench/async_pair.py):
+     without tessera, with its defaults and with expandable_segments:True
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -30,8 +33,8 @@ Options:
   --build-dir DIR   build directory (default: build-bench at the repository root)
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
-  --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned (default:
-                    all)
+  --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async
+                    (default: all)
   --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
                     GPU) instead of the published figures
   -h, --help
@@ -42,7 +45,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned"
+only="core,replay,steady,shim,stream,pinned,async"
 costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -278,6 +281,19 @@ if want pinned; then
     fi
 fi
 
+# --- 7. the stream-ordered allocation pair through LD_PRELOAD -------------------------------------
+if want async; then
+    if [ -x "$bd/tests/programs/staging" ] && [ -e "$bd/shim/libtessera.so" ]; then
+        echo "bench.sh: cudaMallocAsync/cudaFreeAsync pairs on the simulated device ..." >&2
+        args=()
+        [ "$quick" -eq 1 ] && args+=(--quick)
+        note_cmd async "python3 tests/bench/async_pair.py $B $B/bench-raw/async ${args[*]}"
+        python3 tests/bench/async_pair.py "$bd" "$raw/async" "${args[@]}" >/dev/null
+    else
+        echo "bench.sh: staging or libtessera.so is not built: skipping the async pair" >&2
+    fi
+fi
+
 # --- report -------------------------------------------------------------------------------------
 TS_BENCH_DRIVER_COSTS="${costs[1]:-}" python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
 if [ -f "$raw/stream.md" ]; then
@@ -289,5 +305,10 @@ if [ -f "$raw/pinned.md" ]; then
     { printf '\n## Pinned host memory through LD_PRELOAD (simulated device)\n\n'
       printf 'Command: `%s`\n\n' "$(grep '^pinned' "$raw/commands.txt" | cut -f2)"
       cat "$raw/pinned.md"; } | tee -a "$bd/bench-results.md"
+fi
+if [ -f "$raw/async.md" ]; then
+    { printf '\n## cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated device)\n\n'
+      printf 'Command: `%s`\n\n' "$(grep '^async' "$raw/commands.txt" | cut -f2)"
+      cat "$raw/async.md"; } | tee -a "$bd/bench-results.md"
 fi
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

@@ -516,6 +516,64 @@ void ts_ctx_forget_primary(CUdevice dev)
     pthread_mutex_unlock(&table_lock);
 }
 
+int ts_ctx_free_on_stream(uintptr_t ptr, uintptr_t stream, size_t *requested)
+{
+    if (__builtin_expect(__atomic_load_n(&ts_ipc_exported, __ATOMIC_RELAXED) != 0, 0))
+        return ts_ctx_free(ptr, requested); /* exported blocks: ipc.c's rules, plain free */
+    ts_ipc_tick();
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    ctx_entry *first = tls_last;
+    for (int i = -1; i < n; i++) {
+        ctx_entry *e = i < 0 ? first : &table[i];
+        if (!e || (i >= 0 && e == first) || !__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) || !e->a)
+            continue;
+        int rc = ts_free_on_stream(e->a, ptr, stream, requested);
+        if (rc != TS_ENOTFOUND)
+            return rc;
+    }
+    return TS_ENOTFOUND;
+}
+
+void ts_ctx_stream_retired(CUstream s)
+{
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (__atomic_load_n(&table[i].ctx, __ATOMIC_ACQUIRE) && table[i].a)
+            ts_allocator_stream_retire(table[i].a, (uintptr_t)s);
+}
+
+/* Live allocations left to the driver and counted (any context): while none, a foreign free
+ * costs one load more. */
+static unsigned driver_left_live;
+
+void ts_ctx_driver_left_note(void)
+{
+    __atomic_add_fetch(&driver_left_live, 1, __ATOMIC_RELAXED);
+}
+
+ts_allocator *ts_ctx_driver_left_take(uintptr_t ptr, size_t *bytes)
+{
+    if (__atomic_load_n(&driver_left_live, __ATOMIC_RELAXED) == 0 || !ptr)
+        return NULL;
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        ctx_entry *e = &table[i];
+        if (__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) && e->a &&
+            ts_allocator_driver_forget(e->a, ptr, bytes) == TS_OK) {
+            __atomic_sub_fetch(&driver_left_live, 1, __ATOMIC_RELAXED);
+            return e->a;
+        }
+    }
+    return NULL;
+}
+
+void ts_ctx_driver_left_restore(ts_allocator *a, uintptr_t ptr, size_t bytes)
+{
+    if (a && ts_allocator_driver_reserve(a, bytes, false) == TS_OK &&
+        ts_allocator_driver_record(a, ptr, bytes) == TS_OK)
+        ts_ctx_driver_left_note();
+}
+
 void ts_ctx_count_passthrough(void)
 {
     /* Counted on the thread's last allocator, when it has one: a page reader then sees how

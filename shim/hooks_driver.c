@@ -158,18 +158,252 @@ CUresult ts_driver_free(CUdeviceptr dptr)
     if (rc == TS_EINVAL)
         return CUDA_ERROR_INVALID_VALUE;
     ts_ctx_count_passthrough();
-    return ts_real.cuMemFree_v2(dptr); /* not ours: allocated before tessera, or elsewhere */
+    /* not ours: allocated before tessera, elsewhere, or left to the driver and counted */
+    size_t left = 0;
+    ts_allocator *a = ts_ctx_driver_left_take((uintptr_t)dptr, &left);
+    CUresult r = ts_real.cuMemFree_v2(dptr);
+    if (a && r != CUDA_SUCCESS)
+        ts_ctx_driver_left_restore(a, (uintptr_t)dptr, left);
+    return r;
 }
 
-/* cudaFreeAsync / cuMemFreeAsync given a block tessera served (from cudaMalloc): the driver
- * would free the whole segment under its other blocks, or refuse an interior pointer that it
- * would have freed had cudaMalloc been its own. tessera frees the block itself: its reuse fences
- * already keep the block from being handed out again before the work queued ahead of the free
- * is done. Stream-ordered allocations (cudaMallocAsync) are not tessera's and go to the driver.
- * During a stream capture nothing of tessera's may be freed (a free node needs a graph
- * allocation): its blocks get the driver's answer to a non-graph pointer, without the driver
- * ever seeing them. */
-static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr dptr, CUstream s)
+/* --- stream-ordered allocation and memory left to the driver ----------------------------------- */
+
+/* Each device's default pool, learnt from the driver on first use (NULL: not yet), and whether the
+ * program made another pool its current one (cuDeviceSetMemPool): cuMemAllocAsync then draws from
+ * that pool, which is the driver's to serve. */
+static CUmemoryPool default_pool[64];
+static bool pool_replaced[64];
+
+CUmemoryPool ts_pool_default(int dev)
+{
+    if (dev < 0 || dev >= 64 || !ts_real.cuDeviceGetDefaultMemPool)
+        return NULL;
+    CUmemoryPool p = __atomic_load_n(&default_pool[dev], __ATOMIC_ACQUIRE);
+    if (!p && ts_real.cuDeviceGetDefaultMemPool(&p, (CUdevice)dev) == CUDA_SUCCESS)
+        __atomic_store_n(&default_pool[dev], p, __ATOMIC_RELEASE);
+    return p;
+}
+
+/* The stream a stream-ordered call names, as the core's stream tag: the legacy stream and the
+ * per-thread one get their own tags (never 0, which is cudaMalloc's). A per-thread default stream
+ * is a different queue in each thread: its frees are never in one stream's order. */
+static uintptr_t stream_tag(CUstream s, bool ptsz)
+{
+    if (s == CU_STREAM_PER_THREAD || (ptsz && s == NULL))
+        return (uintptr_t)CU_STREAM_PER_THREAD;
+    if (s == NULL)
+        return (uintptr_t)CU_STREAM_LEGACY;
+    return (uintptr_t)s;
+}
+
+static uintptr_t free_order(CUstream s, bool ptsz)
+{
+    uintptr_t tag = stream_tag(s, ptsz);
+    return tag == (uintptr_t)CU_STREAM_PER_THREAD ? 0 : tag;
+}
+
+/* An allocation call as the driver takes it (stream-ordered or managed), for the cases tessera
+ * forwards. */
+typedef struct alloc_call {
+    CUresult (*alloc)(CUdeviceptr *, size_t, CUstream);                 /* cuMemAllocAsync(_ptsz) */
+    CUresult (*from_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream); /* or FromPool */
+    CUresult (*managed)(CUdeviceptr *, size_t, unsigned int);           /* or cuMemAllocManaged */
+    CUdeviceptr *dptr;
+    size_t size;
+    CUmemoryPool pool;
+    CUstream s;
+    unsigned int flags;
+} alloc_call;
+
+static CUresult call_driver(const alloc_call *c)
+{
+    if (c->alloc)
+        return c->alloc(c->dptr, c->size, c->s);
+    if (c->from_pool)
+        return c->from_pool(c->dptr, c->size, c->pool, c->s);
+    return c->managed(c->dptr, c->size, c->flags);
+}
+
+/* Memory the driver serves (managed memory, a pool the program configured): counted by the
+ * current context's allocator, in driver_bytes and against memory_limit, before the call (a
+ * request past the cap gets the driver's out-of-memory answer); uncounted by whichever free
+ * releases it (ts_ctx_driver_left_take). When the driver itself is out of memory, tessera's cache
+ * is given back and the call made once more. */
+static CUresult alloc_left(const alloc_call *c)
+{
+    CUcontext ctx;
+    ts_allocator *a = ts_ctx_allocator(&ctx);
+    if (!a)
+        return call_driver(c);
+    if (ts_allocator_driver_reserve(a, c->size, true) != TS_OK) {
+        ts_log_once(&alloc_left, "a request of %zu bytes left to the driver (managed memory or "
+                                 "the program's own pool) would exceed memory_limit: refused "
+                                 "with CUDA_ERROR_OUT_OF_MEMORY", c->size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult r = call_driver(c);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && ts_empty_cache(a) > 0)
+        r = call_driver(c);
+    if (r != CUDA_SUCCESS) {
+        ts_allocator_driver_unreserve(a, c->size);
+        return r;
+    }
+    if (ts_allocator_driver_record(a, (uintptr_t)*c->dptr, c->size) == TS_OK)
+        ts_ctx_driver_left_note();
+    return r;
+}
+
+/* cuMemAllocAsync, and cuMemAllocFromPoolAsync given the device's default pool: served by the
+ * current context's allocator on the stream's own pool of blocks (its tag), counted and limited
+ * like any allocation. Forwarded: what the driver must refuse (no pointer, size 0), allocations
+ * inside a stream capture (graph memory, the graph's own), and requests while the program has
+ * made another pool the device's current one (counted, alloc_left). */
+static CUresult alloc_async(const alloc_call *c, bool ptsz)
+{
+    if (!HOOK_READY() || !(c->alloc || c->from_pool))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    ts_tls *t = ts_tls_get();
+    if (hook_pass(t) || !c->dptr || c->size == 0 || ts_capture_underway())
+        return call_driver(c);
+    ts_ipc_tick();
+    CUcontext ctx;
+    ts_allocator *a = ts_ctx_allocator(&ctx);
+    if (!a)
+        return call_driver(c);
+    int dev = ts_allocator_device(a);
+    bool ours = c->from_pool ? c->pool && c->pool == ts_pool_default(dev)
+                             : dev < 0 || dev >= 64 ||
+                                   !__atomic_load_n(&pool_replaced[dev], __ATOMIC_ACQUIRE);
+    if (!ours)
+        return alloc_left(c);
+    uintptr_t p = 0, tag = stream_tag(c->s, ptsz);
+    ts_oom_info oom;
+    if (ts_malloc_ex(a, c->size, tag, &p, &oom) == TS_OK) {
+        *c->dptr = (CUdeviceptr)p;
+        ts_trace_alloc_on(p, c->size, false, tag);
+        return CUDA_SUCCESS;
+    }
+    ts_trace_alloc_on(0, c->size, true, tag);
+    ts_report_oom(&oom);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult hook_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    alloc_call c = {.alloc = ts_real.cuMemAllocAsync, .dptr = dptr, .size = size, .s = s};
+    return alloc_async(&c, false);
+}
+
+static CUresult hook_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    alloc_call c = {.alloc = ts_real.cuMemAllocAsync_ptsz, .dptr = dptr, .size = size, .s = s};
+    return alloc_async(&c, true);
+}
+
+static CUresult hook_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                             CUstream s)
+{
+    alloc_call c = {.from_pool = ts_real.cuMemAllocFromPoolAsync, .dptr = dptr, .size = size,
+                    .pool = pool, .s = s};
+    return alloc_async(&c, false);
+}
+
+static CUresult hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size,
+                                                  CUmemoryPool pool, CUstream s)
+{
+    alloc_call c = {.from_pool = ts_real.cuMemAllocFromPoolAsync_ptsz, .dptr = dptr,
+                    .size = size, .pool = pool, .s = s};
+    return alloc_async(&c, true);
+}
+
+/* Managed memory migrates between host and device at the driver's will: left to the driver,
+ * counted and limited (alloc_left), freed by cudaFree/cuMemFree. */
+static CUresult hook_cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
+{
+    if (!HOOK_READY() || !ts_real.cuMemAllocManaged)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    alloc_call c = {.managed = ts_real.cuMemAllocManaged, .dptr = dptr, .size = size,
+                    .flags = flags};
+    if (hook_pass(ts_tls_get()) || !dptr || size == 0 || ts_capture_underway())
+        return call_driver(&c);
+    return alloc_left(&c);
+}
+
+static CUresult hook_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    if (!HOOK_READY() || !ts_real.cuDeviceSetMemPool)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuDeviceSetMemPool(dev, pool);
+    if (r == CUDA_SUCCESS && dev >= 0 && dev < 64)
+        __atomic_store_n(&pool_replaced[dev], pool != ts_pool_default(dev), __ATOMIC_RELEASE);
+    return r;
+}
+
+/* The allocator whose stream-ordered blocks a query of pool covers: the current context's, when
+ * pool is its device's default pool. */
+static ts_allocator *pool_allocator(CUmemoryPool pool)
+{
+    CUcontext ctx;
+    ts_allocator *a = pool && ts_shim_active() && !hook_pass(ts_tls_get()) ? ts_ctx_allocator(&ctx)
+                                                                            : NULL;
+    return a && pool == ts_pool_default(ts_allocator_device(a)) ? a : NULL;
+}
+
+/* A program's own view of its default pool: the driver's figures plus the stream-ordered blocks
+ * tessera serves in its place (used: bytes asked for; reserved: block bytes; the high marks are
+ * the sum of the two marks). Everything else is the driver's answer. */
+static CUresult hook_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                           void *value)
+{
+    if (!HOOK_READY() || !ts_real.cuMemPoolGetAttribute)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuMemPoolGetAttribute(pool, attr, value);
+    ts_allocator *a = r == CUDA_SUCCESS ? pool_allocator(pool) : NULL;
+    if (!a)
+        return r;
+    ts_stream_usage u;
+    ts_allocator_stream_usage(a, false, false, &u);
+    size_t add = attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT       ? u.used
+                 : attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH        ? u.used_high
+                 : attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? u.reserved
+                 : attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH    ? u.reserved_high
+                                                                : 0;
+    if (add) {
+        cuuint64_t v;
+        memcpy(&v, value, sizeof v);
+        v += add;
+        memcpy(value, &v, sizeof v);
+    }
+    return r;
+}
+
+/* Resetting a high mark of the default pool resets tessera's part of it too. */
+static CUresult hook_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                           void *value)
+{
+    if (!HOOK_READY() || !ts_real.cuMemPoolSetAttribute)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuMemPoolSetAttribute(pool, attr, value);
+    bool used = attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+    ts_allocator *a = r == CUDA_SUCCESS && (used || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+                          ? pool_allocator(pool)
+                          : NULL;
+    if (a)
+        ts_allocator_stream_usage(a, used, !used, NULL);
+    return r;
+}
+
+/* cudaFreeAsync / cuMemFreeAsync of a block tessera served: the driver would free the whole
+ * segment under its other blocks, or refuse a pointer it never gave out. tessera frees the block
+ * itself. A stream-ordered block freed on the stream it was allocated for is reusable at once by
+ * that stream (its order covers the free), by no other; any other block (cudaMalloc's, or one
+ * freed on another stream) waits for an order point or fence like a cudaFree'd one. During a
+ * stream capture nothing of tessera's may be freed (a free node needs a graph allocation): its
+ * blocks get the driver's answer to a non-graph pointer, without the driver ever seeing them.
+ * Memory left to the driver goes to it, and is uncounted when it accepts the free. */
+static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr dptr, CUstream s,
+                           bool ptsz)
 {
     if (!HOOK_READY() || !real)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -180,22 +414,35 @@ static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr 
             return CUDA_ERROR_INVALID_VALUE;
         return real(dptr, s);
     }
-    int rc = served_free(dptr, "cudaFreeAsync/cuMemFreeAsync");
-    if (rc == TS_OK)
+    size_t size = 0;
+    int rc = ts_ctx_free_on_stream((uintptr_t)dptr, free_order(s, ptsz), &size);
+    if (rc == TS_OK) {
+        ts_trace_free_on((uintptr_t)dptr, size, stream_tag(s, ptsz));
         return CUDA_SUCCESS;
-    if (rc == TS_EINVAL)
+    }
+    if (rc == TS_EINVAL) {
+        ts_log_once(&free_async, "invalid cudaFreeAsync/cuMemFreeAsync of %#llx: double free or "
+                                 "a pointer inside an allocation (returned "
+                                 "CUDA_ERROR_INVALID_VALUE; further invalid frees are counted in "
+                                 "num_invalid_frees)", (unsigned long long)dptr);
         return CUDA_ERROR_INVALID_VALUE;
-    return real(dptr, s);
+    }
+    size_t left = 0;
+    ts_allocator *a = ts_ctx_driver_left_take((uintptr_t)dptr, &left);
+    CUresult r = real(dptr, s);
+    if (a && r != CUDA_SUCCESS)
+        ts_ctx_driver_left_restore(a, (uintptr_t)dptr, left);
+    return r;
 }
 
 static CUresult hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
-    return free_async(ts_real.cuMemFreeAsync, dptr, s);
+    return free_async(ts_real.cuMemFreeAsync, dptr, s, false);
 }
 
 static CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
-    return free_async(ts_real.cuMemFreeAsync_ptsz, dptr, s);
+    return free_async(ts_real.cuMemFreeAsync_ptsz, dptr, s, true);
 }
 
 void ts_meminfo_adjust(size_t *free_bytes, size_t *total)
@@ -350,6 +597,7 @@ static CUresult hook_cuStreamDestroy_v2(CUstream s)
     if (!HOOK_READY() || !ts_real.cuStreamDestroy_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
     ts_streams_remove(s);
+    ts_ctx_stream_retired(s);
     return ts_real.cuStreamDestroy_v2(s);
 }
 

@@ -118,9 +118,13 @@ cudaError_t cudaFree(void *devPtr)
     }
     if (rc == TS_ENOTFOUND) {
         ts_ctx_count_passthrough();
+        size_t left = 0; /* memory left to the driver and counted (managed, the program's pools) */
+        ts_allocator *a = ts_ctx_driver_left_take((uintptr_t)devPtr, &left);
         t->depth++; /* the driver hook must not look it up a second time */
         cudaError_t r = real(devPtr);
         t->depth--;
+        if (a && r != cudaSuccess)
+            ts_ctx_driver_left_restore(a, (uintptr_t)devPtr, left);
         return r;
     }
     ts_log_once(&cudaFree, "invalid cudaFree(%p): double free or a pointer inside an allocation "

@@ -10,6 +10,8 @@
  *   BUFFER_ID: one per allocation, never reused (a block handed out again gets a new one);
  *   IS_LEGACY_CUDA_IPC_CAPABLE: true (ipc.c exports every block); ALLOWED_HANDLE_TYPES: none, as
  *     for cudaMalloc memory; MAPPED: true; CONTEXT, DEVICE_ORDINAL, MEMORY_TYPE: the allocator's;
+ *   MEMPOOL_HANDLE: the device's default pool for a stream-ordered block (cudaMallocAsync),
+ *     none for the others;
  *   everything else: the driver's own answer for the pointer.
  * Memory tessera holds but has not handed out (cached, free) answers as unallocated memory does. */
 #include <string.h>
@@ -82,6 +84,11 @@ static bool attr_put(void *data, CUpointer_attribute attr, const ptr_view *v)
         return true;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
         *(unsigned long long *)data = 0;
+        return true;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        /* a stream-ordered block comes from the device's default pool, as far as the program
+         * knows; cudaMalloc memory from none */
+        *(CUmemoryPool *)data = v->blk.stream ? ts_pool_default(v->device) : NULL;
         return true;
     default:
         return false;

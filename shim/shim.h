@@ -118,6 +118,8 @@ TS_HIDDEN void ts_hook_announce(const char *via, const char *symbol, int version
 TS_HIDDEN CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size);
 TS_HIDDEN CUresult ts_driver_free(CUdeviceptr dptr);
 TS_HIDDEN void ts_meminfo_adjust(size_t *free_bytes, size_t *total);
+/* Device dev's default memory pool, learnt from the driver once (NULL when it has none). */
+TS_HIDDEN CUmemoryPool ts_pool_default(int dev);
 
 /* --- context.c ------------------------------------------------------------------------------- */
 
@@ -152,6 +154,17 @@ TS_HIDDEN void ts_ctx_forget(CUcontext ctx);
  * peer's allocator grants `from` its virtual-memory mappings, now or once it exists. */
 TS_HIDDEN void ts_ctx_peer_enabled(CUcontext peer, CUdevice from);
 TS_HIDDEN void ts_ctx_forget_primary(CUdevice dev);
+/* cudaFreeAsync on stream (0: not one stream's order): ts_ctx_free, with ts_free_on_stream's
+ * rule for a block allocated for that stream. */
+TS_HIDDEN int ts_ctx_free_on_stream(uintptr_t ptr, uintptr_t stream, size_t *requested);
+/* Stream s is being destroyed: every allocator forgets the order of its frees. */
+TS_HIDDEN void ts_ctx_stream_retired(CUstream s);
+/* Allocations left to the driver and counted by an allocator (ts_allocator_driver_*): note one
+ * recorded; take ptr's record before its free is forwarded (the allocator that counted it, and
+ * its bytes; NULL when none did); restore it when the driver refused that free. */
+TS_HIDDEN void ts_ctx_driver_left_note(void);
+TS_HIDDEN ts_allocator *ts_ctx_driver_left_take(uintptr_t ptr, size_t *bytes);
+TS_HIDDEN void ts_ctx_driver_left_restore(ts_allocator *a, uintptr_t ptr, size_t bytes);
 /* Count a call forwarded untouched. */
 TS_HIDDEN void ts_ctx_count_passthrough(void);
 /* Report an out-of-memory (rate-limited). */
@@ -159,6 +172,9 @@ TS_HIDDEN void ts_report_oom(const ts_oom_info *oom);
 /* Record an allocation event in the TESSERA_TRACE log (no-op when off). */
 TS_HIDDEN void ts_trace_alloc(uintptr_t ptr, size_t size, bool failed);
 TS_HIDDEN void ts_trace_free(uintptr_t ptr, size_t size);
+/* The same for a stream-ordered call, with the stream it names (the core's stream tag). */
+TS_HIDDEN void ts_trace_alloc_on(uintptr_t ptr, size_t size, bool failed, uintptr_t stream);
+TS_HIDDEN void ts_trace_free_on(uintptr_t ptr, size_t size, uintptr_t stream);
 TS_HIDDEN void ts_trace_after_fork(void);
 
 /* --- streams.c ------------------------------------------------------------------------------- */

@@ -224,7 +224,8 @@ static void trace_note(char *buf, size_t len)
 
 static bool trace_start_noted; /* atomic: the first row carries a note */
 
-static void trace_line(const char *action, uintptr_t ptr, size_t size, bool failure)
+static void trace_line(const char *action, uintptr_t ptr, size_t size, uintptr_t stream,
+                       bool failure)
 {
     pthread_once(&trace_once, trace_init);
     if (!__atomic_load_n(&trace_on, __ATOMIC_ACQUIRE))
@@ -244,10 +245,10 @@ static void trace_line(const char *action, uintptr_t ptr, size_t size, bool fail
     int n;
     /* RMM's columns: the pointer as hex with its 0x (also for a failed allocation: "0x0", which
      * RMM's parser reads, where glibc's %p would write "(nil)"), the stream as hex without one
-     * (tessera records stream 0) */
-    n = snprintf(line, sizeof line, "%ld,%02ld:%02ld:%02ld.%06ld,%s,0x%lx,%zu,0%s\n", trace_tid,
+     * (0 for cudaMalloc and cudaFree, which name none; the stream a stream-ordered call names) */
+    n = snprintf(line, sizeof line, "%ld,%02ld:%02ld:%02ld.%06ld,%s,0x%lx,%zu,%lx%s\n", trace_tid,
                  sod / 3600, sod / 60 % 60, sod % 60, ts.tv_nsec / 1000, action,
-                 (unsigned long)ptr, size, note);
+                 (unsigned long)ptr, size, (unsigned long)stream, note);
     if (n <= 0 || (size_t)n >= sizeof line)
         return;
     pthread_mutex_lock(&trace_lock);
@@ -270,14 +271,24 @@ static void trace_line(const char *action, uintptr_t ptr, size_t size, bool fail
     pthread_mutex_unlock(&trace_lock);
 }
 
+void ts_trace_alloc_on(uintptr_t ptr, size_t size, bool failed, uintptr_t stream)
+{
+    trace_line(failed ? "allocate failure" : "allocate", failed ? 0 : ptr, size, stream, failed);
+}
+
+void ts_trace_free_on(uintptr_t ptr, size_t size, uintptr_t stream)
+{
+    trace_line("free", ptr, size, stream, false); /* RMM's replay passes this size to deallocate */
+}
+
 void ts_trace_alloc(uintptr_t ptr, size_t size, bool failed)
 {
-    trace_line(failed ? "allocate failure" : "allocate", failed ? 0 : ptr, size, failed);
+    ts_trace_alloc_on(ptr, size, failed, 0);
 }
 
 void ts_trace_free(uintptr_t ptr, size_t size)
 {
-    trace_line("free", ptr, size, false); /* RMM's replay passes this size to deallocate */
+    ts_trace_free_on(ptr, size, 0);
 }
 
 void ts_trace_after_fork(void)

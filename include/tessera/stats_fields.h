@@ -71,7 +71,8 @@ enum tessera_pool_index {
     X(largest_free_block_bytes, "bytes", "Largest free cached block (0 when none)")               \
     X(stitched_bytes, "bytes", "Bytes currently mapped in stitched virtual ranges")               \
     X(memory_limit_bytes, "bytes", "The effective allocator limit (0 when none)")                 \
-    X(device_total_bytes, "bytes", "Device memory capacity as the driver reports it")
+    X(device_total_bytes, "bytes", "Device memory capacity as the driver reports it")            \
+    X(driver_bytes, "bytes", "Live allocations left to the driver (managed, own pools), capped")
 
 /* X(name, unit, help): pinned host memory served by the context's allocator (cudaHostAlloc,
  * cudaMallocHost, cuMemHostAlloc, cuMemAllocHost), single Stats. torch.cuda.host_memory_stats()

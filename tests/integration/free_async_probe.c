@@ -1,7 +1,7 @@
 /* cudaFreeAsync on memory from cudaMalloc, next to other live allocations: a caching allocator
  * puts these in one driver allocation, whose first block starts it and whose second lies inside
  * it. Both frees must succeed, the neighbour must keep its bytes, the memory must be usable
- * again, and stream-ordered allocations (cudaMallocAsync) must still be freed by the driver. A
+ * again, and a stream-ordered allocation (cudaMallocAsync) freed as well. A
  * double cudaFreeAsync must fail with cudaErrorInvalidValue. */
 #include "probe_common.h"
 

@@ -260,6 +260,24 @@ class SnapshotOnOom(Base):
         self.assertIn("removed 1 stale page and 1 history ring", gc.stdout)
         self.assertEqual([f for f in os.listdir(self.env.stats_dir) if f.startswith("tessera.")], [])
 
+    def test_stream_ordered_blocks_are_in_the_snapshot(self):
+        # async_pool's probe: cudaMallocAsync of 32 MiB blocks on its stream until the 128 MiB
+        # cap refuses one; the snapshot at that failure holds the four, on that stream
+        tpl = os.path.join(self.env.tmp, "oom-%p-%n.pickle")
+        run = self.env.run(it.prog("async_pool", "--limit-probe"), memory="512M",
+                           conf=f"memory_limit:128M,history_events:1024,snapshot_on_oom:{tpl}")
+        self.assertEqual(run.rc, 0, run)
+        files = glob.glob(os.path.join(self.env.tmp, "oom-*-1.pickle"))
+        self.assertEqual(len(files), 1, run)
+        data = self.check_layout(files[0])
+        live = [(seg["stream"], b["size"]) for seg in data["segments"] for b in seg["blocks"]
+                if b["state"] == "active_allocated"]
+        self.assertEqual([size for _, size in live], [32 * MiB] * 4, live)
+        self.assertEqual(len({stream for stream, _ in live}), 1, live)
+        self.assertNotEqual(live[0][0], 0, live)  # the program's stream, not cudaMalloc's 0
+        allocs = [e for e in data["device_traces"][0] if e["action"] == "alloc"]
+        self.assertTrue(any(e["stream"] == live[0][0] and e["size"] == 32 * MiB for e in allocs))
+
     def test_symbolize_names_the_raw_frames(self):
         # snapshot_on_oom keeps the frames as file offsets (no symbol tables read at a failure);
         # tessera-stat symbolize names them afterwards from the program's symbol table

@@ -139,7 +139,7 @@ int main(void)
 
     /* the counters (tessera/stats_fields.h), as they sit at slot offset 64 */
     PIN(sizeof(tessera_stat), 32);
-    PIN(sizeof(tessera_device_stats), 1384);
+    PIN(sizeof(tessera_device_stats), 1392);
     OFF(tessera_device_stats, allocation, 0);
     OFF(tessera_device_stats, segment, 96);
     OFF(tessera_device_stats, active, 192);
@@ -170,17 +170,18 @@ int main(void)
     OFF(tessera_device_stats, stitched_bytes, 1056);
     OFF(tessera_device_stats, memory_limit_bytes, 1064);
     OFF(tessera_device_stats, device_total_bytes, 1072);
-    OFF(tessera_device_stats, host_allocations, 1080);
-    OFF(tessera_device_stats, host_allocated_bytes, 1112);
-    OFF(tessera_device_stats, host_active_requests, 1144);
-    OFF(tessera_device_stats, host_active_bytes, 1176);
-    OFF(tessera_device_stats, num_host_alloc, 1208);
-    OFF(tessera_device_stats, num_host_free, 1216);
-    OFF(tessera_device_stats, num_host_alloc_calls, 1224);
-    OFF(tessera_device_stats, num_host_free_calls, 1232);
-    OFF(tessera_device_stats, host_alloc_time, 1240);
-    OFF(tessera_device_stats, host_free_time, 1248);
-    OFF(tessera_device_stats, reserved_tail, 1256);
+    OFF(tessera_device_stats, driver_bytes, 1080);
+    OFF(tessera_device_stats, host_allocations, 1088);
+    OFF(tessera_device_stats, host_allocated_bytes, 1120);
+    OFF(tessera_device_stats, host_active_requests, 1152);
+    OFF(tessera_device_stats, host_active_bytes, 1184);
+    OFF(tessera_device_stats, num_host_alloc, 1216);
+    OFF(tessera_device_stats, num_host_free, 1224);
+    OFF(tessera_device_stats, num_host_alloc_calls, 1232);
+    OFF(tessera_device_stats, num_host_free_calls, 1240);
+    OFF(tessera_device_stats, host_alloc_time, 1248);
+    OFF(tessera_device_stats, host_free_time, 1256);
+    OFF(tessera_device_stats, reserved_tail, 1264);
     OFF(tessera_stat, current, 0);
     OFF(tessera_stat, peak, 8);
     OFF(tessera_stat, allocated, 16);

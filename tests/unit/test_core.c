@@ -740,6 +740,75 @@ static void test_reuse_order_one_point_per_burst_of_frees(void **state)
     fx_close(&f);
 }
 
+/* Stream-ordered frees (cudaFreeAsync): a block freed on the stream it was allocated for is
+ * reused by that stream with no order point; freed on another stream, or once its stream is
+ * retired (destroyed: its handle may name a new stream), it waits for one like any free. */
+static void test_reuse_order_own_stream_needs_no_point(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, true);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
+    const uintptr_t s = 0x5000, s2 = 0x6000;
+    uintptr_t a = 0, b = 0;
+    assert_int_equal(ts_malloc(f.a, 3 * MiB, s, &a), TS_OK);
+    assert_int_equal(ts_free_on_stream(f.a, a, s, NULL), TS_OK);
+    assert_int_equal(ts_malloc(f.a, 3 * MiB, s, &b), TS_OK);
+    assert_int_equal(b, a);
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, 0); /* the stream's own order covers it */
+    assert_int_equal(ts_free_on_stream(f.a, b, s2, NULL), TS_OK); /* freed on another stream */
+    assert_int_equal(ts_malloc(f.a, 3 * MiB, s, &b), TS_OK);
+    assert_int_equal(b, a);
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, 1);
+    assert_int_equal(ts_free_on_stream(f.a, b, s, NULL), TS_OK);
+    ts_allocator_stream_retire(f.a, s); /* a new stream may get s's handle */
+    assert_int_equal(ts_malloc(f.a, 3 * MiB, s, &b), TS_OK);
+    assert_int_equal(b, a);
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, 2);
+    ts_stream_usage u;
+    ts_allocator_stream_usage(f.a, false, false, &u);
+    assert_int_equal(u.used, 3 * MiB);
+    assert_int_equal(u.used_high, 3 * MiB);
+    assert_int_equal(ts_free_on_stream(f.a, b, s, NULL), TS_OK);
+    ts_allocator_stream_usage(f.a, true, false, &u);
+    assert_int_equal(u.used, 0);
+    assert_int_equal(u.used_high, 0);
+    assert_int_equal(u.reserved_high, u.reserved + 3 * MiB); /* not reset: still the mark */
+    fx_close(&f);
+}
+
+/* Memory the driver serves counts under the cap with tessera's own: a reservation past it is
+ * refused after the cache was given back, and cudaMemGetInfo's room shrinks by it. */
+static void test_driver_bytes_count_under_the_cap(void **state)
+{
+    (void)state;
+    ts_config c;
+    ts_config_defaults(&c);
+    c.memory_limit = 100 * MiB;
+    fixture f;
+    fx_open(&f, 1 * GiB, &c, false, false);
+    uintptr_t a = fx_alloc(&f, 40 * MiB);
+    assert_int_equal(ts_allocator_driver_reserve(f.a, 50 * MiB, true), TS_OK);
+    assert_int_equal(ts_allocator_driver_record(f.a, 0x7000000, 50 * MiB), TS_OK);
+    assert_int_equal(fx_stats(&f)->driver_bytes, 50 * MiB);
+    size_t free_b = 0, total = 0;
+    ts_allocator_mem_info(f.a, 1 * GiB, 1 * GiB, &free_b, &total);
+    assert_int_equal(free_b, 10 * MiB);
+    uintptr_t p = 0;
+    assert_int_equal(ts_malloc(f.a, 20 * MiB, 0, &p), TS_ENOMEM); /* 40 + 50 + 20 > 100 */
+    assert_int_equal(ts_allocator_driver_reserve(f.a, 20 * MiB, true), TS_ENOMEM);
+    fx_free(&f, a); /* cached: given back when the driver's memory needs the room */
+    assert_int_equal(ts_allocator_driver_reserve(f.a, 20 * MiB, true), TS_OK);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 0);
+    ts_allocator_driver_unreserve(f.a, 20 * MiB);
+    size_t n = 0;
+    assert_int_equal(ts_allocator_driver_forget(f.a, 0x7000000, &n), TS_OK);
+    assert_int_equal(n, 50 * MiB);
+    assert_int_equal(ts_allocator_driver_forget(f.a, 0x7000000, &n), TS_ENOTFOUND);
+    assert_int_equal(fx_stats(&f)->driver_bytes, 0);
+    fx_close(&f);
+}
+
 /* No order point can be made (a capture is underway): a block freed since the last one stays
  * cached and the request takes new memory; once order points work again it is reused. */
 /* --- rounding: the roundup_power2_divisions lookup ---------------------------------------------------------------------- */
@@ -1243,6 +1312,8 @@ int main(void)
         cmocka_unit_test(test_reuse_order_one_queue_reuses_at_once),
         cmocka_unit_test(test_reuse_order_one_point_per_burst_of_frees),
         cmocka_unit_test(test_reuse_order_refused_takes_new_memory),
+        cmocka_unit_test(test_reuse_order_own_stream_needs_no_point),
+        cmocka_unit_test(test_driver_bytes_count_under_the_cap),
         cmocka_unit_test(test_config_in_force_is_resolved),
         cmocka_unit_test(test_round_divisions),
         cmocka_unit_test(test_meminfo_policy),

@@ -55,12 +55,26 @@ struct sim_alloc {
     struct sim_ctx *ctx;
     uint64_t serial;
     bool free_pending; /* cuMemFree waiting or cuMemFreeAsync queued: no second free */
+    struct sim_mempool *mpool; /* SIM_ALLOC_ASYNC: the pool it came from */
     /* IPC imports */
     int ipc_refs;
     pid_t ipc_pid;
     uint64_t ipc_serial;
     uint64_t ipc_offset;
     int ipc_device;
+};
+
+/* A memory pool (sim_pool.c): the default one of each device, or one of cuMemPoolCreate. Its
+ * stream-ordered memory live now (requested bytes, 2 MiB pages) and the high-water marks
+ * cuMemPoolSetAttribute may reset; its settable values, stored and read back only. */
+struct sim_mempool {
+    uint64_t used, used_high, reserved, reserved_high;
+    uint64_t threshold;
+    int reuse[3]; /* follow event dependencies, opportunistic, internal dependencies */
+    int device;
+    bool created;   /* from cuMemPoolCreate (else a device's default pool) */
+    bool destroyed; /* cuMemPoolDestroy'd: gone once its last allocation is freed */
+    size_t live;    /* allocations from it not yet freed */
 };
 
 struct sim_device {
@@ -74,11 +88,8 @@ struct sim_device {
     size_t nallocs, cap_allocs;
     struct tessera_sim_counters ctr;
     struct sim_ctx *primary;
-    /* the default memory pool: cuMemAllocAsync memory live now (requested bytes, 2 MiB pages)
-     * and the high-water marks cuMemPoolSetAttribute may reset; its two settable values */
-    uint64_t pool_used, pool_used_high, pool_reserved, pool_reserved_high;
-    uint64_t pool_threshold;
-    int pool_reuse[3]; /* follow event dependencies, opportunistic, internal dependencies */
+    struct sim_mempool pool;           /* the default memory pool */
+    struct sim_mempool *current_pool; /* what cuMemAllocAsync draws from (cuDeviceSetMemPool) */
 };
 
 struct sim_global {
@@ -233,8 +244,19 @@ CUresult sim_mem_advise(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocat
 CUresult sim_stream_attach(CUstream h, CUdeviceptr p, size_t n, unsigned flags, bool ptsz);
 CUresult sim_array_create(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *desc);
 CUresult sim_array_destroy(CUarray a);
-/* the device's default memory pool (sim_pool.c) */
+/* memory pools (sim_pool.c) */
 CUresult sim_pool_default(CUmemoryPool *pool, CUdevice dev);
+CUresult sim_pool_create(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult sim_pool_destroy(CUmemoryPool pool);
+CUresult sim_pool_set_current(CUdevice dev, CUmemoryPool pool);
+CUresult sim_pool_get_current(CUmemoryPool *pool, CUdevice dev);
+/* under the lock: the live pool a handle names (NULL when none), and an allocation's charge to
+ * its pool (sign +1 at allocation, -1 at release) */
+struct sim_mempool *sim_pool_lookup(CUmemoryPool pool);
+void sim_pool_charge(struct sim_alloc *a, int sign);
+struct sim_alloc *sim_mem_alloc_at(CUdeviceptr p);
+CUresult sim_mem_alloc_pool(CUdeviceptr *out, size_t size, CUmemoryPool pool, CUstream h,
+                            bool ptsz);
 CUresult sim_pool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult sim_pool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult sim_pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr p,

@@ -279,6 +279,29 @@ SIM_API CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attr
 {
     return sim_pool_get_attribute(pool, attr, value);
 }
+SIM_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    return sim_pool_create(pool, props);
+}
+SIM_API CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) { return sim_pool_destroy(pool); }
+SIM_API CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    return sim_pool_set_current(dev, pool);
+}
+SIM_API CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    return sim_pool_get_current(pool, dev);
+}
+SIM_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
+                                                 CUmemoryPool pool, CUstream hStream)
+{
+    return sim_mem_alloc_pool(dptr, bytesize, pool ? pool : (CUmemoryPool)1, hStream, false);
+}
+SIM_API CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                                      CUmemoryPool pool, CUstream hStream)
+{
+    return sim_mem_alloc_pool(dptr, bytesize, pool ? pool : (CUmemoryPool)1, hStream, true);
+}
 /* the profiler is not there: starting and stopping it only needs a current context */
 static CUresult profiler_toggle(void)
 {
@@ -865,6 +888,11 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
     ROW("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
     ROW("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
+    ROW("cuMemPoolCreate", 11020, cuMemPoolCreate),
+    ROW("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+    ROW("cuDeviceSetMemPool", 11020, cuDeviceSetMemPool),
+    ROW("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool),
+    ROWP("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz),
     ROW("cuProfilerStart", 4000, cuProfilerStart),
     ROW("cuProfilerStop", 4000, cuProfilerStop),
     ROWP("cuMemcpyPeer", 4000, cuMemcpyPeer, cuMemcpyPeer_ptds),

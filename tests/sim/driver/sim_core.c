@@ -153,7 +153,9 @@ static int setup_device(int i, size_t mem)
     d->va_size = 2 * mem;
     d->ctr.total_bytes = (uint64_t)d->total_pages * SIM_PAGE;
     for (int k = 0; k < 3; k++)
-        d->pool_reuse[k] = 1; /* a default pool allows every kind of reuse */
+        d->pool.reuse[k] = 1; /* a default pool allows every kind of reuse */
+    d->pool.device = i;
+    d->current_pool = &d->pool;
     char name[64];
     snprintf(name, sizeof name, "tessera-sim-dev%d", i);
     d->memfd = memfd_create(name, MFD_CLOEXEC);

@@ -232,12 +232,8 @@ CUresult sim_mem_alloc_locked(struct sim_ctx *ctx, size_t size, enum sim_alloc_k
     d->ctr.alloc_calls++;
     sim_device_account(d, (long)pages, 1, 0);
     if (kind == SIM_ALLOC_ASYNC) {
-        d->pool_used += size;
-        d->pool_reserved += pages * SIM_PAGE;
-        if (d->pool_used > d->pool_used_high)
-            d->pool_used_high = d->pool_used;
-        if (d->pool_reserved > d->pool_reserved_high)
-            d->pool_reserved_high = d->pool_reserved;
+        a->mpool = d->current_pool; /* the caller may name another pool */
+        sim_pool_charge(a, 1);
     }
     *out = (CUdeviceptr)addr;
     return CUDA_SUCCESS;
@@ -460,10 +456,8 @@ void sim_alloc_release(struct sim_alloc *a, bool explicit_free)
         else
             d->ctr.implicit_frees++;
         sim_device_account(d, -(long)a->pages, -1, 0);
-        if (a->kind == SIM_ALLOC_ASYNC) {
-            d->pool_used -= a->size;
-            d->pool_reserved -= a->pages * SIM_PAGE;
-        }
+        if (a->kind == SIM_ALLOC_ASYNC)
+            sim_pool_charge(a, -1);
     }
     free(a);
 }
@@ -506,6 +500,12 @@ CUresult sim_mem_free(CUdeviceptr p)
     }
     sim_unlock();
     return r;
+}
+
+/* the allocation at p (under the lock), for a caller that charges it to another pool */
+struct sim_alloc *sim_mem_alloc_at(CUdeviceptr p)
+{
+    return alloc_at((uintptr_t)p);
 }
 
 CUresult sim_mem_free_async_prepare(CUdeviceptr p, struct sim_alloc **out)
@@ -810,7 +810,9 @@ static CUresult put_attr(void *data, CUpointer_attribute attr, const struct sim_
         break;
     }
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-        *(CUmemoryPool *)data = NULL;
+        *(CUmemoryPool *)data = pi->alloc && pi->alloc->kind == SIM_ALLOC_ASYNC
+                                    ? (CUmemoryPool)(void *)pi->alloc->mpool
+                                    : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *(size_t *)data = pi->alloc ? pi->alloc->pages * SIM_PAGE : pi->size;

@@ -1,23 +1,57 @@
-/* Simulated CUDA driver: each device's default memory pool, the one cuMemAllocAsync serves.
+/* Simulated CUDA driver: memory pools, the one cuMemAllocAsync serves.
  *
- * The pool is a fixed object per device (no cuMemPoolCreate). Its usage attributes come from
- * the live cuMemAllocAsync allocations of the device (sim_mem.c keeps the totals): used is
- * their requested bytes, reserved their 2 MiB pages, since the simulator holds nothing back
- * after cuMemFreeAsync. The release threshold and the three reuse switches are stored and
- * read back; the simulator's behaviour does not depend on them. */
+ * Each device has a default pool; cuMemPoolCreate makes others (device memory, pinned, on one
+ * device; at most SIM_MAX_POOLS alive). A pool's usage attributes come from its live
+ * stream-ordered allocations: used is their requested bytes, reserved their 2 MiB pages, since
+ * the simulator holds nothing back after cuMemFreeAsync. The release threshold and the three
+ * reuse switches are stored and read back; the simulator's behaviour does not depend on them.
+ * cuDeviceSetMemPool makes a pool the one cuMemAllocAsync draws from on its device. */
 #include "sim.h"
 
 #include <string.h>
 
-/* A pool handle is the address of its device's entry in this table. */
-static char pool_tag[SIM_MAX_DEVICES];
+#define SIM_MAX_POOLS 32
 
-static struct sim_device *pool_device(CUmemoryPool pool)
+/* A pool handle is the address of its record: a device's default pool or one of these. */
+static struct sim_mempool created[SIM_MAX_POOLS];
+
+struct sim_mempool *sim_pool_lookup(CUmemoryPool pool)
 {
-    uintptr_t p = (uintptr_t)pool, t = (uintptr_t)pool_tag;
-    if (!pool || p < t || p - t >= (uintptr_t)sim_g.ndev)
-        return NULL;
-    return &sim_g.dev[p - t];
+    struct sim_mempool *p = (struct sim_mempool *)(void *)pool;
+    for (int i = 0; p && i < sim_g.ndev; i++)
+        if (p == &sim_g.dev[i].pool)
+            return p;
+    for (int i = 0; p && i < SIM_MAX_POOLS; i++)
+        if (p == &created[i] && created[i].created)
+            return p;
+    return NULL;
+}
+
+static struct sim_mempool *pool_live(CUmemoryPool pool)
+{
+    struct sim_mempool *p = sim_pool_lookup(pool);
+    return p && !p->destroyed ? p : NULL;
+}
+
+void sim_pool_charge(struct sim_alloc *a, int sign)
+{
+    struct sim_mempool *p = a->mpool;
+    if (!p)
+        return;
+    if (sign > 0) {
+        p->used += a->size;
+        p->reserved += a->pages * SIM_PAGE;
+        p->live++;
+        if (p->used > p->used_high)
+            p->used_high = p->used;
+        if (p->reserved > p->reserved_high)
+            p->reserved_high = p->reserved;
+        return;
+    }
+    p->used -= a->size;
+    p->reserved -= a->pages * SIM_PAGE;
+    if (--p->live == 0 && p->destroyed)
+        memset(p, 0, sizeof *p); /* its last allocation went: the record is free again */
 }
 
 CUresult sim_pool_default(CUmemoryPool *pool, CUdevice dev)
@@ -29,19 +63,100 @@ CUresult sim_pool_default(CUmemoryPool *pool, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     r = sim_device_check(dev);
     if (r == CUDA_SUCCESS)
-        *pool = (CUmemoryPool)(void *)&pool_tag[dev];
+        *pool = (CUmemoryPool)(void *)&sim_g.dev[dev].pool;
     return r;
 }
 
-static int *reuse_flag(struct sim_device *d, CUmemPool_attribute attr)
+CUresult sim_pool_create(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        sim_device_check(props->location.id) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    r = CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < SIM_MAX_POOLS; i++) {
+        if (created[i].created)
+            continue;
+        memset(&created[i], 0, sizeof created[i]);
+        created[i].created = true;
+        created[i].device = props->location.id;
+        for (int k = 0; k < 3; k++)
+            created[i].reuse[k] = 1;
+        *pool = (CUmemoryPool)(void *)&created[i];
+        r = CUDA_SUCCESS;
+        break;
+    }
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_pool_destroy(CUmemoryPool pool)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    struct sim_mempool *p = pool_live(pool);
+    if (!p || !p->created) {
+        r = CUDA_ERROR_INVALID_VALUE; /* a default pool is never destroyed */
+    } else {
+        /* a device whose current pool this was draws from its default pool again */
+        for (int i = 0; i < sim_g.ndev; i++)
+            if (sim_g.dev[i].current_pool == p)
+                sim_g.dev[i].current_pool = &sim_g.dev[i].pool;
+        p->destroyed = true;
+        if (p->live == 0)
+            memset(p, 0, sizeof *p);
+    }
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_pool_set_current(CUdevice dev, CUmemoryPool pool)
+{
+    CUresult r = sim_check_init();
+    if (r == CUDA_SUCCESS)
+        r = sim_device_check(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    struct sim_mempool *p = pool_live(pool);
+    if (!p || p->device != dev)
+        r = CUDA_ERROR_INVALID_VALUE;
+    else
+        sim_g.dev[dev].current_pool = p;
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_pool_get_current(CUmemoryPool *pool, CUdevice dev)
+{
+    CUresult r = sim_check_init();
+    if (r == CUDA_SUCCESS)
+        r = sim_device_check(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    *pool = (CUmemoryPool)(void *)sim_g.dev[dev].current_pool;
+    sim_unlock();
+    return r;
+}
+
+static int *reuse_flag(struct sim_mempool *d, CUmemPool_attribute attr)
 {
     switch (attr) {
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-        return &d->pool_reuse[0];
+        return &d->reuse[0];
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-        return &d->pool_reuse[1];
+        return &d->reuse[1];
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        return &d->pool_reuse[2];
+        return &d->reuse[2];
     default:
         return NULL;
     }
@@ -52,26 +167,28 @@ CUresult sim_pool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, voi
     CUresult r = sim_check_init();
     if (r != CUDA_SUCCESS)
         return r;
-    struct sim_device *d = pool_device(pool);
-    if (!d || !value)
-        return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
+    struct sim_mempool *d = pool_live(pool);
+    if (!d || !value) {
+        sim_unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     int *flag = reuse_flag(d, attr);
     uint64_t v = 0;
     if (flag) {
         *flag = *(int *)value != 0;
     } else if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
         memcpy(&v, value, sizeof v);
-        d->pool_threshold = v;
+        d->threshold = v;
     } else if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH) {
         /* only a reset to 0 is allowed: the mark drops to what is in use now */
         memcpy(&v, value, sizeof v);
         if (v != 0)
             r = CUDA_ERROR_INVALID_VALUE;
         else if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
-            d->pool_reserved_high = d->pool_reserved;
+            d->reserved_high = d->reserved;
         else
-            d->pool_used_high = d->pool_used;
+            d->used_high = d->used;
     } else {
         r = CUDA_ERROR_INVALID_VALUE; /* read-only (current usage) or unknown */
     }
@@ -84,19 +201,21 @@ CUresult sim_pool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, voi
     CUresult r = sim_check_init();
     if (r != CUDA_SUCCESS)
         return r;
-    struct sim_device *d = pool_device(pool);
-    if (!d || !value)
-        return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
+    struct sim_mempool *d = pool_live(pool);
+    if (!d || !value) {
+        sim_unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     int *flag = reuse_flag(d, attr);
     uint64_t v = 0;
     bool is64 = true;
     switch (attr) {
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = d->pool_threshold; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = d->pool_reserved; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = d->pool_reserved_high; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = d->pool_used; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = d->pool_used_high; break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = d->threshold; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = d->reserved; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = d->reserved_high; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = d->used; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = d->used_high; break;
     default:
         is64 = false;
         if (flag)

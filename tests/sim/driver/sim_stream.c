@@ -1205,6 +1205,14 @@ CUresult sim_launch_kernel(CUfunction f, const unsigned dims[6], CUstream h, boo
 
 CUresult sim_mem_alloc_async(CUdeviceptr *out, size_t size, CUstream h, bool ptsz)
 {
+    return sim_mem_alloc_pool(out, size, NULL, h, ptsz);
+}
+
+/* cuMemAllocFromPoolAsync (pool NULL: the device's current pool, cuMemAllocAsync): the pool must
+ * be live and on the stream's device. */
+CUresult sim_mem_alloc_pool(CUdeviceptr *out, size_t size, CUmemoryPool pool, CUstream h,
+                            bool ptsz)
+{
     CUresult r = sim_check_init();
     if (r != CUDA_SUCCESS)
         return r;
@@ -1213,12 +1221,22 @@ CUresult sim_mem_alloc_async(CUdeviceptr *out, size_t size, CUstream h, bool pts
     sim_lock();
     struct sim_stream *s;
     r = resolve_locked(h, ptsz, &s);
+    struct sim_mempool *mp = NULL;
+    if (r == CUDA_SUCCESS && pool &&
+        (!(mp = sim_pool_lookup(pool)) || mp->destroyed || mp->device != s->ctx->device))
+        r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS && s->cap)
         r = CUDA_ERROR_NOT_SUPPORTED; /* graph memory nodes are not simulated */
     if (r == CUDA_SUCCESS && s->kind == SIM_STREAM_LEGACY)
         r = sim_capture_legacy(s->ctx);
     if (r == CUDA_SUCCESS)
         r = sim_mem_alloc_locked(s->ctx, size, SIM_ALLOC_ASYNC, out);
+    struct sim_alloc *a = r == CUDA_SUCCESS && mp ? sim_mem_alloc_at(*out) : NULL;
+    if (a && a->mpool != mp) {
+        sim_pool_charge(a, -1);
+        a->mpool = mp;
+        sim_pool_charge(a, 1);
+    }
     sim_unlock();
     return r;
 }

@@ -127,6 +127,12 @@
     X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 11020, 0) \
     X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 11020, 0)        \
     X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 11020, 0)        \
+    X(cuMemPoolCreate, cuMemPoolCreate, "cuMemPoolCreate", 11020, 0)                          \
+    X(cuMemPoolDestroy, cuMemPoolDestroy, "cuMemPoolDestroy", 11020, 0)                       \
+    X(cuDeviceSetMemPool, cuDeviceSetMemPool, "cuDeviceSetMemPool", 11020, 0)                 \
+    X(cuDeviceGetMemPool, cuDeviceGetMemPool, "cuDeviceGetMemPool", 11020, 0)                 \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, 0)  \
+    X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, 2) \
     X(cuProfilerStart, cuProfilerStart, "cuProfilerStart", 4000, 0)                           \
     X(cuProfilerStop, cuProfilerStop, "cuProfilerStop", 4000, 0)                              \
     X(cuMemcpyPeer, cuMemcpyPeer, "cuMemcpyPeer", 4000, 0)                                    \
@@ -1627,6 +1633,73 @@ RT_API cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum
 {
     RT_ENTER();
     return rt_cu(drv.cuMemPoolGetAttribute((CUmemoryPool)memPool, (CUmemPool_attribute)attr, value));
+}
+
+/* cudaMemPoolProps has CUmemPoolProps' layout */
+RT_API cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t *memPool,
+                                               const struct cudaMemPoolProps *poolProps)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolCreate((CUmemoryPool *)memPool, (const CUmemPoolProps *)poolProps));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t memPool)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolDestroy((CUmemoryPool)memPool));
+}
+
+RT_API cudaError_t CUDARTAPI cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
+{
+    RT_READY();
+    if (device < 0 || device >= ndev)
+        return rt_ret(cudaErrorInvalidDevice);
+    return rt_cu(drv.cuDeviceSetMemPool(device, (CUmemoryPool)memPool));
+}
+
+RT_API cudaError_t CUDARTAPI cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
+{
+    if (!memPool)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_READY();
+    if (device < 0 || device >= ndev)
+        return rt_ret(cudaErrorInvalidDevice);
+    return rt_cu(drv.cuDeviceGetMemPool((CUmemoryPool *)memPool, device));
+}
+
+/* the per-thread default stream variant, not declared by cuda_runtime_api.h */
+cudaError_t CUDARTAPI cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool,
+                                                   cudaStream_t stream);
+
+static cudaError_t malloc_from_pool(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s,
+                                    bool ptsz)
+{
+    if (!p)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    if (size == 0) {
+        *p = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr d;
+    CUresult r = (ptsz ? drv.cuMemAllocFromPoolAsync_ptsz : drv.cuMemAllocFromPoolAsync)(
+        &d, size, (CUmemoryPool)pool, (CUstream)s);
+    if (r == CUDA_SUCCESS)
+        *p = (void *)(uintptr_t)d;
+    return rt_cu(r);
+}
+
+RT_API cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                                     cudaStream_t stream)
+{
+    return malloc_from_pool(ptr, size, memPool, stream, false);
+}
+
+RT_API cudaError_t CUDARTAPI cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size,
+                                                          cudaMemPool_t memPool,
+                                                          cudaStream_t stream)
+{
+    return malloc_from_pool(ptr, size, memPool, stream, true);
 }
 
 /* ---- peer copies ------------------------------------------------------------------------ */
