@@ -46,6 +46,8 @@ static void usage(FILE *f)
           "  --driver-costs FILE  driver-call latencies for the estimated driver time: lines\n"
           "                     'CALL US_PER_CALL [US_PER_MIB]' (cuMemCreate 193.32), '#'\n"
           "                     comments; calls not named keep the published defaults\n"
+          "  --repeat N         replay the trace as N consecutive steps: what it never frees is\n"
+          "                     allocated once, in the first step; implies --steps N\n"
           "  --steps N          the trace is N steps of a loop (equal event counts): also report\n"
           "                     the estimated driver time per step once memory stopped growing\n"
           "  --check-pytorch    check that every allocation lands at the address PyTorch chose\n"
@@ -369,6 +371,7 @@ int main(int argc, char **argv)
         {"check-pytorch", no_argument, NULL, 'p'},
         {"driver-costs", required_argument, NULL, 'D'},
         {"steps", required_argument, NULL, 'S'},
+        {"repeat", required_argument, NULL, 'R'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -381,6 +384,7 @@ int main(int argc, char **argv)
     ts_driver_costs_defaults(&costs);
     replay_opts ro = {&costs, 0};
     const char *costs_file = NULL;
+    size_t repeat = 0;
     int c;
     while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
         switch (c) {
@@ -403,16 +407,21 @@ int main(int argc, char **argv)
             costs_file = optarg;
             break;
         }
-        case 'S': {
+        case 'S':
+        case 'R': {
             char *end;
             errno = 0;
             unsigned long long v = strtoull(optarg, &end, 10);
+            const char *opt = c == 'S' ? "--steps" : "--repeat";
             if (errno || end == optarg || *end || optarg[0] == '-' || v == 0 || v > 100000000) {
-                fprintf(stderr, "tessera-replay: --steps: '%s' is not a number of steps "
-                        "(1 to 100000000)\n", optarg);
+                fprintf(stderr, "tessera-replay: %s: '%s' is not a number of steps "
+                        "(1 to 100000000)\n", opt, optarg);
                 return 2;
             }
-            ro.steps = (size_t)v;
+            if (c == 'S')
+                ro.steps = (size_t)v;
+            else
+                repeat = (size_t)v;
             break;
         }
         case 'x': compare = true; break;
@@ -459,9 +468,23 @@ int main(int argc, char **argv)
         if (conf_parse(confs[i], &cfgs[i]) != 0)
             return 2;
 
+    if (repeat && ro.steps && ro.steps != repeat) {
+        fprintf(stderr, "tessera-replay: --repeat %zu makes %zu steps: --steps %zu disagrees\n",
+                repeat, repeat, ro.steps);
+        return 2;
+    }
     trace t;
     if (trace_load(&t, path) != 0)
         return 1;
+    if (repeat) {
+        if (trace_repeat(&t, repeat) != 0) {
+            fprintf(stderr, "tessera-replay: %s: cannot repeat it %zu times (host memory, or "
+                    "more than 2^32 allocations)\n", path, repeat);
+            trace_free(&t);
+            return 1;
+        }
+        ro.steps = repeat;
+    }
     if (verbose || t.skipped_frees)
         fprintf(stderr,
                 "tessera-replay: %s: %zu allocations, %zu frees, %zu frees of addresses the trace "

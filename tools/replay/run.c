@@ -66,9 +66,12 @@ static void peak_report(ts_allocator *a, size_t event)
             (double)w.stitched_free / M);
 }
 
-/* Step k (1-based) of steps ends after this many events: equal shares of the trace. */
+/* Step k (1-based) of steps ends after this many events: where trace_repeat put the end, else
+ * equal shares of the trace. */
 static size_t step_end(const trace *t, size_t steps, size_t k)
 {
+    if (t->step_ends && t->nsteps == steps)
+        return t->step_ends[k - 1];
     return (size_t)((unsigned __int128)t->n * k / steps);
 }
 
