@@ -9,6 +9,7 @@
 #include "core/fence.h"
 #include "core/handles.h"
 #include "core/inspect.h"
+#include "core/plan.h"
 #include "core/pool.h"
 #include "core/release.h"
 #include "core/stitch.h"
@@ -90,6 +91,12 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
 
     a->st = sink.stats ? sink.stats : &a->own_stats;
     a->seq = sink.seq ? sink.seq : &a->own_seq;
+    if (cfg->plan && (a->plan = plan_create()) == NULL) {
+        ts_ptrmap_destroy(&a->live);
+        pthread_mutex_destroy(&a->lock);
+        free(a);
+        return NULL;
+    }
 
     size_t free_bytes = 0, total = 0;
     if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK)
@@ -181,6 +188,7 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
     }
     st_close(a);
     pthread_mutex_unlock(&a->lock);
+    plan_destroy(a->plan);
     ts_ptrmap_destroy(&a->live);
     ts_slab_destroy(&a->block_slab);
     ts_slab_destroy(&a->segment_slab);
@@ -201,6 +209,7 @@ void ts_allocator_forget_all(ts_allocator *a)
 {
     pthread_mutex_lock(&a->lock);
     fences_drop_all(a);
+    plan_forget(a);
     ts_node *n;
     while ((n = ts_tree_first(&a->segments)) != NULL) {
         ts_tree_remove(&a->segments, n);
@@ -439,7 +448,12 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         return TS_ENOMEM;
     }
 
-    ts_block *b = pool_find_best(a, p, rounded, stream);
+    /* A request the plan foresaw (plan:True) is served at its planned offset; everything else,
+     * misses included, by the normal policy. */
+    ts_block *b = a->plan ? plan_take(a, rounded, size, stream) : NULL;
+    if (b)
+        goto served;
+    b = pool_find_best(a, p, rounded, stream);
     /* Blocks of this pool freed but still waiting for their fences could serve the request:
      * wait for the oldest fences, a few at most, before new memory is taken. */
     for (int i = 0; !b && i < TS_MAX_PENDING_WAITS && fences_wait_oldest(a, p, rounded); i++)
@@ -484,8 +498,11 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
 
     bool split = pool_should_split(a, b, rounded);
     b = alloc_found_block(a, b, rounded, size, split, &spare);
+served:
     if (spare)
         a->spare = spare; /* unused: still zeroed (alloc_found_block touches it only to split) */
+    if (a->plan)
+        plan_note_alloc(a, b, rounded, stream);
     *out = b->addr;
     TS_HISTORY_NOTE(a, TESSERA_EV_ALLOC, b->addr, b->size, stream, size);
     allocator_unlock(a);
@@ -523,6 +540,8 @@ int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested)
     ts_pool *p = b->seg->pool;
     if (requested)
         *requested = b->requested;
+    const uint64_t plan_n = b->plan_n; /* b may be merged away below */
+    const size_t plan_requested = b->requested;
     counter_add(a, &st->num_free_calls, 1);
     counter_add(a, &st->num_ops, 1);
     stat_array_decrease(a, st->allocation, p, 1);
@@ -537,6 +556,8 @@ int ts_free_ex(ts_allocator *a, uintptr_t ptr, size_t *requested)
         b->free_epoch = a->order_epoch; /* reuse_fence:order: freed since the last order point */
         block_free_complete(a, b);
     }
+    if (a->plan)
+        plan_note_free(a, plan_n, plan_requested);
     allocator_unlock(a);
     return TS_OK;
 }

@@ -63,7 +63,10 @@ enum tessera_pool_index {
     X(num_fence_waits, "Host waits for a reuse fence")                                            \
     X(num_stitches, "Requests served by stitching free pages into a new virtual range")           \
     X(num_empty_cache, "Explicit empty-cache operations")                                         \
-    X(num_ops, "Allocator operations (allocations plus frees), for change detection")
+    X(num_ops, "Allocator operations (allocations plus frees), for change detection")            \
+    X(num_plan_hits, "Requests served from the placement plan (plan:True)")                       \
+    X(num_plan_misses, "Planned requests the plan could not serve (the normal policy did)")       \
+    X(num_plan_replans, "Placement plans computed after the first (the step changed)")
 
 /* X(name, unit, help): gauges that are not Stats. */
 #define TESSERA_GAUGES(X)                                                                          \
@@ -71,7 +74,9 @@ enum tessera_pool_index {
     X(largest_free_block_bytes, "bytes", "Largest free cached block (0 when none)")               \
     X(stitched_bytes, "bytes", "Bytes currently mapped in stitched virtual ranges")               \
     X(memory_limit_bytes, "bytes", "The effective allocator limit (0 when none)")                 \
-    X(device_total_bytes, "bytes", "Device memory capacity as the driver reports it")
+    X(device_total_bytes, "bytes", "Device memory capacity as the driver reports it")             \
+    X(plan_range_bytes, "bytes", "Size of the placement plan's range (0: no plan)")              \
+    X(plan_lower_bound_bytes, "bytes", "Peak live bytes of the planned blocks: the plan's floor")
 
 typedef struct tessera_device_stats {
 #define TESSERA_X_ARRAY(name, unit, help) tessera_stat name[TESSERA_POOL_COUNT];
@@ -86,7 +91,7 @@ typedef struct tessera_device_stats {
 #define TESSERA_X_GAUGE(name, unit, help) int64_t name;
     TESSERA_GAUGES(TESSERA_X_GAUGE)
 #undef TESSERA_X_GAUGE
-    int64_t reserved_tail[16]; /* room to append fields without moving what follows */
+    int64_t reserved_tail[11]; /* room to append fields without moving what follows */
 } tessera_device_stats;
 
 #endif /* TESSERA_STATS_FIELDS_H */

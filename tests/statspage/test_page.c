@@ -173,7 +173,7 @@ static void test_create_publishes_header(void **state)
     assert_non_null(strstr(h->cmdline, "statspage-test-page"));
     assert_int_equal(h->max_segments, TESSERA_PAGE_MAX_SEGMENTS);
     assert_int_equal(h->max_blocks, TESSERA_PAGE_MAX_BLOCKS);
-    assert_int_equal(h->stats_words, (sizeof(tessera_device_stats) - 16 * 8) / 8);
+    assert_int_equal(h->stats_words, (sizeof(tessera_device_stats) - 11 * 8) / 8);
     assert_true(h->created_ns > UINT64_C(1600000000) * 1000000000u);
     char why[256];
     assert_int_equal(ts_page_owner_state(h, why, sizeof why), TS_OWNER_LIVE);

@@ -44,6 +44,8 @@ typedef struct replay_result {
      * (steady_steps of them); -1 when growth ended in the last step. */
     double driver_ns_per_step;
     size_t steady_steps;
+    /* plan:True (the stats page's plan fields) */
+    uint64_t plan_hits, plan_misses, plan_replans, plan_range, plan_lower_bound;
 } replay_result;
 
 typedef struct replay_opts {
