@@ -450,7 +450,7 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
 
     /* A request the plan foresaw (plan:True) is served at its planned offset; everything else,
      * misses included, by the normal policy. */
-    ts_block *b = a->plan ? plan_take(a, rounded, size, stream) : NULL;
+    ts_block *b = a->plan ? plan_take(a, rounded, size) : NULL;
     if (b)
         goto served;
     b = pool_find_best(a, p, rounded, stream);

@@ -307,8 +307,10 @@ static bool range_get(ts_allocator *a, size_t size)
 
 /* --- planning ----------------------------------------------------------------------------- */
 
-/* Plan the step of allocations [s, e), confirmed at a free that left `level` bytes held. */
-static void plan_build(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level)
+/* Plan the step of allocations [s, e), confirmed at a free that left `level` bytes held; changed:
+ * the step differs from the one planned before (a re-plan, counted), else the same step from a
+ * better boundary. */
+static void plan_build(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level, bool changed)
 {
     struct ts_plan *pl = a->plan;
     const size_t p = (size_t)(e - s);
@@ -352,7 +354,7 @@ static void plan_build(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level)
     pl->pos = 0; /* the next allocation begins a step */
     pl->step_misses = 0;
     pl->active = true;
-    if (pl->plans++ > 0)
+    if (pl->plans++ > 0 && changed)
         counter_add(a, &a->st->num_plan_replans, 1);
     range_gauges(a, pl->seg->size, (size_t)lower_bound);
 out:
@@ -383,16 +385,17 @@ static void plan_confirm(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level
             size_t n = 0;
             for (uint64_t k = s; k < e; k++)
                 n += pl->log[k & LOG_MASK].t_free != 0;
-            if (n <= pl->nplanned)
-                return;
+            if (n > pl->nplanned)
+                plan_build(a, s, e, level, false);
+            return;
         }
     }
-    plan_build(a, s, e, level);
+    plan_build(a, s, e, level, true);
 }
 
 /* --- the hooks ---------------------------------------------------------------------------- */
 
-ts_block *plan_take(ts_allocator *a, size_t rounded, size_t requested, uint64_t stream)
+ts_block *plan_take(ts_allocator *a, size_t rounded, size_t requested)
 {
     struct ts_plan *pl = a->plan;
     if (!pl->active)
@@ -449,7 +452,6 @@ ts_block *plan_take(ts_allocator *a, size_t rounded, size_t requested, uint64_t 
         stat_array_increase(a, st->inactive_split_bytes, p, (int64_t)(head + tail));
     }
     fb->state = TS_BLOCK_ALLOCATED;
-    fb->stream = stream;
     fb->requested = requested;
     fb->serial = ++a->alloc_serial;
     ts_ptrmap_put(&a->live, fb->addr, fb); /* capacity was reserved by the caller */

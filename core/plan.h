@@ -38,11 +38,13 @@ uint64_t ts_plan_pack(const ts_plan_item *items, size_t n, uint64_t *offsets,
  * plan_take: the planned block for the next request of the step, ALLOCATED and counted, or NULL
  * (not planned, or a miss: the normal policy serves it). plan_note_alloc after every successful
  * allocation (planned or not); plan_note_free after every free, with what the freed block carried
- * (it may be gone: merged). plan_release_idle gives the range back when nothing is in it (empty
+ * (it may be gone: merged). Blocks of the range carry the range's stream whatever stream asked
+ * for them: any stream may be served there, stream-ordered reuse keeps that safe (reuse_ready).
+ * plan_release_idle gives the range back when nothing is in it (empty
  * cache, memory pressure); plan_forget drops it without the backend (the device vanished). */
 struct ts_plan *plan_create(void);
 void plan_destroy(struct ts_plan *pl);
-ts_block *plan_take(ts_allocator *a, size_t rounded, size_t requested, uint64_t stream);
+ts_block *plan_take(ts_allocator *a, size_t rounded, size_t requested);
 void plan_note_alloc(ts_allocator *a, ts_block *b, size_t rounded, uint64_t stream);
 void plan_note_free(ts_allocator *a, uint64_t plan_n, size_t requested);
 void plan_release_idle(ts_allocator *a);
@@ -51,7 +53,6 @@ void plan_forget(ts_allocator *a);
 /* pool.c's free-set membership for blocks of the plan's range (seg->plan_free set). */
 static inline void plan_insert_free(ts_block *b)
 {
-    b->stream = b->seg->stream;
     b->node.k0 = b->addr;
     b->node.k1 = 0;
     b->node.k2 = 0;
