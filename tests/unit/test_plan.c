@@ -157,17 +157,19 @@ static void test_pack_greedy_by_size(void **state)
     assert_int_equal(off[1], 4096);
     assert_int_equal(off[2], 0);
     assert_int_equal(lb, 8192);
-    /* a gap: the smallest that holds the block, not the first */
-    ts_plan_item gap[5] = {
-        {3000 * 512, 1, 100}, /* big, everything overlaps it */
-        {2 * 512, 2, 3},      /* at 3000 (after big) */
-        {1 * 512, 4, 5},      /* disjoint from the small ones */
-        {4 * 512, 6, 100},    /* at 3000 */
-        {1 * 512, 10, 20},    /* overlaps big and the 4: right above them */
+    /* best fit: the smallest gap that holds the block, not the lowest. T1, T2, T3, T4 and T5
+     * stack up (0, 50, 90, 120, 140); once T2 and T4 are gone, T6 sees gaps of 40 at 50 and of
+     * 20 at 120: it takes the one of 20 */
+    const uint64_t u = 512;
+    ts_plan_item gap[6] = {
+        {50 * u, 1, 100}, {40 * u, 1, 10}, {30 * u, 1, 100},
+        {20 * u, 1, 10},  {15 * u, 1, 100}, {20 * u, 50, 100},
     };
-    assert_int_equal(ts_plan_pack(gap, 5, off, &lb), 3005 * 512);
-    assert_int_equal(off[3], 3000 * 512);
-    assert_int_equal(off[4], 3004 * 512);
+    assert_int_equal(ts_plan_pack(gap, 6, off, &lb), 155 * u);
+    const uint64_t want[6] = {0, 50, 90, 120, 140, 120};
+    for (int k = 0; k < 6; k++)
+        assert_int_equal(off[k], want[k] * u);
+    assert_int_equal(lb, 155 * u);
 }
 
 /* --- live ------------------------------------------------------------------------------------ */
