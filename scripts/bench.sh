@@ -19,6 +19,9 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
   5. stream-ordered reuse through LD_PRELOAD (tests/bench/stream_order.py): the tight
      cudaMalloc/cudaFree loop against a glibc pair, the host-runs-ahead loop against
      reuse_fence:none, the multi-stream variants against reuse_fence:sync
+  6. plan:True beside PyTorch's policy, expandable segments and defragment:True
+     (tests/bench/plan_bench.py): every trace repeated 5 times (tessera-replay --repeat 5) and
+     every synthetic workload, with the targets of planned memory
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -27,7 +30,8 @@ Options:
   --build-dir DIR   build directory (default: build-bench at the repository root)
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
-  --only LIST       comma-separated parts to run: core,replay,steady,shim,stream (default: all)
+  --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,plan
+                    (default: all)
   --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
                     GPU) instead of the published figures
   -h, --help
@@ -38,7 +42,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream"
+only="core,replay,steady,shim,stream,plan"
 costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -123,7 +127,7 @@ fi
 
 # --- 2. replays -------------------------------------------------------------------------------
 traces=(tests/data/traces/*.pickle)
-if want replay || want steady; then
+if want replay || want steady || want plan; then
     echo "bench.sh: generating the synthetic workloads ..." >&2
     note_cmd workloads "python3 tools/workloads/gen_workloads.py -o $B/workloads"
     python3 tools/workloads/gen_workloads.py -o "$bd/workloads" 2>"$raw/workloads.txt"
@@ -261,11 +265,23 @@ if want stream; then
     fi
 fi
 
+# --- 6. planned memory ----------------------------------------------------------------------------
+if want plan; then
+    echo "bench.sh: plan:True beside the other policies ..." >&2
+    note_cmd plan "python3 tests/bench/plan_bench.py $B $B/bench-raw/plan --repeat 5"
+    python3 tests/bench/plan_bench.py "$bd" "$raw/plan" --repeat 5 >/dev/null
+fi
+
 # --- report -------------------------------------------------------------------------------------
 TS_BENCH_DRIVER_COSTS="${costs[1]:-}" python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
 if [ -f "$raw/stream.md" ]; then
     { printf '\n## Stream-ordered reuse through LD_PRELOAD (simulated device)\n\n'
       printf 'Command: `%s`\n\n' "$(grep '^stream' "$raw/commands.txt" | cut -f2)"
       cat "$raw/stream.md"; } | tee -a "$bd/bench-results.md"
+fi
+if [ -f "$raw/plan.md" ]; then
+    { printf '\n## Planned memory: plan:True beside the other policies\n\n'
+      printf 'Command: `%s`\n\n' "$(grep '^plan' "$raw/commands.txt" | cut -f2)"
+      cat "$raw/plan.md"; } | tee -a "$bd/bench-results.md"
 fi
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

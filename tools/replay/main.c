@@ -301,9 +301,11 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
             "\"driver_ms_after_growth\": %.3f",
             r->driver_ns / 1e6, r->driver_ns_growth / 1e6, r->growth_events,
             (r->driver_ns - r->driver_ns_growth) / 1e6);
+    fprintf(f, ", \"device_calls_growth\": %llu", (unsigned long long)r->device_calls_growth);
     if (r->driver_ns_per_step >= 0)
-        fprintf(f, ", \"steady_steps\": %zu, \"driver_ms_per_step\": %.3f", r->steady_steps,
-                r->driver_ns_per_step / 1e6);
+        fprintf(f, ", \"steady_steps\": %zu, \"driver_ms_per_step\": %.3f, "
+                "\"device_calls_per_step\": %.2f", r->steady_steps,
+                r->driver_ns_per_step / 1e6, r->device_calls_per_step);
     fprintf(f, ", \"ns_per_op\": %.1f}", r->ns_per_op);
 }
 
