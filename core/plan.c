@@ -64,6 +64,8 @@ struct ts_plan {
     /* the plan */
     plan_slot *slots;    /* TS_PLAN_MAX_STEP */
     uint64_t *phash;     /* prefix hashes of the planned step's codes: period + 1 */
+    uint64_t *rot;       /* rot[r]: hash of the planned step rotated to begin at r: period */
+    uint64_t pow_n, pow_v; /* HASH_BASE^pow_n (the last period asked for) */
     size_t period;       /* allocations per step; 0: none */
     uint64_t n0;         /* an allocation number where a step began */
     uint64_t level;      /* the level at the step's boundary */
@@ -91,10 +93,20 @@ static uint64_t code_of(size_t rounded, uint64_t stream)
            ((stream + 1) * UINT64_C(0xC2B2AE3D27D4EB4F)) ^ 1;
 }
 
-/* Hash of the codes of allocations [s, e): both within the log. */
-static uint64_t range_hash(const struct ts_plan *pl, uint64_t s, uint64_t e)
+/* HASH_BASE^e, remembered for the last e: in a steady loop every check is for one period. */
+static uint64_t period_pow(struct ts_plan *pl, uint64_t e)
 {
-    return pl->prefix[e & LOG_MASK] - pl->prefix[s & LOG_MASK] * hash_pow(e - s);
+    if (pl->pow_n != e) {
+        pl->pow_n = e;
+        pl->pow_v = hash_pow(e);
+    }
+    return pl->pow_v;
+}
+
+/* Hash of the codes of allocations [s, e): both within the log. */
+static uint64_t range_hash(struct ts_plan *pl, uint64_t s, uint64_t e)
+{
+    return pl->prefix[e & LOG_MASK] - pl->prefix[s & LOG_MASK] * period_pow(pl, e - s);
 }
 
 /* Hash of the planned step rotated to begin at position r. */
@@ -116,7 +128,8 @@ struct ts_plan *plan_create(void)
     pl->levels = calloc(TS_PLAN_LEVELS, sizeof *pl->levels);
     pl->slots = calloc(TS_PLAN_MAX_STEP, sizeof *pl->slots);
     pl->phash = calloc(TS_PLAN_MAX_STEP + 1, sizeof *pl->phash);
-    if (!pl->log || !pl->prefix || !pl->levels || !pl->slots || !pl->phash) {
+    pl->rot = calloc(TS_PLAN_MAX_STEP, sizeof *pl->rot);
+    if (!pl->log || !pl->prefix || !pl->levels || !pl->slots || !pl->phash || !pl->rot) {
         plan_destroy(pl);
         return NULL;
     }
@@ -132,6 +145,7 @@ void plan_destroy(struct ts_plan *pl)
     free(pl->levels);
     free(pl->slots);
     free(pl->phash);
+    free(pl->rot);
     free(pl);
 }
 
@@ -165,11 +179,17 @@ static int sweep_cmp(const void *x, const void *y)
     return a->delta < b->delta ? -1 : a->delta > b->delta; /* an end before a start */
 }
 
+/* A placed block, copied where the packer scans: the scan is over every placed block in offset
+ * order, so it reads one compact array from front to back. */
+typedef struct pack_placed {
+    uint64_t offset, size, start, end;
+} pack_placed;
+
 uint64_t ts_plan_pack(const ts_plan_item *items, size_t n, uint64_t *offsets,
                       uint64_t *lower_bound)
 {
     pack_key *keys = malloc((n ? n : 1) * sizeof *keys);
-    uint32_t *placed = malloc((n ? n : 1) * sizeof *placed); /* by offset */
+    pack_placed *placed = malloc((n ? n : 1) * sizeof *placed); /* by offset */
     sweep_ev *ev = malloc((n ? 2 * n : 1) * sizeof *ev);
     if (!keys || !placed || !ev) {
         free(keys);
@@ -188,28 +208,28 @@ uint64_t ts_plan_pack(const ts_plan_item *items, size_t n, uint64_t *offsets,
         const ts_plan_item *it = &items[i];
         uint64_t cur = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
         for (size_t q = 0; q < nplaced; q++) {
-            const uint32_t j = placed[q];
-            if (!(items[j].start < it->end && it->start < items[j].end))
+            const pack_placed *pj = &placed[q];
+            if (!(pj->start < it->end && it->start < pj->end))
                 continue; /* never alive together: may share addresses */
-            if (offsets[j] > cur) {
-                uint64_t gap = offsets[j] - cur;
+            if (pj->offset > cur) {
+                uint64_t gap = pj->offset - cur;
                 if (gap >= it->size && gap < best_gap) {
                     best_gap = gap;
                     best = cur;
                 }
             }
-            if (offsets[j] + items[j].size > cur)
-                cur = offsets[j] + items[j].size;
+            if (pj->offset + pj->size > cur)
+                cur = pj->offset + pj->size;
         }
         offsets[i] = best != UINT64_MAX ? best : cur;
         if (offsets[i] + it->size > end)
             end = offsets[i] + it->size;
-        size_t q = nplaced++; /* insert, keeping offset order */
-        while (q > 0 && offsets[placed[q - 1]] > offsets[i]) {
-            placed[q] = placed[q - 1];
+        size_t q = nplaced; /* insert, keeping offset order (after equal offsets) */
+        while (q > 0 && placed[q - 1].offset > offsets[i])
             q--;
-        }
-        placed[q] = i;
+        memmove(&placed[q + 1], &placed[q], (nplaced - q) * sizeof *placed);
+        placed[q] = (pack_placed){offsets[i], it->size, it->start, it->end};
+        nplaced++;
     }
 
     for (size_t i = 0; i < n; i++) {
@@ -348,6 +368,9 @@ static void plan_build(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level, 
         pl->phash[k + 1] = pl->phash[k] * HASH_BASE + code;
     }
     pl->period = p;
+    for (size_t r = 0; r < p; r++)
+        pl->rot[r] = rotated_hash(pl, r);
+    pl->period = p;
     pl->nplanned = n;
     pl->n0 = s;
     pl->level = level;
@@ -374,7 +397,7 @@ static void plan_confirm(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level
         return;
     if (pl->active && pl->period == p) {
         const size_t r = (size_t)((s % p + p - pl->n0 % p) % p);
-        if (rotated_hash(pl, r) == range_hash(pl, s, e)) {
+        if (pl->rot[r] == range_hash(pl, s, e)) {
             /* The planned step again, seen from boundary r: the next allocation is at r. */
             pl->pos = r;
             /* A lower boundary leaves fewer blocks alive across it: plan from there, when the
