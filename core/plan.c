@@ -68,12 +68,11 @@ struct ts_plan {
     uint64_t pow_n, pow_v; /* HASH_BASE^pow_n (the last period asked for) */
     size_t period;       /* allocations per step; 0: none */
     uint64_t n0;         /* an allocation number where a step began */
-    uint64_t level;      /* the level at the step's boundary */
     size_t pos;          /* the next allocation's position in the step */
-    size_t nplanned;     /* positions with a slot */
     size_t step_misses;
     bool active;
     uint64_t plans;
+    uint64_t retry_at;   /* after a plan could not get its range: no new try before this count */
     ts_segment *seg;
     ts_tree free_by_addr;
 };
@@ -327,16 +326,60 @@ static bool range_get(ts_allocator *a, size_t size)
 
 /* --- planning ----------------------------------------------------------------------------- */
 
-/* Plan the step of allocations [s, e), confirmed at a free that left `level` bytes held; changed:
- * the step differs from the one planned before (a re-plan, counted), else the same step from a
- * better boundary. */
-static void plan_build(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level, bool changed)
+/* The best boundary of the step [s, e) just confirmed (now is the time of the confirming free):
+ * the free after which the fewest bytes are held, found by sweeping the allocations and frees
+ * since s. Returns the allocation count b at that free (s <= b <= e) and its time in *t_b. The
+ * step seen from there, [b - p, b), is all in the past: the allocations before s are the
+ * previous period's, which repeated. */
+static uint64_t best_boundary(struct ts_plan *pl, uint64_t s, uint64_t e, uint64_t *t_b)
+{
+    const uint64_t t_s = pl->log[s & LOG_MASK].t_alloc;
+    const uint64_t lo = pl->nalloc > TS_PLAN_LOG - 1 ? pl->nalloc - (TS_PLAN_LOG - 1) : 0;
+    size_t nev = 0, cap = 2 * (size_t)(e - lo);
+    sweep_ev *ev = malloc((cap ? cap : 1) * sizeof *ev);
+    *t_b = pl->clock;
+    if (!ev)
+        return e;
+    for (uint64_t j = lo; j < e; j++) {
+        const plan_rec *r = &pl->log[j & LOG_MASK];
+        if (j >= s)
+            ev[nev++] = (sweep_ev){r->t_alloc, (int64_t)r->size};
+        if (r->t_free >= t_s)
+            ev[nev++] = (sweep_ev){r->t_free, -(int64_t)r->size};
+    }
+    qsort(ev, nev, sizeof *ev, sweep_cmp);
+    int64_t held = 0, best = 0;
+    uint64_t allocs = 0, b = s;
+    *t_b = t_s - 1; /* the boundary at s: just before its first allocation */
+    for (size_t i = 0; i < nev; i++) {
+        held += ev[i].delta;
+        if (ev[i].delta > 0)
+            allocs++;
+        else if (held < best) {
+            best = held;
+            b = s + allocs;
+            *t_b = ev[i].t;
+        }
+    }
+    free(ev);
+    return b;
+}
+
+/* Plan the step of allocations [s, e), just confirmed (a re-plan when a plan was made before). */
+static void plan_build(ts_allocator *a, uint64_t s, uint64_t e)
 {
     struct ts_plan *pl = a->plan;
     const size_t p = (size_t)(e - s);
     pl->active = false;
     if (pl->seg && !range_idle(pl))
         return; /* the old plan's blocks drain first: tried again at the next confirmation */
+    if (pl->nalloc < pl->retry_at)
+        return; /* the range was refused less than a step ago */
+    /* Plan the step as seen from its best boundary b: [b - p, b); the next allocation, e, is at
+     * position e - b of it. */
+    uint64_t t_b;
+    const uint64_t b = best_boundary(pl, s, e, &t_b);
+    s = b - p;
     ts_plan_item *items = malloc(p * sizeof *items);
     uint64_t *offsets = malloc(p * sizeof *offsets);
     uint32_t *pos_of = malloc(p * sizeof *pos_of);
@@ -345,7 +388,7 @@ static void plan_build(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level, 
     size_t n = 0;
     for (size_t k = 0; k < p; k++) {
         const plan_rec *r = &pl->log[(s + k) & LOG_MASK];
-        if (r->t_free == 0)
+        if (r->t_free == 0 || r->t_free > t_b)
             continue; /* alive across the boundary: the normal policy's */
         items[n] = (ts_plan_item){r->size, r->t_alloc, r->t_free};
         pos_of[n++] = (uint32_t)k;
@@ -355,8 +398,10 @@ static void plan_build(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level, 
     if (end == 0 || end == UINT64_MAX)
         goto out; /* nothing short-lived to plan, or no host memory */
     const size_t range = (size_t)((end + TS_PLAN_ALIGN - 1) / TS_PLAN_ALIGN * TS_PLAN_ALIGN);
-    if (!range_get(a, range))
-        goto out; /* tried again at the next confirmation */
+    if (!range_get(a, range)) {
+        pl->retry_at = pl->nalloc + p; /* the device or the cap refused: again a step later */
+        goto out;
+    }
 
     memset(pl->slots, 0, p * sizeof *pl->slots);
     for (size_t i = 0; i < n; i++)
@@ -371,13 +416,11 @@ static void plan_build(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level, 
     for (size_t r = 0; r < p; r++)
         pl->rot[r] = rotated_hash(pl, r);
     pl->period = p;
-    pl->nplanned = n;
     pl->n0 = s;
-    pl->level = level;
-    pl->pos = 0; /* the next allocation begins a step */
+    pl->pos = (size_t)((e - b) % p); /* the next allocation is e */
     pl->step_misses = 0;
     pl->active = true;
-    if (pl->plans++ > 0 && changed)
+    if (pl->plans++ > 0)
         counter_add(a, &a->st->num_plan_replans, 1);
     range_gauges(a, pl->seg->size, (size_t)lower_bound);
 out:
@@ -386,8 +429,8 @@ out:
     free(pos_of);
 }
 
-/* A step [s, e) was confirmed at a free that left `level` bytes held. */
-static void plan_confirm(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level)
+/* A step [s, e) was confirmed. */
+static void plan_confirm(ts_allocator *a, uint64_t s, uint64_t e)
 {
     struct ts_plan *pl = a->plan;
     const size_t p = (size_t)(e - s);
@@ -400,20 +443,10 @@ static void plan_confirm(ts_allocator *a, uint64_t s, uint64_t e, uint64_t level
         if (pl->rot[r] == range_hash(pl, s, e)) {
             /* The planned step again, seen from boundary r: the next allocation is at r. */
             pl->pos = r;
-            /* A lower boundary leaves fewer blocks alive across it: plan from there, when the
-             * range is empty now (else keep the plan: it serves this step well enough). */
-            if (level >= pl->level || !range_idle(pl))
-                return;
-            pl->level = level; /* each level is weighed once: re-plans are bounded */
-            size_t n = 0;
-            for (uint64_t k = s; k < e; k++)
-                n += pl->log[k & LOG_MASK].t_free != 0;
-            if (n > pl->nplanned)
-                plan_build(a, s, e, level, false);
             return;
         }
     }
-    plan_build(a, s, e, level, true);
+    plan_build(a, s, e);
 }
 
 /* --- the hooks ---------------------------------------------------------------------------- */
@@ -516,7 +549,7 @@ void plan_note_free(ts_allocator *a, uint64_t plan_n, size_t requested)
     if (L->has_prev && L->n - L->prev_n == p && p >= TS_PLAN_MIN_STEP && p <= TS_PLAN_MAX_STEP &&
         pl->nalloc - L->prev_n < TS_PLAN_LOG &&
         range_hash(pl, L->prev_n, L->n) == range_hash(pl, L->n, pl->nalloc))
-        plan_confirm(a, L->n, pl->nalloc, live);
+        plan_confirm(a, L->n, pl->nalloc);
     L->prev_n = L->n;
     L->n = pl->nalloc;
     L->has_prev = 1;

@@ -101,10 +101,10 @@ static void open_plan(fixture *f)
 }
 
 /* Steps 1..3 learn (a parameter allocated in step 1 stays with the normal policy). The first
- * boundary seen to repeat is the free of B_1 in step 3 (the bytes held then recur once a step):
- * a first plan serves the rest of step 3 (13 allocations), from a window where L and A_1 are
- * alive across the boundary. At the end of step 3 the lower boundary (only the parameter held)
- * plans the whole step: every step after is served as documented above. */
+ * boundary seen to repeat is the free of B_1 in step 3 (the bytes held then recur once a step).
+ * The plan is made from the best boundary of that period, where the fewest bytes are held: the
+ * end of step 2 (only the parameter). So it is step 2 as it was, and it serves the rest of step 3
+ * at once (13 allocations: A_2 on) and every step after, as documented above. */
 static uintptr_t learn(fixture *f, live_set *s, const step_opts *o)
 {
     uintptr_t pos[STEP];
@@ -186,7 +186,7 @@ static void test_plan_serves_the_repeated_step_exactly(void **state)
     assert_int_equal(st->plan_range_bytes, 18 * MiB);
     assert_int_equal(st->plan_lower_bound_bytes, 17 * MiB);
     assert_int_equal(st->num_plan_hits, 13);
-    assert_int_equal(st->num_plan_replans, 0); /* a better boundary is no re-plan */
+    assert_int_equal(st->num_plan_replans, 0);
     ts_devmodel_counters before, after;
     ts_devmodel_counters_get(f.dev, &before);
     for (int k = 0; k < 3; k++) {
@@ -262,10 +262,11 @@ static void test_plan_orders_reuse_across_streams(void **state)
     ts_devmodel_counters_get(f.dev, &after);
     assert_int_equal(fx_stats(&f)->num_plan_hits - hits, STEP);
     assert_planned(&f, pos, expected_mib, 18);
-    /* A slot whose last occupant was freed after the last order point (A_i at 8 MiB, where
-     * A_i-1 or B_1, on the other stream, was just freed) is handed out only after a new order
-     * point, which also covers every free before it: 7 in this step. */
-    assert_int_equal(after.order_points - before.order_points, 7);
+    /* A slot whose last occupant was freed after the last order point is handed out only after
+     * a new order point, which also covers every free before it. In this step: L (where the
+     * last step's L was freed), A_2..A_7 at 8 MiB (where A_i-1, or B_1 on the other stream, was
+     * just freed) and C (where A_7 was): 8. */
+    assert_int_equal(after.order_points - before.order_points, 8);
     assert_int_equal(after.order_points - before.order_points,
                      fx_stats(&f)->num_fences_recorded - st_before);
     free_of(&f, &s, param);
