@@ -66,6 +66,7 @@ static void free_of(fixture *f, live_set *s, uintptr_t p)
 typedef struct step_opts {
     size_t b_size, a3;
     bool extra;
+    uintptr_t *carry; /* when set: a 4 MiB block allocated after C, freed after the next L */
     uintptr_t b_stream;
 } step_opts;
 
@@ -75,6 +76,8 @@ static void run_step(fixture *f, live_set *s, const step_opts *o, uintptr_t pos[
     const uintptr_t bs = o->b_stream ? o->b_stream : 1;
     uintptr_t x = 0;
     uintptr_t L = pos[0] = alloc_on(f, s, 8 * MiB, 1);
+    if (o->carry && *o->carry)
+        free_of(f, s, *o->carry);
     for (size_t i = 1; i <= 7; i++) {
         size_t a_size = i == 3 && o->a3 ? o->a3 : i * MiB;
         uintptr_t A = pos[2 * i - 1] = alloc_on(f, s, a_size, 1);
@@ -85,6 +88,8 @@ static void run_step(fixture *f, live_set *s, const step_opts *o, uintptr_t pos[
         free_of(f, s, A);
     }
     uintptr_t C = pos[15] = alloc_on(f, s, 1 * MiB, 1);
+    if (o->carry)
+        *o->carry = alloc_on(f, s, 4 * MiB, 1);
     free_of(f, s, C);
     if (x)
         free_of(f, s, x);
@@ -273,6 +278,33 @@ static void test_plan_orders_reuse_across_streams(void **state)
     fx_close(&f);
 }
 
+/* A block alive across the step boundary (a gradient kept to the next step) stays with the
+ * normal policy: planning it with the lifetime it had inside one step would put it where the next
+ * step's first blocks go, while it is still alive. */
+static void test_plan_leaves_blocks_crossing_the_boundary(void **state)
+{
+    (void)state;
+    fixture f;
+    live_set s = {0};
+    open_plan(&f);
+    uintptr_t carry = 0;
+    step_opts o = {.carry = &carry};
+    uintptr_t param = learn(&f, &s, &o);
+    uintptr_t pos[STEP];
+    run_step(&f, &s, &o, pos);
+    const int64_t hits = fx_stats(&f)->num_plan_hits, misses = fx_stats(&f)->num_plan_misses;
+    for (int k = 0; k < 3; k++)
+        run_step(&f, &s, &o, pos);
+    assert_int_equal(fx_stats(&f)->num_plan_hits - hits, 3 * STEP);
+    assert_int_equal(fx_stats(&f)->num_plan_misses - misses, 0);
+    ts_segment_info range;
+    assert_int_equal(ts_lookup(f.a, pos[0], &range, NULL), TS_OK);
+    assert_true(carry < range.addr || carry >= range.addr + range.size);
+    free_of(&f, &s, carry);
+    free_of(&f, &s, param);
+    fx_close(&f);
+}
+
 static void test_plan_replans_when_the_step_changes(void **state)
 {
     (void)state;
@@ -311,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_plan_serves_the_repeated_step_exactly),
         cmocka_unit_test(test_plan_divergence_falls_back),
         cmocka_unit_test(test_plan_orders_reuse_across_streams),
+        cmocka_unit_test(test_plan_leaves_blocks_crossing_the_boundary),
         cmocka_unit_test(test_plan_replans_when_the_step_changes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
