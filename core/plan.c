@@ -5,8 +5,9 @@
  * bytes the program holds (requested, so that placement never changes the reading) form a
  * "level". A level met again with allocations in between marks a candidate period: the
  * allocations since its last visit. When the two periods before it were equally long and their
- * code sequences hash equal, the step is confirmed: the allocations of the last period are one
- * step. Warm-up steps that differ (in length or sizes) confirm nothing; levels that a step does
+ * code sequences hash equal, the step is confirmed; it is then seen from its best boundary (the
+ * free in that period after which the fewest bytes are held), so that the fewest blocks cross
+ * it. Warm-up steps that differ (in length or sizes) confirm nothing; levels that a step does
  * not revisit (activations piling up) never confirm a sub-period.
  *
  * The plan. The step's short-lived blocks (allocated and freed within it) have known lifetimes;
