@@ -52,6 +52,7 @@ struct ts_block {
     uint64_t serial; /* ALLOCATED blocks: this allocation's number (a reused block gets a new one) */
     uint8_t state; /* ts_block_state */
     ts_segment *lent_to; /* LENT blocks: the stitched segment their pages back */
+    uint64_t plan_n; /* plan:True, ALLOCATED blocks: the allocation's number + 1 in plan.c's log */
 };
 
 /* A segment: one device allocation (or one virtual reservation for expandable segments).
@@ -83,6 +84,9 @@ struct ts_segment {
      * nothing. */
     size_t va_size;
     uint64_t stitch_serial;
+    /* The plan's range (plan.c), and only it: its FREE blocks are in this tree, keyed (addr, 0,
+     * 0), instead of the pool's free index, so that only the plan hands them out. */
+    ts_tree *plan_free;
 };
 
 /* One physical handle mapped at [addr, addr + size) of a segment. */
@@ -191,6 +195,8 @@ struct ts_allocator {
 
     /* Pinned host memory (core/hostcache.c); NULL until the first host allocation. */
     struct ts_hostcache *host;
+    /* Planned memory (core/plan.c); NULL unless plan:True. */
+    struct ts_plan *plan;
 };
 
 /* Record an allocator event in the history ring, when there is one: the only cost otherwise is

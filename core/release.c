@@ -2,6 +2,7 @@
 #include "core/release.h"
 #include "core/expandable.h"
 #include "core/fence.h"
+#include "core/plan.h"
 #include "core/pool.h"
 #include "core/stitch.h"
 
@@ -119,6 +120,7 @@ void release_cached_blocks(ts_allocator *a)
     if (backend_capturing(a))
         return;
     fences_synchronize_all(a);
+    plan_release_idle(a); /* the plan's range, when nothing is in it */
     /* Free stitched ranges go first (their pages return to the segments they came from and can
      * then be unmapped in the same pass); one device synchronise covers both. */
     bool synced = stitch_release_free(a, false) > 0;

@@ -25,6 +25,9 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      with its pinned cache and with pinned_cache:False
   7. the cudaMallocAsync + cudaFreeAsync pair through LD_PRELOAD (tests/bench/async_pair.py):
      without tessera, with its defaults and with expandable_segments:True
+  8. plan:True beside PyTorch's policy, expandable segments and defragment:True
+     (tests/bench/plan_bench.py): every trace repeated 5 times (tessera-replay --repeat 5) and
+     every synthetic workload, with the targets of planned memory
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -33,8 +36,8 @@ Options:
   --build-dir DIR   build directory (default: build-bench at the repository root)
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
-  --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async
-                    (default: all)
+  --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
+                    plan (default: all)
   --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
                     GPU) instead of the published figures
   -h, --help
@@ -45,7 +48,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async"
+only="core,replay,steady,shim,stream,pinned,async,plan"
 costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -130,7 +133,7 @@ fi
 
 # --- 2. replays -------------------------------------------------------------------------------
 traces=(tests/data/traces/*.pickle)
-if want replay || want steady; then
+if want replay || want steady || want plan; then
     echo "bench.sh: generating the synthetic workloads ..." >&2
     note_cmd workloads "python3 tools/workloads/gen_workloads.py -o $B/workloads"
     python3 tools/workloads/gen_workloads.py -o "$bd/workloads" 2>"$raw/workloads.txt"
@@ -294,6 +297,13 @@ if want async; then
     fi
 fi
 
+# --- 8. planned memory ----------------------------------------------------------------------------
+if want plan; then
+    echo "bench.sh: plan:True beside the other policies ..." >&2
+    note_cmd plan "python3 tests/bench/plan_bench.py $B $B/bench-raw/plan --repeat 5"
+    python3 tests/bench/plan_bench.py "$bd" "$raw/plan" --repeat 5 >/dev/null
+fi
+
 # --- report -------------------------------------------------------------------------------------
 TS_BENCH_DRIVER_COSTS="${costs[1]:-}" python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
 if [ -f "$raw/stream.md" ]; then
@@ -310,5 +320,10 @@ if [ -f "$raw/async.md" ]; then
     { printf '\n## cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated device)\n\n'
       printf 'Command: `%s`\n\n' "$(grep '^async' "$raw/commands.txt" | cut -f2)"
       cat "$raw/async.md"; } | tee -a "$bd/bench-results.md"
+fi
+if [ -f "$raw/plan.md" ]; then
+    { printf '\n## Planned memory: plan:True beside the other policies\n\n'
+      printf 'Command: `%s`\n\n' "$(grep '^plan' "$raw/commands.txt" | cut -f2)"
+      cat "$raw/plan.md"; } | tee -a "$bd/bench-results.md"
 fi
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

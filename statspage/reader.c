@@ -77,6 +77,7 @@ const char *ts_page_status_name(int status)
     case TS_PAGE_EFOREIGN: return "foreign";
     case TS_PAGE_ENOTREADY: return "not-ready";
     case TS_PAGE_ENEWER: return "newer-layout";
+    case TS_PAGE_EOLDER: return "older-layout";
     case TS_PAGE_ECORRUPT: return "corrupt";
     case TS_PAGE_EBUSY: return "busy";
     case TS_PAGE_EEMPTY: return "empty";
@@ -201,6 +202,11 @@ static int validate_header(ts_page *pg)
                          "written by a newer tessera (layout %" PRIu32
                          ", this reader understands up to %u)",
                          h->layout_version, TESSERA_PAGE_LAYOUT_VERSION);
+    if (h->layout_version < TESSERA_PAGE_LAYOUT_VERSION)
+        return page_fail(pg, TS_PAGE_EOLDER,
+                         "written by an older tessera (layout %" PRIu32
+                         "; this reader reads layout %u: use that version's tessera-stat)",
+                         h->layout_version, TESSERA_PAGE_LAYOUT_VERSION);
     if (pg->size < TESSERA_PAGE_HEADER_SIZE)
         return page_fail(pg, TS_PAGE_ETRUNCATED,
                          "truncated: %" PRIu64 " bytes, the header alone needs %u", pg->size,
@@ -210,11 +216,11 @@ static int validate_header(ts_page *pg)
         return st;
     h->magic = magic;
     if (h->header_size != TESSERA_PAGE_HEADER_SIZE)
-        return page_fail(pg, TS_PAGE_ECORRUPT, "corrupt: header size %" PRIu32 " (layout 1 has %u)",
-                         h->header_size, TESSERA_PAGE_HEADER_SIZE);
+        return page_fail(pg, TS_PAGE_ECORRUPT, "corrupt: header size %" PRIu32 " (layout %u has %u)",
+                         h->header_size, TESSERA_PAGE_LAYOUT_VERSION, TESSERA_PAGE_HEADER_SIZE);
     if (h->slot_size != TESSERA_PAGE_SLOT_SIZE)
-        return page_fail(pg, TS_PAGE_ECORRUPT, "corrupt: slot size %" PRIu32 " (layout 1 has %u)",
-                         h->slot_size, TESSERA_PAGE_SLOT_SIZE);
+        return page_fail(pg, TS_PAGE_ECORRUPT, "corrupt: slot size %" PRIu32 " (layout %u has %u)",
+                         h->slot_size, TESSERA_PAGE_LAYOUT_VERSION, TESSERA_PAGE_SLOT_SIZE);
     if (h->slot_count == 0 || h->slot_count > TESSERA_PAGE_MAX_SLOT_COUNT)
         return page_fail(pg, TS_PAGE_ECORRUPT, "corrupt: slot count %" PRIu32 " (1 to %u)",
                          h->slot_count, TESSERA_PAGE_MAX_SLOT_COUNT);
@@ -325,7 +331,7 @@ static int open_path(ts_page *pg, const char *path, int expect_pid)
     pg->fd = fd;
     note_stat(pg, &st);
     int status = validate_header(pg);
-    if (status == TS_PAGE_OK || status == TS_PAGE_ENEWER)
+    if (status == TS_PAGE_OK || status == TS_PAGE_ENEWER || status == TS_PAGE_EOLDER)
         status = check_trust(pg, status);
     return status;
 }

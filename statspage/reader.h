@@ -26,7 +26,8 @@ typedef enum ts_page_status {
     TS_PAGE_EBUSY = 8,      /* a slot's writer held the sequence lock through every retry */
     TS_PAGE_EEMPTY = 9,     /* slot not in use (not an error) */
     TS_PAGE_EUNTRUSTED = 10, /* the file is not its process's: another user's, or writable by others */
-    TS_PAGE_ESKIPPED = 11    /* not read: past a listing's bound on pages or slots (per user, overall) */
+    TS_PAGE_ESKIPPED = 11,   /* not read: past a listing's bound on pages or slots (per user, overall) */
+    TS_PAGE_EOLDER = 12      /* layout older than this reader's; identity prefix still valid */
 } ts_page_status;
 
 const char *ts_page_status_name(int status);

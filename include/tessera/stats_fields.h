@@ -63,7 +63,10 @@ enum tessera_pool_index {
     X(num_fence_waits, "Host waits for a reuse fence")                                            \
     X(num_stitches, "Requests served by stitching free pages into a new virtual range")           \
     X(num_empty_cache, "Explicit empty-cache operations")                                         \
-    X(num_ops, "Allocator operations (allocations plus frees), for change detection")
+    X(num_ops, "Allocator operations (allocations plus frees), for change detection")            \
+    X(num_plan_hits, "Requests served from the placement plan (plan:True)")                       \
+    X(num_plan_misses, "Planned requests the plan could not serve (the normal policy did)")       \
+    X(num_plan_replans, "Placement plans computed after the first (the step changed)")
 
 /* X(name, unit, help): gauges that are not Stats. */
 #define TESSERA_GAUGES(X)                                                                          \
@@ -72,7 +75,9 @@ enum tessera_pool_index {
     X(stitched_bytes, "bytes", "Bytes currently mapped in stitched virtual ranges")               \
     X(memory_limit_bytes, "bytes", "The effective allocator limit (0 when none)")                 \
     X(device_total_bytes, "bytes", "Device memory capacity as the driver reports it")            \
-    X(driver_bytes, "bytes", "Live allocations left to the driver (managed, own pools), capped")
+    X(driver_bytes, "bytes", "Live allocations left to the driver (managed, own pools), capped")  \
+    X(plan_range_bytes, "bytes", "Size of the placement plan's range (0: no plan)")              \
+    X(plan_lower_bound_bytes, "bytes", "Peak live bytes of the planned blocks: the plan's floor")
 
 /* X(name, unit, help): pinned host memory served by the context's allocator (cudaHostAlloc,
  * cudaMallocHost, cuMemHostAlloc, cuMemAllocHost), single Stats. torch.cuda.host_memory_stats()

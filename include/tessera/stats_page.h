@@ -42,7 +42,7 @@
 
 /* "tessera" followed by 0x01, read as a host-order 64-bit integer (little endian shown). */
 #define TESSERA_PAGE_MAGIC UINT64_C(0x0161726573736574)
-#define TESSERA_PAGE_LAYOUT_VERSION 1u
+#define TESSERA_PAGE_LAYOUT_VERSION 2u
 
 #define TESSERA_PAGE_FILE_PREFIX "tessera."
 #define TESSERA_PAGE_DEFAULT_DIR "/dev/shm"

@@ -52,7 +52,8 @@ static void test_format_defaults(void **state)
                         "large_segment_size_mb:20,backend:native,caching:True,memory_limit:0,"
                         "stats:True,oom_report:True,reuse_fence:order,stitching:False,"
                         "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:4096,expandable_page_mb:0,handle_policy:page,"
-                        "defragment:False,verbose:False,history_events:0,history_frames:False,pinned_cache:True");
+                        "defragment:False,plan:False,verbose:False,history_events:0,"
+                        "history_frames:False,pinned_cache:True");
 
     /* snprintf contract */
     size_t full = ts_config_format(&c, NULL, 0);

@@ -285,6 +285,23 @@ class StreamOrder(Base):
         self.assertEqual(live, replayed, peaks)
         self.assertGreater(peaks["reuse_fence:events"][0], replayed, peaks)
 
+    def test_plan_live_matches_replay_and_keeps_bytes(self):
+        # plan:True live on the simulated device: the single-stream loop is learnt, later steps
+        # are served from the plan, every byte written is read back intact, and the live run
+        # reserves exactly what the replay of its trace says under the same configuration
+        trace = os.path.join(self.env.tmp, "plan.csv")
+        run = self.env.run(prog("train_loop", "--steps", "8", "--verify"), conf="plan:True",
+                           extra=dict(self.SLOW, TESSERA_SIM_OP_DELAY_US="200", TESSERA_TRACE=trace))
+        self.ok(run)
+        self.assertGreater(run.stats["num_plan_hits"], 0, run)
+        self.assertGreater(run.stats["plan_range_bytes"], 0, run)
+        out = subprocess.run([REPLAY, "--json", "--conf", "plan:True", trace],
+                             capture_output=True, text=True, check=True)
+        d = json.loads(out.stdout)
+        self.assertEqual(run.stats["reserved_bytes.all.peak"], d["peak_reserved_bytes"], d)
+        self.assertEqual(run.stats["num_plan_hits"], d["plan_hits"], d)
+        self.assertEqual(run.stats["plan_range_bytes"], d["plan_range_bytes"], d)
+
     def test_unconditional_reuse_corrupts_every_variant(self):
         # the mutation check: with reuse made unconditional each variant sees the late copies
         for variant in self.UNSAFE:

@@ -275,6 +275,33 @@ class Replay(unittest.TestCase):
         self.assertAlmostEqual(d["driver_ms_growth"], 0.019 + 15 * (0.19332 + 0.00145 + 0.03599),
                                places=3)
 
+    def test_repeat_makes_steps(self):
+        # a step: a 4 MiB parameter allocated and never freed, a free of a block from before the
+        # trace (skipped), and a 30 MiB temporary allocated and freed
+        rows = ["Thread,Time,Action,Pointer,Size,Stream",
+                "1,00:00:00.000001,allocate,0x1000,4194304,0x0",
+                "1,00:00:00.000002,free,0x9000,1048576,0x0",
+                "1,00:00:00.000003,allocate,0x2000,31457280,0x0",
+                "1,00:00:00.000004,free,0x2000,31457280,0x0"]
+        trace = self.csv("\n".join(rows) + "\n")
+        r = replay("--json", "--conf", "pytorch", "--repeat", "3", trace)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        d = json.loads(r.stdout)
+        # the parameter once, the temporary and its free in every step
+        self.assertEqual((d["events"], d["allocations"], d["frees"]), (7, 4, 3))
+        self.assertEqual(d["peak_allocated_bytes"], (4 << 20) + (30 << 20))
+        # 3 steps, memory stops growing in the first: two steady steps without driver time
+        self.assertEqual((d["steady_steps"], d["driver_ms_per_step"]), (2, 0))
+        one = json.loads(replay("--json", "--conf", "pytorch", trace).stdout)
+        self.assertEqual(one["peak_reserved_bytes"], d["peak_reserved_bytes"])
+        for bad in ("0", "x"):
+            r = replay("--repeat", bad, trace)
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertIn("--repeat: ", r.stderr)
+        r = replay("--repeat", "3", "--steps", "2", trace)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--steps 2 disagrees", r.stderr)
+
     def test_bad_driver_costs_and_steps(self):
         trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
         costs = self.csv("cuMemCreate 193\ncuMemMap fast\n")

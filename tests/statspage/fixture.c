@@ -313,7 +313,8 @@ static int cmd_corpus(int argc, char **argv)
         edit;                                                                                      \
         corpus_file(argv[0], name, c, keep);                                                       \
     } while (0)
-    VARIANT("newer", ch->layout_version = 2, one);
+    VARIANT("newer", ch->layout_version = TESSERA_PAGE_LAYOUT_VERSION + 1, one);
+    VARIANT("older", ch->layout_version = 1, one);
     VARIANT("notready", ch->magic = 0, 200);
     VARIANT("foreign", memcpy(&ch->magic, "GGUF\3\0\0\0", 8), one);
     VARIANT("header-only", (void)0, TESSERA_PAGE_HEADER_SIZE);

@@ -434,7 +434,7 @@ def main():
             "corrupt": "corrupt: total size",
             "truncated": "truncated: 1000 bytes, the header alone needs 4096",
             "foreign": "not a tessera stats page (magic 0x",
-            "newer": "written by a newer tessera (layout 99, this reader understands up to 1)",
+            "newer": "written by a newer tessera (layout 99, this reader understands up to 2)",
             "notready": "not published yet (magic is 0)",
         }
         for kind, msg in damaged.items():

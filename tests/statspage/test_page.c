@@ -153,7 +153,7 @@ static void test_create_publishes_header(void **state)
     assert_int_equal(ts_page_open(&pg, path), TS_PAGE_OK);
     const tessera_page_header *h = &pg.hdr;
     assert_int_equal(h->magic, TESSERA_PAGE_MAGIC);
-    assert_int_equal(h->layout_version, 1);
+    assert_int_equal(h->layout_version, 2);
     assert_int_equal(h->header_size, TESSERA_PAGE_HEADER_SIZE);
     assert_int_equal(h->slot_size, TESSERA_PAGE_SLOT_SIZE);
     assert_int_equal(h->slot_count, TESSERA_PAGE_SLOTS);
@@ -536,12 +536,21 @@ static void test_parse_damaged_headers(void **state)
     RESET();
     hdr_of(buf)->layout_version = 7;
     expect_parse(buf, 200, TS_PAGE_ENEWER,
-                 "written by a newer tessera (layout 7, this reader understands up to 1)");
+                 "written by a newer tessera (layout 7, this reader understands up to 2)");
     {
         ts_page pg;
         assert_int_equal(ts_page_parse(&pg, buf, 200), TS_PAGE_ENEWER);
         assert_int_equal(pg.have_identity, 1); /* staleness can still be judged */
         assert_int_equal(pg.hdr.pid, getpid());
+    }
+    RESET();
+    hdr_of(buf)->layout_version = 1;
+    expect_parse(buf, 200, TS_PAGE_EOLDER,
+                 "written by an older tessera (layout 1; this reader reads layout 2");
+    {
+        ts_page pg;
+        assert_int_equal(ts_page_parse(&pg, buf, 200), TS_PAGE_EOLDER);
+        assert_int_equal(pg.have_identity, 1);
     }
     RESET();
     hdr_of(buf)->layout_version = 0;

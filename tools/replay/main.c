@@ -46,6 +46,8 @@ static void usage(FILE *f)
           "  --driver-costs FILE  driver-call latencies for the estimated driver time: lines\n"
           "                     'CALL US_PER_CALL [US_PER_MIB]' (cuMemCreate 193.32), '#'\n"
           "                     comments; calls not named keep the published defaults\n"
+          "  --repeat N         replay the trace as N consecutive steps: what it never frees is\n"
+          "                     allocated once, in the first step; implies --steps N\n"
           "  --steps N          the trace is N steps of a loop (equal event counts): also report\n"
           "                     the estimated driver time per step once memory stopped growing\n"
           "  --check-pytorch    check that every allocation lands at the address PyTorch chose\n"
@@ -288,14 +290,22 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
                 (unsigned long long)r->first_failed_size);
     if (min_cap)
         fprintf(f, ", \"min_capacity_bytes\": %zu", min_cap);
+    if (r->plan_hits || r->plan_misses || r->plan_range)
+        fprintf(f, ", \"plan_hits\": %llu, \"plan_misses\": %llu, \"plan_replans\": %llu, "
+                "\"plan_range_bytes\": %llu, \"plan_lower_bound_bytes\": %llu",
+                (unsigned long long)r->plan_hits, (unsigned long long)r->plan_misses,
+                (unsigned long long)r->plan_replans, (unsigned long long)r->plan_range,
+                (unsigned long long)r->plan_lower_bound);
     fprintf(f,
             ", \"driver_ms\": %.3f, \"driver_ms_growth\": %.3f, \"growth_events\": %zu, "
             "\"driver_ms_after_growth\": %.3f",
             r->driver_ns / 1e6, r->driver_ns_growth / 1e6, r->growth_events,
             (r->driver_ns - r->driver_ns_growth) / 1e6);
+    fprintf(f, ", \"device_calls_growth\": %llu", (unsigned long long)r->device_calls_growth);
     if (r->driver_ns_per_step >= 0)
-        fprintf(f, ", \"steady_steps\": %zu, \"driver_ms_per_step\": %.3f", r->steady_steps,
-                r->driver_ns_per_step / 1e6);
+        fprintf(f, ", \"steady_steps\": %zu, \"driver_ms_per_step\": %.3f, "
+                "\"device_calls_per_step\": %.2f", r->steady_steps,
+                r->driver_ns_per_step / 1e6, r->device_calls_per_step);
     fprintf(f, ", \"ns_per_op\": %.1f}", r->ns_per_op);
 }
 
@@ -367,12 +377,13 @@ typedef struct replay_args {
     ts_driver_costs costs;
     replay_opts ro;
     const char *costs_file; /* --driver-costs */
+    size_t repeat;          /* --repeat: the trace as this many consecutive steps (0: once) */
     const char *path;       /* the trace */
     const char *confs[MAX_CONFS];
     int nconf;
 } replay_args;
 
-/* --steps N: 1 to 100000000. */
+/* --steps N and --repeat N: 1 to 100000000. */
 static int parse_steps(const char *s, size_t *out)
 {
     char *end;
@@ -396,6 +407,7 @@ static int parse_options(int argc, char **argv, replay_args *a)
         {"check-pytorch", no_argument, NULL, 'p'},
         {"driver-costs", required_argument, NULL, 'D'},
         {"steps", required_argument, NULL, 'S'},
+        {"repeat", required_argument, NULL, 'R'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -423,9 +435,10 @@ static int parse_options(int argc, char **argv, replay_args *a)
             break;
         }
         case 'S':
-            if (parse_steps(optarg, &a->ro.steps) != 0) {
-                fprintf(stderr, "tessera-replay: --steps: '%s' is not a number of steps "
-                        "(1 to 100000000)\n", optarg);
+        case 'R':
+            if (parse_steps(optarg, c == 'S' ? &a->ro.steps : &a->repeat) != 0) {
+                fprintf(stderr, "tessera-replay: %s: '%s' is not a number of steps "
+                        "(1 to 100000000)\n", c == 'S' ? "--steps" : "--repeat", optarg);
                 return 2;
             }
             break;
@@ -621,10 +634,24 @@ static int replay_trace(replay_args *a)
     for (int i = 0; i < a->nconf; i++)
         if (conf_parse(a->confs[i], &cfgs[i]) != 0)
             return 2;
+    if (a->repeat && a->ro.steps && a->ro.steps != a->repeat) {
+        fprintf(stderr, "tessera-replay: --repeat %zu makes %zu steps: --steps %zu disagrees\n",
+                a->repeat, a->repeat, a->ro.steps);
+        return 2;
+    }
 
     trace t;
     if (trace_load(&t, a->path) != 0)
         return 1;
+    if (a->repeat) {
+        if (trace_repeat(&t, a->repeat) != 0) {
+            fprintf(stderr, "tessera-replay: %s: cannot repeat it %zu times (host memory, or "
+                    "more than 2^32 allocations)\n", a->path, a->repeat);
+            trace_free(&t);
+            return 1;
+        }
+        a->ro.steps = a->repeat;
+    }
     print_trace_notes(&t, a->path, a->verbose);
 
     size_t limit;

@@ -44,6 +44,10 @@ typedef struct replay_result {
      * (steady_steps of them); -1 when growth ended in the last step. */
     double driver_ns_per_step;
     size_t steady_steps;
+    uint64_t device_calls_growth; /* driver calls up to the end of growth */
+    double device_calls_per_step; /* with steps: per step after growth (as driver_ns_per_step) */
+    /* plan:True (the stats page's plan fields) */
+    uint64_t plan_hits, plan_misses, plan_replans, plan_range, plan_lower_bound;
 } replay_result;
 
 typedef struct replay_opts {

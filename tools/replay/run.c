@@ -66,9 +66,22 @@ static void peak_report(ts_allocator *a, size_t event)
             (double)w.stitched_free / M);
 }
 
-/* Step k (1-based) of steps ends after this many events: equal shares of the trace. */
+/* Every call the device model received that reaches the driver (replay_result.device_calls). */
+static uint64_t calls_of(const ts_devmodel *dev)
+{
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(dev, &dc);
+    return dc.seg_allocs + dc.seg_alloc_failures + dc.seg_frees + dc.vm_reserves +
+           dc.vm_releases + dc.vm_creates + dc.vm_destroys + dc.vm_maps + dc.vm_unmaps +
+           dc.synchronizes;
+}
+
+/* Step k (1-based) of steps ends after this many events: where trace_repeat put the end, else
+ * equal shares of the trace. */
 static size_t step_end(const trace *t, size_t steps, size_t k)
 {
+    if (t->step_ends && t->nsteps == steps)
+        return t->step_ends[k - 1];
     return (size_t)((unsigned __int128)t->n * k / steps);
 }
 
@@ -109,6 +122,7 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
     const size_t steps = o && o->steps <= t->n ? o->steps : 0;
     /* driver time at the end of each step (steps + 1 entries; [0] = 0) */
     double *step_ns = steps ? calloc(steps + 1, sizeof *step_ns) : NULL;
+    uint64_t *step_calls = steps ? calloc(steps + 1, sizeof *step_calls) : NULL;
     size_t next_step = 1;
     size_t peak_in_use = 0;
     /* Fences off: a single-stream trace reuses at once, as PyTorch does on one stream. */
@@ -116,8 +130,9 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
     ts_stats_sink sink = {NULL, NULL};
     ts_allocator *a = ts_allocator_create(cfg, &be, 0, sink);
     uintptr_t *slots = calloc(t->nslots ? t->nslots : 1, sizeof *slots);
-    if (!a || !slots || (steps && !step_ns)) {
+    if (!a || !slots || (steps && (!step_ns || !step_calls))) {
         free(step_ns);
+        free(step_calls);
         free(slots);
         ts_allocator_destroy(a, false);
         ts_devmodel_destroy(dev);
@@ -146,10 +161,14 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
         if (ts_devmodel_peak_bytes(dev) > peak_in_use) {
             peak_in_use = ts_devmodel_peak_bytes(dev);
             r->driver_ns_growth = ts_devmodel_driver_ns(dev);
+            r->device_calls_growth = calls_of(dev);
             r->growth_events = i + 1;
         }
         while (steps && next_step <= steps && i + 1 == step_end(t, steps, next_step))
+        {
+            step_calls[next_step] = calls_of(dev);
             step_ns[next_step++] = ts_devmodel_driver_ns(dev);
+        }
         if (debug_peak && e->kind == TRACE_ALLOC) {
             tessera_device_stats st;
             ts_get_stats(a, &st);
@@ -183,6 +202,11 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
     r->num_alloc_retries = (uint64_t)st.num_alloc_retries;
     r->num_ooms = (uint64_t)st.num_ooms;
     r->num_stitches = (uint64_t)st.num_stitches;
+    r->plan_hits = (uint64_t)st.num_plan_hits;
+    r->plan_misses = (uint64_t)st.num_plan_misses;
+    r->plan_replans = (uint64_t)st.num_plan_replans;
+    r->plan_range = (uint64_t)st.plan_range_bytes;
+    r->plan_lower_bound = (uint64_t)st.plan_lower_bound_bytes;
     r->vm_maps = dc.vm_maps;
     r->vm_unmaps = dc.vm_unmaps;
     r->vm_creates = dc.vm_creates;
@@ -199,11 +223,15 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
         while (k < steps && step_end(t, steps, k) < r->growth_events)
             k++;
         r->steady_steps = steps - k;
-        if (r->steady_steps)
+        if (r->steady_steps) {
             r->driver_ns_per_step = (step_ns[steps] - step_ns[k]) / (double)r->steady_steps;
+            r->device_calls_per_step =
+                (double)(step_calls[steps] - step_calls[k]) / (double)r->steady_steps;
+        }
     }
 
     free(step_ns);
+    free(step_calls);
     free(slots);
     ts_allocator_destroy(a, true);
     ts_devmodel_destroy(dev);

@@ -703,4 +703,65 @@ void trace_free(trace *t)
     free(t->ev);
     t->ev = NULL;
     t->n = t->cap = 0;
+    free(t->step_ends);
+    t->step_ends = NULL;
+    t->nsteps = 0;
+}
+
+int trace_repeat(trace *t, size_t n)
+{
+    if (n == 0)
+        return -1;
+    /* Which slots are freed in the trace: the others persist and are made in step 1 only. */
+    bool *freed = calloc(t->nslots ? t->nslots : 1, sizeof *freed);
+    size_t *ends = calloc(n, sizeof *ends);
+    if (!freed || !ends) {
+        free(freed);
+        free(ends);
+        return -1;
+    }
+    size_t per_step = 0, step_allocs = 0; /* events and allocations of a later step */
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].kind == TRACE_FREE)
+            freed[t->ev[i].slot] = true;
+    for (size_t i = 0; i < t->n; i++) {
+        per_step += t->ev[i].kind == TRACE_FREE || freed[t->ev[i].slot];
+        step_allocs += t->ev[i].kind == TRACE_ALLOC && freed[t->ev[i].slot];
+    }
+    const size_t total = t->n + (n - 1) * per_step;
+    if ((n > 1 && per_step && (total - t->n) / per_step != n - 1) ||
+        (uint64_t)t->nslots * n > UINT32_MAX) {
+        free(freed);
+        free(ends);
+        return -1; /* slots are 32-bit: too many steps for this trace */
+    }
+    trace_event *ev = malloc((total ? total : 1) * sizeof *ev);
+    if (!ev) {
+        free(freed);
+        free(ends);
+        return -1;
+    }
+    size_t k = 0;
+    for (size_t s = 0; s < n; s++) {
+        for (size_t i = 0; i < t->n; i++) {
+            trace_event e = t->ev[i];
+            if (s > 0 && e.kind != TRACE_FREE && !freed[e.slot])
+                continue;
+            e.slot += (uint32_t)(s * t->nslots);
+            ev[k++] = e;
+        }
+        ends[s] = k;
+    }
+    size_t extra_allocs = step_allocs * (n - 1);
+    free(freed);
+    free(t->ev);
+    free(t->step_ends);
+    t->ev = ev;
+    t->n = t->cap = total;
+    t->allocations += extra_allocs;
+    t->frees += t->frees * (n - 1);
+    t->nslots *= n;
+    t->step_ends = ends;
+    t->nsteps = n;
+    return 0;
 }

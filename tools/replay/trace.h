@@ -49,6 +49,9 @@ typedef struct trace {
     uint64_t run_limit;         /* the allocator's cap (memory_limit, memory fraction); 0: none */
     char run_conf[2048];        /* its configuration (TESSERA_ALLOC_CONF syntax), "" unknown */
     char source[256];
+    /* trace_repeat: the event count at the end of each step (nsteps of them), else NULL. */
+    size_t *step_ends;
+    size_t nsteps;
 } trace;
 
 /* --- snapshot dumps (scripts/snapshot2trace --format dump) ---------------------------------- */
@@ -95,6 +98,12 @@ typedef struct snapshot {
  * printing one clear error line (with the line number for malformed input). */
 int trace_load(trace *t, const char *path);
 void trace_free(trace *t);
+
+/* Make t n consecutive steps of itself (n >= 1): an allocation the trace never frees is made
+ * once, in the first step (it persists: parameters, optimiser state); every other allocation and
+ * free recurs in each step, with slots of its own. Frees of blocks from before the trace were
+ * already dropped at load. Fills step_ends. 0, or -1 (host memory: t unchanged). */
+int trace_repeat(trace *t, size_t n);
 
 /* Load a snapshot (.pickle through the converter, or a dump file). */
 int snapshot_load(snapshot *s, const char *path);
