@@ -380,7 +380,7 @@ static void test_describe(void **state)
         assert_non_null(strstr(buf, line));
         keys++;
     }
-    assert_int_equal(keys, 25 + TS_CONFIG_NOT_APPLICABLE_COUNT);
+    assert_int_equal(keys, 26 + TS_CONFIG_NOT_APPLICABLE_COUNT);
     assert_non_null(strstr(buf, "  max_split_size_mb\n      value:   an integer >= 20 MiB, or "
                                 "unlimited\n      default: unlimited\n"));
     assert_non_null(strstr(buf, "  reuse_fence\n      value:   order, events, sync or none\n      "

@@ -358,7 +358,7 @@ def main():
         check("command   %s serve --tag a\"b\\c" % FIXTURE in out, "detail command")
         check("config    max_split_size:unlimited,expandable_segments:True,stats:True" in out,
               "detail config")
-        check(re.search(r"tessera   0\.1\.0 \(page layout 1, created \d{4}-", out) is not None,
+        check(re.search(r"tessera   0\.1\.0 \(page layout 2, created \d{4}-", out) is not None,
               "detail version")
         check(re.search(r"started   \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(start time \d+ ticks", out)
               is not None, "detail start time")
@@ -539,7 +539,7 @@ def main():
         rc, out, err = run("--help")
         check(rc == 0 and "usage:" in out and "--prometheus" in out, "help")
         rc, out, err = run("--version")
-        check(rc == 0 and out.strip() == "tessera-stat 0.1.0 (stats page layout 1)", "version %r" % out)
+        check(rc == 0 and out.strip() == "tessera-stat 0.1.0 (stats page layout 2)", "version %r" % out)
         for args in (["--bogus"], ["notapid"], ["1", "2"], ["--prometheus", "5"], ["map"],
                      ["--watch", "0"], ["--watch", "x"], ["--count", "2"], ["--device", "1"],
                      ["map", "1", "--width", "3"], ["--json", "--prometheus"]):
