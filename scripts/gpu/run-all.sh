@@ -722,6 +722,13 @@ if [ "$CAP_D" -gt 0 ]; then
     STAGING_OK="r:status=ok r:host_bad=0 r:mallochost_bad=0 r:driver_bad=0 r:async_bad=0"
     pair shared staging 60 "$STAGING_OK" -- --size 4M --steps 200
     pair shared staging 60 "$STAGING_OK" -- --size 64M --steps 48
+    # stream-ordered allocation, pools and managed memory (never --limit-probe here: it asks for
+    # managed memory until refused, which a GPU may grant past its memory); and streams that
+    # should overlap, with cudaMalloc and with stream-ordered scratch (device time from events)
+    pair "$BOTH" async_pool 60 "r:status=ok r:bytes_bad=0" --
+    pair shared async_pool 60 "r:status=ok" -- --mode cross --rounds 200
+    pair shared overlap 60 "r:status=ok r:bad_slots=0" -- --rounds 32
+    pair shared overlap 60 "r:status=ok r:bad_slots=0" -- --rounds 32 --async
     # the driver's answers, natively and under tessera: the same RESULT line
     for p in "${PROBES[@]}"; do
         MIN_NEED=5 run_prog shared native "$p" 30 "r:status=ok" --

@@ -91,6 +91,20 @@ class DryRun(unittest.TestCase):
         self.assertFalse(runs[2]["checksum_match"])
         self.assertEqual(runs[2]["status"], "FAIL")
 
+    def test_native_failure_is_not_tessera_s(self):
+        # the framework broken on the machine itself (numba against a newer numpy, onnxruntime
+        # without its CUDA provider): skipped with the native reason, never a tessera failure
+        native = {"mode": "native", "status": "FAIL", "reason": "exit 1: AttributeError: row_stack"}
+        v = frameworks.step_verdict([native])
+        self.assertEqual(v["status"], "SKIP")
+        self.assertIn("fails without tessera", v["reason"])
+        self.assertIn("row_stack", v["reason"])
+        ok = [{"mode": "native", "status": "PASS", "checksum": 2.0},
+              {"mode": "tessera", "status": "PASS", "checksum": 3.0}]
+        v = frameworks.step_verdict(ok)
+        self.assertEqual(v["status"], "FAIL")
+        self.assertIn("tessera: checksum", v["reason"])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
