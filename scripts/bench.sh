@@ -258,44 +258,25 @@ if want shim; then
     fi
 fi
 
-# --- 5. stream-ordered reuse through LD_PRELOAD --------------------------------------------------
-if want stream; then
-    if [ -x "$bd/tests/programs/tight_loop" ] && [ -e "$bd/shim/libtessera.so" ]; then
-        echo "bench.sh: stream-ordered reuse on the simulated device ..." >&2
-        args=()
+# --- 5 to 7: the parts that drive sample programs through LD_PRELOAD from a Python script -----
+# preload_part PART SCRIPT PROGRAM WHAT: runs tests/bench/SCRIPT when PROGRAM and libtessera.so
+# are built (--quick passed on), its raw output in bench-raw/PART.{md,json}
+preload_part() {
+    local part=$1 script=$2 prog=$3 what=$4
+    want "$part" || return 0
+    if [ -x "$bd/tests/programs/$prog" ] && [ -e "$bd/shim/libtessera.so" ]; then
+        echo "bench.sh: $what on the simulated device ..." >&2
+        local args=()
         [ "$quick" -eq 1 ] && args+=(--quick)
-        note_cmd stream "python3 tests/bench/stream_order.py $B $B/bench-raw/stream ${args[*]}"
-        python3 tests/bench/stream_order.py "$bd" "$raw/stream" "${args[@]}" >/dev/null
+        note_cmd "$part" "python3 tests/bench/$script $B $B/bench-raw/$part ${args[*]}"
+        python3 "tests/bench/$script" "$bd" "$raw/$part" "${args[@]}" >/dev/null
     else
-        echo "bench.sh: the sample programs or libtessera.so are not built: skipping stream order" >&2
+        echo "bench.sh: $prog or libtessera.so is not built: skipping $what" >&2
     fi
-fi
-
-# --- 6. pinned host memory through LD_PRELOAD ----------------------------------------------------
-if want pinned; then
-    if [ -x "$bd/tests/programs/staging" ] && [ -e "$bd/shim/libtessera.so" ]; then
-        echo "bench.sh: pinned host memory on the simulated device ..." >&2
-        args=()
-        [ "$quick" -eq 1 ] && args+=(--quick)
-        note_cmd pinned "python3 tests/bench/pinned.py $B $B/bench-raw/pinned ${args[*]}"
-        python3 tests/bench/pinned.py "$bd" "$raw/pinned" "${args[@]}" >/dev/null
-    else
-        echo "bench.sh: staging or libtessera.so is not built: skipping pinned host memory" >&2
-    fi
-fi
-
-# --- 7. the stream-ordered allocation pair through LD_PRELOAD -------------------------------------
-if want async; then
-    if [ -x "$bd/tests/programs/staging" ] && [ -e "$bd/shim/libtessera.so" ]; then
-        echo "bench.sh: cudaMallocAsync/cudaFreeAsync pairs on the simulated device ..." >&2
-        args=()
-        [ "$quick" -eq 1 ] && args+=(--quick)
-        note_cmd async "python3 tests/bench/async_pair.py $B $B/bench-raw/async ${args[*]}"
-        python3 tests/bench/async_pair.py "$bd" "$raw/async" "${args[@]}" >/dev/null
-    else
-        echo "bench.sh: staging or libtessera.so is not built: skipping the async pair" >&2
-    fi
-fi
+}
+preload_part stream stream_order.py tight_loop "stream-ordered reuse"
+preload_part pinned pinned.py staging "pinned host memory"
+preload_part async async_pair.py staging "cudaMallocAsync/cudaFreeAsync pairs"
 
 # --- 8. planned memory ----------------------------------------------------------------------------
 if want plan; then
@@ -306,24 +287,15 @@ fi
 
 # --- report -------------------------------------------------------------------------------------
 TS_BENCH_DRIVER_COSTS="${costs[1]:-}" python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
-if [ -f "$raw/stream.md" ]; then
-    { printf '\n## Stream-ordered reuse through LD_PRELOAD (simulated device)\n\n'
-      printf 'Command: `%s`\n\n' "$(grep '^stream' "$raw/commands.txt" | cut -f2)"
-      cat "$raw/stream.md"; } | tee -a "$bd/bench-results.md"
-fi
-if [ -f "$raw/pinned.md" ]; then
-    { printf '\n## Pinned host memory through LD_PRELOAD (simulated device)\n\n'
-      printf 'Command: `%s`\n\n' "$(grep '^pinned' "$raw/commands.txt" | cut -f2)"
-      cat "$raw/pinned.md"; } | tee -a "$bd/bench-results.md"
-fi
-if [ -f "$raw/async.md" ]; then
-    { printf '\n## cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated device)\n\n'
-      printf 'Command: `%s`\n\n' "$(grep '^async' "$raw/commands.txt" | cut -f2)"
-      cat "$raw/async.md"; } | tee -a "$bd/bench-results.md"
-fi
-if [ -f "$raw/plan.md" ]; then
-    { printf '\n## Planned memory: plan:True beside the other policies\n\n'
-      printf 'Command: `%s`\n\n' "$(grep '^plan' "$raw/commands.txt" | cut -f2)"
-      cat "$raw/plan.md"; } | tee -a "$bd/bench-results.md"
-fi
+# report_part PART TITLE: a part's Markdown, under its title and command
+report_part() {
+    [ -f "$raw/$1.md" ] || return 0
+    { printf '\n## %s\n\n' "$2"
+      printf 'Command: `%s`\n\n' "$(grep "^$1"$'\t' "$raw/commands.txt" | cut -f2)"
+      cat "$raw/$1.md"; } | tee -a "$bd/bench-results.md"
+}
+report_part stream "Stream-ordered reuse through LD_PRELOAD (simulated device)"
+report_part pinned "Pinned host memory through LD_PRELOAD (simulated device)"
+report_part async "cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated device)"
+report_part plan "Planned memory: plan:True beside the other policies"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

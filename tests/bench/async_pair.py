@@ -10,35 +10,25 @@ Usage: async_pair.py BUILD_DIR OUT_PREFIX [--quick]
 import json
 import os
 import statistics
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import simrun  # noqa: E402
 
 build, out = sys.argv[1], sys.argv[2]
 quick = "--quick" in sys.argv[3:]
 reps = 3 if quick else 5
 steps = "1000" if quick else "4000"
-shim = os.path.join(build, "shim", "libtessera.so")
 prog = os.path.join(build, "tests", "programs", "staging")
 CONFS = {"no tessera": None, "tessera defaults": "", "expandable_segments:True":
          "expandable_segments:True"}
 
 
 def pair_ns(conf):
-    env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "tests", "sim"),
-               TESSERA_SIM_MEMORY="8G", TESSERA_ALLOC_CONF=conf or "")
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    env.pop("LD_PRELOAD", None)
-    if conf is not None:
-        env["LD_PRELOAD"] = shim
-    p = subprocess.run([prog, "--mode", "async", "--steps", steps], env=env, capture_output=True,
-                       text=True, timeout=600)
-    lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-    if p.returncode != 0 or not lines:
-        sys.exit(f"async_pair.py: staging under '{conf}' failed: rc {p.returncode}\n"
-                 f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
-    r = dict(kv.split("=", 1) for kv in lines[-1].split()[1:])
+    r, _ = simrun.run(build, [prog, "--mode", "async", "--steps", steps], conf,
+                      preload=conf is not None, who="async_pair.py")
     if r.get("async_bad") != "0":
-        sys.exit(f"async_pair.py: staging under '{conf}' saw wrong bytes: {lines[-1]}")
+        sys.exit(f"async_pair.py: staging under '{conf}' saw wrong bytes: {r}")
     return float(r["async_pair_ns"])
 
 

@@ -13,37 +13,25 @@ Usage: pinned.py BUILD_DIR OUT_PREFIX [--quick]
 import json
 import os
 import statistics
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import simrun  # noqa: E402
 
 build, out = sys.argv[1], sys.argv[2]
 quick = "--quick" in sys.argv[3:]
 reps = 3 if quick else 5
 steps = "200" if quick else "800"
-shim = os.path.join(build, "shim", "libtessera.so")
-sim = os.path.join(build, "tests", "sim")
 staging = os.path.join(build, "tests", "programs", "staging")
 CONFIGS = [("no tessera", None), ("tessera", ""), ("tessera pinned_cache:False", "pinned_cache:False")]
 MODES = ["host", "mallochost", "driver"]
 
 
 def run(conf, delay, size):
-    env = dict(os.environ, LD_LIBRARY_PATH=sim, TESSERA_SIM_MEMORY="8G",
-               TESSERA_SIM_OP_DELAY_US=str(delay))
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    env.pop("LD_PRELOAD", None)
-    if conf is not None:
-        env["LD_PRELOAD"] = shim
-        env["TESSERA_ALLOC_CONF"] = conf
     argv = [staging, "--steps", steps, "--size", str(size)]
     for m in MODES:
-        argv_m = argv + ["--mode", m]
-        p = subprocess.run(argv_m, env=env, capture_output=True, text=True, timeout=600)
-        lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-        if p.returncode != 0 or not lines:
-            sys.exit(f"pinned.py: {' '.join(argv_m)} under '{conf}' failed: rc {p.returncode}\n"
-                     f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
-        r = dict(kv.split("=", 1) for kv in lines[-1].split()[1:])
+        r, _ = simrun.run(build, argv + ["--mode", m], conf, {"TESSERA_SIM_OP_DELAY_US": str(delay)},
+                          preload=conf is not None, who="pinned.py")
         if r[m + "_bad"] != "0":
             sys.exit(f"pinned.py: {m} under '{conf}': {r[m + '_bad']} bad slots")
         yield m, float(r[m + "_pair_ns"])

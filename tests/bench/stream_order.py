@@ -15,42 +15,20 @@ Usage: stream_order.py BUILD_DIR OUT_PREFIX [--quick]
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import simrun  # noqa: E402
 
 build, out = sys.argv[1], sys.argv[2]
 quick = "--quick" in sys.argv[3:]
 reps = 3 if quick else 5
-shim = os.path.join(build, "shim", "libtessera.so")
-sim = os.path.join(build, "tests", "sim")
 progs = os.path.join(build, "tests", "programs")
 
 
-def run(argv, conf, extra=None, preload=True):
+def run(argv, conf, extra=None, preload=True, ok_rcs=(0,)):
     """Run a program on the simulator; return (RESULT dict, peak reserved bytes or None)."""
-    with tempfile.TemporaryDirectory(prefix="tessera-bench-") as d:
-        env = dict(os.environ, LD_LIBRARY_PATH=sim, TESSERA_SIM_MEMORY="8G",
-                   TESSERA_STATS_DIR=d, TESSERA_STATS_KEEP="1", TESSERA_ALLOC_CONF=conf or "")
-        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-        if preload:
-            env["LD_PRELOAD"] = shim
-        env.update(extra or {})
-        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-        lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-        if p.returncode != 0 or not lines:
-            sys.exit(f"stream_order.py: {' '.join(argv)} under '{conf}' failed: rc {p.returncode}\n"
-                     f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
-        result = dict(kv.split("=", 1) for kv in lines[-1].split()[1:])
-        peak = None
-        pages = [f for f in os.listdir(d) if f.startswith("tessera.")]
-        if preload and pages:
-            j = subprocess.run([os.path.join(build, "tools", "tessera-stat"), "--dir", d, "--json",
-                                pages[0].split(".", 1)[1]], capture_output=True, text=True)
-            page = next(iter(json.loads(j.stdout).values()))
-            # one object per device slot, keyed by the device number
-            peak = sum(v["reserved_bytes.all.peak"] for k, v in page.items() if k.isdigit())
-        return result, peak
+    return simrun.run(build, argv, conf, extra, preload, ok_rcs, who="stream_order.py")
 
 
 def median(xs):
@@ -132,15 +110,8 @@ ores = {i: [] for i in range(len(ov_cases))}
 for _ in range(reps):
     for i, (label, args, conf, pre) in enumerate(ov_cases):
         argv = [os.path.join(progs, "overlap"), "--rounds", "16"] + args
-        with tempfile.TemporaryDirectory(prefix="tessera-bench-") as d:
-            env = dict(os.environ, LD_LIBRARY_PATH=sim, TESSERA_SIM_MEMORY="8G",
-                       TESSERA_SIM_OP_DELAY_US="1000", TESSERA_STATS_DIR=d,
-                       TESSERA_ALLOC_CONF=conf or "")
-            if pre:
-                env["LD_PRELOAD"] = shim
-            p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-        line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")][-1]
-        ores[i].append(dict(kv.split("=", 1) for kv in line.split()[1:]))
+        r, _ = run(argv, conf, {"TESSERA_SIM_OP_DELAY_US": "1000"}, preload=pre, ok_rcs=(0, 3))
+        ores[i].append(r)
 report["overlap"] = {f"{c[0]} {' '.join(c[1]) or 'cudaMalloc'}": v for c, v in zip(ov_cases, ores.values())}
 md.append("")
 md.append("| 2 streams x 16 rounds, no sync per round | scratch | device span ms | overlap | bytes |")
