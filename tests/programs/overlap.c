@@ -4,7 +4,8 @@
  *   overlap [--streams N] [--rounds R] [--ops K] [--size BYTES] [--async]
  *
  * Each round, for each of N non-blocking streams in turn: cudaMalloc a scratch buffer, queue K
- * memsets of it and one copy of it into the stream's own result slot, cudaFree it. The host never
+ * memsets of it and one copy of it into a result slot of its own (one per round and stream),
+ * cudaFree it. The host never
  * waits until the end, so a freed buffer is typically handed to the next stream while the work
  * that used it is still queued: an allocator that orders the reuse with an event makes the new
  * owner's stream wait for exactly that work, and no more. The device time is measured with
@@ -18,7 +19,7 @@
  * With --async the scratch buffers are stream-ordered (cudaMallocAsync/cudaFreeAsync on the
  * round's stream): the allocator knows the stream, reuses a block within it in order, and the
  * streams can overlap without any wait.
- * Each slot must hold its stream's last-round pattern at the end (RESULT bad_slots).
+ * Every slot must hold its round's and stream's pattern at the end (RESULT bad_slots).
  */
 #include <getopt.h>
 
@@ -62,7 +63,7 @@ int main(int argc, char **argv) {
   cudaEvent_t *before = (cudaEvent_t *)xmalloc(nev * sizeof *before);
   cudaEvent_t *after = (cudaEvent_t *)xmalloc(nev * sizeof *after);
   unsigned char *slots = NULL;
-  CHECK(cudaMalloc((void **)&slots, size * (size_t)nstreams));
+  CHECK(cudaMalloc((void **)&slots, size * nev));
   for (int s = 0; s < nstreams; s++)
     CHECK(cudaStreamCreateWithFlags(&streams[s], cudaStreamNonBlocking));
   for (size_t i = 0; i < nev; i++) {
@@ -81,7 +82,7 @@ int main(int argc, char **argv) {
       CHECK(cudaEventRecord(before[i], streams[s]));
       for (long k = 0; k < ops; k++)
         CHECK(cudaMemsetAsync(scratch, round_pattern(r, s), size, streams[s]));
-      CHECK(cudaMemcpyAsync(slots + (size_t)s * size, scratch, size, cudaMemcpyDeviceToDevice,
+      CHECK(cudaMemcpyAsync(slots + i * size, scratch, size, cudaMemcpyDeviceToDevice,
                             streams[s]));
       CHECK(cudaEventRecord(after[i], streams[s]));
       if (async)
@@ -104,12 +105,13 @@ int main(int argc, char **argv) {
   }
   float span = last - first;
   int bad = 0;
-  for (int s = 0; s < nstreams; s++) {
+  for (size_t i = 0; i < nev; i++) {
     unsigned char b[2];
-    const unsigned char *slot = slots + (size_t)s * size;
+    const unsigned char *slot = slots + i * size;
+    const unsigned char want = round_pattern((long)(i / (size_t)nstreams), (int)(i % (size_t)nstreams));
     CHECK(cudaMemcpy(&b[0], slot, 1, cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(&b[1], slot + size - 1, 1, cudaMemcpyDeviceToHost));
-    bad += b[0] != round_pattern(rounds - 1, s) || b[1] != round_pattern(rounds - 1, s);
+    bad += b[0] != want || b[1] != want;
   }
   for (size_t i = 0; i < nev; i++) {
     CHECK(cudaEventDestroy(before[i]));
