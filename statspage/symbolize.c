@@ -363,7 +363,8 @@ static int cmp_edit(const void *a, const void *b)
 /* The input with the edits applied (an edit inside a dict left out goes with it). */
 static int apply_edits(parser *p, unsigned char **out, size_t *outlen)
 {
-    qsort(p->ed, p->ned, sizeof *p->ed, cmp_edit);
+    if (p->ned) /* qsort must not be given a null array, even an empty one */
+        qsort(p->ed, p->ned, sizeof *p->ed, cmp_edit);
     size_t cap = p->n + p->added + 1; /* every new name, none of the bytes left out */
     unsigned char *o = malloc(cap);
     if (!o)
@@ -375,7 +376,8 @@ static int apply_edits(parser *p, unsigned char **out, size_t *outlen)
             continue; /* inside one already applied */
         memcpy(o + len, p->in + from, e->start - from);
         len += e->start - from;
-        memcpy(o + len, e->rep, e->rep_len);
+        if (e->rep_len) /* a frame left out replaces with nothing (and no array) */
+            memcpy(o + len, e->rep, e->rep_len);
         len += e->rep_len;
         from = e->end;
     }
