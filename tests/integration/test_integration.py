@@ -853,9 +853,10 @@ class PinnedHost(Base):
             self.assertEqual(run.stats[key], 0, (key, run))
 
     def test_memory_limit_is_not_applied_to_host_memory(self):
-        # 16 MiB of device slots under a 20 MiB limit; copies of 2 ms each keep several 2 MiB
-        # pinned buffers busy at once: device and host memory together pass the limit
-        run = self.staging("host", conf="memory_limit:20M", size=str(2 * MiB), steps="16", delay="2000")
+        # 16 MiB of device slots under a 20 MiB limit; copies of 20 ms each (long beside any
+        # pause of a loaded host) keep several 2 MiB pinned buffers busy at once: device and host
+        # memory together pass the limit
+        run = self.staging("host", conf="memory_limit:20M", size=str(2 * MiB), steps="16", delay="20000")
         self.ok(run)
         st = run.stats
         self.assertEqual(st["num_ooms"], 0, run)
