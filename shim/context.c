@@ -406,20 +406,24 @@ void ts_ctx_stream_created(CUcontext ctx, CUstream s, unsigned int flags)
         ts_streams_add(s, ctx, flags); /* no allocator yet: nothing was reused to order */
 }
 
-int ts_ctx_free(uintptr_t ptr, size_t *requested)
+/* The free of every kind (cudaFree, cuMemFree, a stream-ordered free on `stream`, 0 for none):
+ * the thread's usual context first, then the others. */
+int ts_ctx_free_on_stream(uintptr_t ptr, uintptr_t stream, size_t *requested)
 {
-    /* A block another process has open stays allocated until it closes it (ipc.c). */
+    /* A block another process has open stays allocated until it closes it (ipc.c); an exported
+     * block is freed in no stream's order. */
     if (__builtin_expect(__atomic_load_n(&ts_ipc_exported, __ATOMIC_RELAXED) != 0, 0)) {
         int held = ts_ipc_on_free(ptr, requested);
         if (held == TS_IPC_HELD)
             return TS_OK;
         if (held == TS_IPC_INVALID)
             return TS_EINVAL;
+        stream = 0;
     }
     ts_ipc_tick();
     ctx_entry *first = tls_last;
     if (first && first->a) {
-        int rc = ts_free_ex(first->a, ptr, requested);
+        int rc = ts_free_on_stream(first->a, ptr, stream, requested);
         if (rc != TS_ENOTFOUND)
             return rc;
     }
@@ -427,13 +431,18 @@ int ts_ctx_free(uintptr_t ptr, size_t *requested)
     int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
     for (int i = 0; i < n; i++) {
         ctx_entry *e = &table[i];
-        if (e == first || !__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE))
+        if (e == first || !__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) || !e->a)
             continue;
-        int rc = ts_free_ex(e->a, ptr, requested);
+        int rc = ts_free_on_stream(e->a, ptr, stream, requested);
         if (rc != TS_ENOTFOUND)
             return rc;
     }
     return TS_ENOTFOUND;
+}
+
+int ts_ctx_free(uintptr_t ptr, size_t *requested)
+{
+    return ts_ctx_free_on_stream(ptr, 0, requested);
 }
 
 int ts_ctx_host_free(uintptr_t ptr)
@@ -514,24 +523,6 @@ void ts_ctx_forget_primary(CUdevice dev)
             entry_forget(e);
     }
     pthread_mutex_unlock(&table_lock);
-}
-
-int ts_ctx_free_on_stream(uintptr_t ptr, uintptr_t stream, size_t *requested)
-{
-    if (__builtin_expect(__atomic_load_n(&ts_ipc_exported, __ATOMIC_RELAXED) != 0, 0))
-        return ts_ctx_free(ptr, requested); /* exported blocks: ipc.c's rules, plain free */
-    ts_ipc_tick();
-    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
-    ctx_entry *first = tls_last;
-    for (int i = -1; i < n; i++) {
-        ctx_entry *e = i < 0 ? first : &table[i];
-        if (!e || (i >= 0 && e == first) || !__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) || !e->a)
-            continue;
-        int rc = ts_free_on_stream(e->a, ptr, stream, requested);
-        if (rc != TS_ENOTFOUND)
-            return rc;
-    }
-    return TS_ENOTFOUND;
 }
 
 void ts_ctx_stream_retired(CUstream s)

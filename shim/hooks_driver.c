@@ -128,12 +128,14 @@ static CUresult hook_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_
 /* Free dptr if tessera served it: TS_OK, TS_EINVAL (inside a tessera segment but not a live
  * allocation: never to be forwarded, the driver would free the whole segment under other
  * allocations) or TS_ENOTFOUND (not tessera's). */
-static int served_free(CUdeviceptr dptr, const char *api)
+/* A free tessera may serve: in the order of stream `order` (0: none), recorded in the trace on
+ * stream `tag`. TS_ENOTFOUND: not tessera's. */
+static int served_free(CUdeviceptr dptr, const char *api, uintptr_t order, uintptr_t tag)
 {
     size_t size = 0;
-    int rc = ts_ctx_free((uintptr_t)dptr, &size);
+    int rc = ts_ctx_free_on_stream((uintptr_t)dptr, order, &size);
     if (rc == TS_OK)
-        ts_trace_free((uintptr_t)dptr, size);
+        ts_trace_free_on((uintptr_t)dptr, size, tag);
     else if (rc == TS_EINVAL)
         ts_log_once(&served_free, "invalid %s of %#llx: double free or a pointer inside an "
                                   "allocation (returned CUDA_ERROR_INVALID_VALUE; further "
@@ -152,7 +154,7 @@ CUresult ts_driver_free(CUdeviceptr dptr)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (hook_pass(t) || dptr == 0)
         return ts_real.cuMemFree_v2(dptr);
-    int rc = served_free(dptr, "free");
+    int rc = served_free(dptr, "free", 0, 0);
     if (rc == TS_OK)
         return CUDA_SUCCESS;
     if (rc == TS_EINVAL)
@@ -414,19 +416,12 @@ static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr 
             return CUDA_ERROR_INVALID_VALUE;
         return real(dptr, s);
     }
-    size_t size = 0;
-    int rc = ts_ctx_free_on_stream((uintptr_t)dptr, free_order(s, ptsz), &size);
-    if (rc == TS_OK) {
-        ts_trace_free_on((uintptr_t)dptr, size, stream_tag(s, ptsz));
+    int rc = served_free(dptr, "cudaFreeAsync/cuMemFreeAsync", free_order(s, ptsz),
+                         stream_tag(s, ptsz));
+    if (rc == TS_OK)
         return CUDA_SUCCESS;
-    }
-    if (rc == TS_EINVAL) {
-        ts_log_once(&free_async, "invalid cudaFreeAsync/cuMemFreeAsync of %#llx: double free or "
-                                 "a pointer inside an allocation (returned "
-                                 "CUDA_ERROR_INVALID_VALUE; further invalid frees are counted in "
-                                 "num_invalid_frees)", (unsigned long long)dptr);
+    if (rc == TS_EINVAL)
         return CUDA_ERROR_INVALID_VALUE;
-    }
     size_t left = 0;
     ts_allocator *a = ts_ctx_driver_left_take((uintptr_t)dptr, &left);
     CUresult r = real(dptr, s);
