@@ -11,11 +11,12 @@
 #define NCLASSES ((TS_HOST_FLAGS_MASK + 1) * SIZE_BITS)
 #define MIN_SIZE ((size_t)512)
 
-/* One pinned buffer. Invariants: a buffer is in the cache's address-ordered table for as long as
- * it is pinned; live buffers are in no free list; a cached (not live) buffer is in exactly the
+/* One pinned buffer. Invariants: a buffer is in the cache's address tree (key (addr, 0, 0)) for
+ * as long as it is pinned; live buffers are in no free list; a cached (not live) buffer is in exactly the
  * free list of its class (flags, log2 size), in free order; fenced means its fence has not yet
  * been seen complete. */
 typedef struct host_buf {
+    ts_node node; /* in by_addr */
     uintptr_t addr;
     size_t size; /* the pinned size: a power of two */
     unsigned flags;
@@ -30,8 +31,7 @@ typedef struct host_list {
 } host_list;
 
 struct ts_hostcache {
-    host_buf **table; /* every pinned buffer, by address */
-    size_t n, cap;
+    ts_tree by_addr; /* every pinned buffer */
     host_list classes[NCLASSES];
 };
 
@@ -92,51 +92,28 @@ static void list_remove(host_list *l, host_buf *b)
     b->prev = b->next = NULL;
 }
 
-/* Index of the last buffer whose address is <= ptr, or -1. */
-static ptrdiff_t table_floor(const struct ts_hostcache *c, uintptr_t ptr)
+static host_buf *buf_of(ts_node *n)
 {
-    size_t lo = 0, hi = c->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (c->table[mid]->addr <= ptr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return (ptrdiff_t)lo - 1;
+    return n ? (host_buf *)(void *)((char *)n - offsetof(host_buf, node)) : NULL;
 }
 
+/* The pinned buffer holding ptr, or NULL. */
 static host_buf *table_find(const struct ts_hostcache *c, uintptr_t ptr)
 {
-    ptrdiff_t i = table_floor(c, ptr);
-    if (i < 0)
-        return NULL;
-    host_buf *b = c->table[i];
-    return ptr - b->addr < b->size ? b : NULL;
+    host_buf *b = buf_of(ts_tree_floor(&c->by_addr, ptr, UINT64_MAX, UINT64_MAX));
+    return b && ptr - b->addr < b->size ? b : NULL;
 }
 
-static bool table_insert(struct ts_hostcache *c, host_buf *b)
+static void table_insert(struct ts_hostcache *c, host_buf *b)
 {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 64;
-        host_buf **t = realloc(c->table, cap * sizeof *t);
-        if (!t)
-            return false;
-        c->table = t;
-        c->cap = cap;
-    }
-    size_t i = (size_t)(table_floor(c, b->addr) + 1);
-    memmove(&c->table[i + 1], &c->table[i], (c->n - i) * sizeof *c->table);
-    c->table[i] = b;
-    c->n++;
-    return true;
+    b->node.k0 = b->addr;
+    b->node.k1 = b->node.k2 = 0;
+    ts_tree_insert(&c->by_addr, &b->node);
 }
 
 static void table_remove(struct ts_hostcache *c, host_buf *b)
 {
-    size_t i = (size_t)table_floor(c, b->addr);
-    memmove(&c->table[i], &c->table[i + 1], (c->n - i - 1) * sizeof *c->table);
-    c->n--;
+    ts_tree_remove(&c->by_addr, &b->node);
 }
 
 /* Has the work queued before b's free completed? Asks the backend at most once per call, and
@@ -233,11 +210,6 @@ int ts_host_alloc(ts_allocator *a, size_t size, unsigned flags, uintptr_t *out)
                 rc = pin(a, csize, flags, &b->addr);
             }
         }
-        if (rc == TS_OK && !table_insert(c, b)) {
-            backend_enter(a);
-            a->be.host_free(a->be.ctx, b->addr);
-            rc = TS_ENOMEM;
-        }
         if (rc != TS_OK) {
             free(b);
             st_close(a);
@@ -246,6 +218,7 @@ int ts_host_alloc(ts_allocator *a, size_t size, unsigned flags, uintptr_t *out)
         }
         b->size = csize;
         b->flags = flags;
+        table_insert(c, b);
         counter_add(a, &a->st->num_host_alloc, 1);
         stat_increase(a, &a->st->host_allocations, 1);
         stat_increase(a, &a->st->host_allocated_bytes, (int64_t)csize);
@@ -332,8 +305,10 @@ void ts_hostcache_teardown(ts_allocator *a, bool release)
         return;
     if (release)
         cache_release(a, true);
-    for (size_t i = 0; i < c->n; i++) {
-        host_buf *b = c->table[i];
+    ts_node *n;
+    while ((n = ts_tree_first(&c->by_addr)) != NULL) {
+        host_buf *b = buf_of(n);
+        ts_tree_remove(&c->by_addr, n);
         if (b->fenced && !release) {
             stat_decrease(a, &a->st->host_active_requests, 1);
             stat_decrease(a, &a->st->host_active_bytes, (int64_t)b->size);
@@ -346,7 +321,6 @@ void ts_hostcache_teardown(ts_allocator *a, bool release)
         stat_decrease(a, &a->st->host_allocated_bytes, (int64_t)b->size);
         free(b);
     }
-    free(c->table);
     free(c);
     a->host = NULL;
 }
