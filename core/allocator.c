@@ -270,13 +270,6 @@ size_t ts_allocator_cap(const ts_allocator *a)
 
 /* --- the allocation path -------------------------------------------------------------------- */
 
-/* Would reserving bytes more stay within the cap (memory_limit, memory fraction)? */
-static bool cap_allows(const ts_allocator *a, size_t bytes)
-{
-    return !a->set_fraction ||
-           a->total_allocated_memory + a->driver_bytes + bytes <= a->allowed_memory_maximum;
-}
-
 /* A new plain segment (one seg_alloc) of alloc_size bytes, its one block FREE and in no tree. */
 static ts_block *alloc_plain_segment(ts_allocator *a, ts_pool *p, size_t alloc_size,
                                      uint64_t stream)

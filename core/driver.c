@@ -13,12 +13,9 @@ int ts_allocator_driver_reserve(ts_allocator *a, size_t bytes, bool capped)
 {
     allocator_lock(a);
     int rc = TS_OK;
-    if (capped && a->set_fraction &&
-        a->total_allocated_memory + a->driver_bytes + bytes > a->allowed_memory_maximum &&
-        !backend_capturing(a))
+    if (capped && !cap_allows(a, bytes) && !backend_capturing(a))
         release_cached_blocks(a); /* the cache gives way, as it does to its own requests */
-    if (capped && a->set_fraction &&
-        a->total_allocated_memory + a->driver_bytes + bytes > a->allowed_memory_maximum) {
+    if (capped && !cap_allows(a, bytes)) {
         counter_add(a, &a->st->num_ooms, 1);
         a->observe_now = true;
         rc = TS_ENOMEM;

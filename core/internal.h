@@ -338,4 +338,12 @@ static inline bool backend_capturing(ts_allocator *a)
     return a->be.capture_active(a->be.ctx);
 }
 
+/* Would reserving bytes more stay within the cap (memory_limit, memory fraction)? The cap covers
+ * the segments and the memory left to the driver (driver.c) together. */
+static inline bool cap_allows(const ts_allocator *a, size_t bytes)
+{
+    return !a->set_fraction ||
+           a->total_allocated_memory + a->driver_bytes + bytes <= a->allowed_memory_maximum;
+}
+
 #endif /* TS_INTERNAL_H */

@@ -299,7 +299,7 @@ static bool range_get(ts_allocator *a, size_t size)
     /* What the normal policy cached for the blocks the plan now serves goes back first, so the
      * range replaces it rather than adding to it (this gives the old range back too). */
     release_cached_blocks(a);
-    if (a->set_fraction && a->total_allocated_memory + size > a->allowed_memory_maximum)
+    if (!cap_allows(a, size))
         return false;
     ts_segment *seg = ts_slab_alloc(&a->segment_slab);
     ts_block *b = seg ? block_new(a) : NULL;
