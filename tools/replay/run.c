@@ -210,9 +210,7 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
     r->vm_maps = dc.vm_maps;
     r->vm_unmaps = dc.vm_unmaps;
     r->vm_creates = dc.vm_creates;
-    r->device_calls = dc.seg_allocs + dc.seg_alloc_failures + dc.seg_frees + dc.vm_reserves +
-                      dc.vm_releases + dc.vm_creates + dc.vm_destroys + dc.vm_maps +
-                      dc.vm_unmaps + dc.synchronizes;
+    r->device_calls = calls_of(dev);
     r->ops = t->n;
     r->ns_per_op = t->n ? elapsed / (double)t->n : 0;
     r->driver_ns = dc.driver_ns;
