@@ -34,6 +34,9 @@ int main()
     for (int s = 0; s < nstreams; s++) {
         CHECK(cudaStreamCreateWithFlags(&streams[s], cudaStreamNonBlocking));
         CHECK(cudaEventCreate(&done[s]));
+        // a non-blocking stream does not wait for the legacy stream: without this wait its
+        // work may finish before start is recorded, and the elapsed time comes out negative
+        CHECK(cudaStreamWaitEvent(streams[s], start, 0));
         CHECK(cudaMalloc(&dev[s], sizeof(int) * chunk));
         int *h = host + s * chunk;
         CHECK(cudaMemcpyAsync(dev[s], h, sizeof(int) * chunk, cudaMemcpyHostToDevice, streams[s]));
@@ -43,8 +46,6 @@ int main()
         CHECK(cudaEventRecord(done[s], streams[s]));
     }
     float ms_total = 0;
-    // start is on the legacy stream, which non-blocking streams do not wait for: done[s] can
-    // complete first, and cudaEventElapsedTime needs both
     CHECK(cudaEventSynchronize(start));
     for (int s = 0; s < nstreams; s++) {
         CHECK(cudaEventSynchronize(done[s]));
