@@ -476,6 +476,9 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
      * wait for the oldest fences, a few at most, before new memory is taken. */
     for (int i = 0; !b && i < TS_MAX_PENDING_WAITS && fences_wait_oldest(a, p, rounded); i++)
         b = pool_find_best(a, p, rounded, stream);
+    /* The plan's range gives way before the normal policy grows past its peak (plan.c). */
+    if (!b && a->plan && plan_yield(a, alloc_size))
+        b = pool_find_best(a, p, rounded, stream);
     const bool stitch_first = a->cfg.stitch_when == TS_STITCH_ALWAYS;
     if (!b && stitch_first)
         b = stitch_alloc(a, p, rounded, stream); /* free pages elsewhere, before new memory */

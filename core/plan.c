@@ -16,6 +16,15 @@
  * blocks live in the plan's own address tree (seg->plan_free), never in the pool's free index, so
  * the normal policy never carves it and the plan finds the block at an offset with one lookup.
  *
+ * The room. A range is memory beside the normal policy's, so it is made only below the most
+ * memory the program has held (the peak): what the normal policy keeps after giving its cache
+ * back, plus the range, plus what the normal policy would have to grow by for the blocks left
+ * out, stays under it. The packed step is cut at that height; the blocks above the cut are left
+ * to the normal policy. No room: no plan, and no new try until the peak moves. Later plans take
+ * the range as it is. Should the normal policy have to grow past the peak while a range exists
+ * (the program does what the plan never saw), the range goes first: given back when empty, else
+ * handed to the normal policy as one more cached segment. So a plan never raises the peak.
+ *
  * Serving. The k-th allocation of a step is handed [base + offset[k], + rounded) when it is no
  * larger than the slot and that range is free; freed blocks merge back as in any segment, so
  * frees, stats, lookups and stream-ordered reuse (reuse_ready) work unchanged. Anything else is a
@@ -62,8 +71,12 @@ struct ts_plan {
     uint64_t nalloc;     /* allocations seen */
     uint64_t clock;      /* allocations plus frees seen */
     uint64_t live;       /* requested bytes held */
+    uint64_t stream;     /* the stream of the latest allocation: a new range's */
     /* the plan */
     plan_slot *slots;    /* TS_PLAN_MAX_STEP */
+    ts_plan_item *items; /* TS_PLAN_MAX_STEP, by position: the step's blocks (size 0: alive
+                          * across the boundary) while a new range waits for the boundary */
+    uint64_t *full;      /* TS_PLAN_MAX_STEP: their offsets in the packed step */
     uint64_t *phash;     /* prefix hashes of the planned step's codes: period + 1 */
     uint64_t *rot;       /* rot[r]: hash of the planned step rotated to begin at r: period */
     uint64_t pow_n, pow_v; /* HASH_BASE^pow_n (the last period asked for) */
@@ -74,6 +87,15 @@ struct ts_plan {
     bool active;
     uint64_t plans;
     uint64_t retry_at;   /* after a plan could not get its range: no new try before this count */
+    uint32_t backoff;    /* plans refused in a row: the wait before the next try doubles */
+    int64_t room_peak;   /* a new range found no room under this peak: no new try until the
+                          * program has needed more memory (0: none refused) */
+    uint64_t short_by;   /* the most the normal policy lacked when a range gave way; from the
+                          * second time on, a new range leaves it that much more room */
+    uint32_t yields;     /* ranges that gave way */
+    bool pending;        /* a step is packed, its new range is made at allocation pending_at */
+    uint64_t pending_at; /* the step's next boundary (its position 0), as an allocation count */
+    uint64_t lower_bound;
     ts_segment *seg;
     ts_tree free_by_addr;
 };
@@ -127,9 +149,12 @@ struct ts_plan *plan_create(void)
     pl->prefix = calloc(TS_PLAN_LOG, sizeof *pl->prefix);
     pl->levels = calloc(TS_PLAN_LEVELS, sizeof *pl->levels);
     pl->slots = calloc(TS_PLAN_MAX_STEP, sizeof *pl->slots);
+    pl->items = calloc(TS_PLAN_MAX_STEP, sizeof *pl->items);
+    pl->full = calloc(TS_PLAN_MAX_STEP, sizeof *pl->full);
     pl->phash = calloc(TS_PLAN_MAX_STEP + 1, sizeof *pl->phash);
     pl->rot = calloc(TS_PLAN_MAX_STEP, sizeof *pl->rot);
-    if (!pl->log || !pl->prefix || !pl->levels || !pl->slots || !pl->phash || !pl->rot) {
+    if (!pl->log || !pl->prefix || !pl->levels || !pl->slots || !pl->items || !pl->full ||
+        !pl->phash || !pl->rot) {
         plan_destroy(pl);
         return NULL;
     }
@@ -144,6 +169,8 @@ void plan_destroy(struct ts_plan *pl)
     free(pl->prefix);
     free(pl->levels);
     free(pl->slots);
+    free(pl->items);
+    free(pl->full);
     free(pl->phash);
     free(pl->rot);
     free(pl);
@@ -284,21 +311,14 @@ void plan_forget(ts_allocator *a)
     pl->seg = NULL;
     memset(&pl->free_by_addr, 0, sizeof pl->free_by_addr);
     pl->active = false;
+    pl->pending = false;
     gauge_set(a, &a->st->plan_range_bytes, 0);
 }
 
-/* A range of at least size bytes, empty. false when the old one still holds blocks (the plan
- * waits for it to drain) or the device refuses. */
-static bool range_get(ts_allocator *a, size_t size)
+/* A new range of size bytes (there is none); false when the cap or the device refuses. */
+static bool range_new(ts_allocator *a, size_t size)
 {
     struct ts_plan *pl = a->plan;
-    if (pl->seg && !range_idle(pl))
-        return false;
-    if (pl->seg && pl->seg->size >= size)
-        return true;
-    /* What the normal policy cached for the blocks the plan now serves goes back first, so the
-     * range replaces it rather than adding to it (this gives the old range back too). */
-    release_cached_blocks(a);
     if (!cap_allows(a, size))
         return false;
     ts_segment *seg = ts_slab_alloc(&a->segment_slab);
@@ -315,7 +335,7 @@ static bool range_get(ts_allocator *a, size_t size)
         ts_slab_free(&a->segment_slab, seg);
         return false;
     }
-    segment_install_plain(a, seg, addr, size, 0, &a->large, b);
+    segment_install_plain(a, seg, addr, size, pl->stream, &a->large, b);
     memset(&pl->free_by_addr, 0, sizeof pl->free_by_addr);
     seg->plan_free = &pl->free_by_addr;
     plan_insert_free(b);
@@ -325,7 +345,56 @@ static bool range_get(ts_allocator *a, size_t size)
     return true;
 }
 
+static size_t align_up(uint64_t x, size_t to)
+{
+    return (size_t)((x + to - 1) / to * to);
+}
+
+/* The range becomes one more segment of the normal policy's cache: its free blocks go to the
+ * pool's free index, and blocks still allocated there go to it when freed (seg->plan_free is
+ * cleared). The plan stops. */
+static void range_hand_over(ts_allocator *a)
+{
+    struct ts_plan *pl = a->plan;
+    ts_segment *seg = pl->seg;
+    seg->plan_free = NULL;
+    for (ts_node *n; (n = ts_tree_first(&pl->free_by_addr)) != NULL;) {
+        ts_tree_remove(&pl->free_by_addr, n);
+        pool_insert_free(seg->pool, block_of_node(n));
+    }
+    pl->seg = NULL;
+    pl->active = false;
+    gauge_set(a, &a->st->plan_range_bytes, 0);
+}
+
+bool plan_yield(ts_allocator *a, size_t bytes)
+{
+    struct ts_plan *pl = a->plan;
+    const tessera_stat *r = &a->st->reserved_bytes[TESSERA_POOL_ALL];
+    if (!pl->seg || r->current + (int64_t)bytes <= r->peak)
+        return false;
+    const uint64_t short_by = align_up((uint64_t)(r->current + (int64_t)bytes - r->peak),
+                                       TS_PLAN_ALIGN);
+    if (short_by > pl->short_by)
+        pl->short_by = short_by;
+    pl->yields++;
+    if (range_idle(pl) && !backend_capturing(a)) /* no driver call inside a graph capture */
+        plan_release_idle(a);
+    else
+        range_hand_over(a);
+    return true;
+}
+
 /* --- planning ----------------------------------------------------------------------------- */
+
+/* No plan could be made (no room, or the device refused): no new try for a step, then 2, 4 ...
+ * up to 64 steps, so a program that never fits does not pay for packing at every step. */
+static void plan_backoff(struct ts_plan *pl, size_t period)
+{
+    pl->retry_at = pl->nalloc + ((uint64_t)period << pl->backoff);
+    if (pl->backoff < 6)
+        pl->backoff++;
+}
 
 /* The best boundary of the step [s, e) just confirmed (now is the time of the confirming free):
  * the free after which the fewest bytes are held, found by sweeping the allocations and frees
@@ -366,16 +435,147 @@ static uint64_t best_boundary(struct ts_plan *pl, uint64_t s, uint64_t e, uint64
     return b;
 }
 
-/* Plan the step of allocations [s, e), just confirmed (a re-plan when a plan was made before). */
+/* Whether the step's block at position k is left out when the packed step is cut at cap. */
+static inline bool cut_out(const struct ts_plan *pl, size_t k, uint64_t cap)
+{
+    return pl->items[k].size && pl->full[k] + pl->items[k].size > cap;
+}
+
+/* The most bytes of one pool's blocks left out at cap (small or not) alive at once, among those
+ * no larger than fit (fit_only) or those larger. ev: scratch for 2 p events. */
+static uint64_t leftout_peak(const struct ts_plan *pl, size_t p, uint64_t cap, bool small,
+                             uint64_t fit, bool fit_only, sweep_ev *ev)
+{
+    size_t m = 0;
+    for (size_t k = 0; k < p; k++) {
+        const ts_plan_item *it = &pl->items[k];
+        if (cut_out(pl, k, cap) && (it->size <= TS_SMALL_SIZE) == small &&
+            (it->size <= fit) == fit_only) {
+            ev[m++] = (sweep_ev){it->start, (int64_t)it->size};
+            ev[m++] = (sweep_ev){it->end, -(int64_t)it->size};
+        }
+    }
+    qsort(ev, m, sizeof *ev, sweep_cmp);
+    int64_t live = 0, peak = 0;
+    for (size_t i = 0; i < m; i++)
+        if ((live += ev[i].delta) > peak)
+            peak = live;
+    return (uint64_t)peak;
+}
+
+/* What the blocks left out at cap would make the normal policy grow by, per pool: those larger
+ * than its largest free block need new memory; the others, what they hold at once beyond the
+ * free memory the pool holds. UINT64_MAX when host memory for the sweep ran out. */
+static uint64_t leftout_excess(ts_allocator *a, size_t p, uint64_t cap)
+{
+    const struct ts_plan *pl = a->plan;
+    sweep_ev *ev = malloc(2 * p * sizeof *ev);
+    if (!ev)
+        return UINT64_MAX;
+    uint64_t excess = 0;
+    for (int small = 0; small < 2; small++) {
+        ts_pool *pool = small ? &a->small : &a->large;
+        uint64_t held = 0, largest = 0;
+        for (ts_node *x = ts_freeidx_first(&pool->free); x; x = ts_freeidx_next(&pool->free, x)) {
+            const ts_block *b = block_of_node(x);
+            held += b->size;
+            if (b->size > largest)
+                largest = b->size;
+        }
+        const uint64_t fit = leftout_peak(pl, p, cap, small, largest, true, ev);
+        excess += leftout_peak(pl, p, cap, small, largest, false, ev);
+        if (fit > held)
+            excess += fit - held;
+    }
+    free(ev);
+    return excess;
+}
+
+/* The end of the packed step cut at cap (0: nothing fits). */
+static uint64_t cut_end(const struct ts_plan *pl, size_t p, uint64_t cap)
+{
+    uint64_t end = 0;
+    for (size_t k = 0; k < p; k++)
+        if (pl->items[k].size && !cut_out(pl, k, cap) && pl->full[k] + pl->items[k].size > end)
+            end = pl->full[k] + pl->items[k].size;
+    return end;
+}
+
+/* Serve the packed step (pl->items, pl->full) cut at cap from the range, from position pos. */
+static void plan_start(ts_allocator *a, uint64_t cap, size_t pos)
+{
+    struct ts_plan *pl = a->plan;
+    const size_t p = pl->period;
+    for (size_t k = 0; k < p; k++) /* left out: the normal policy's */
+        pl->slots[k] = cut_out(pl, k, cap) ? (plan_slot){0, 0}
+                                           : (plan_slot){pl->full[k], pl->items[k].size};
+    pl->pos = pos;
+    pl->step_misses = 0;
+    pl->pending = false;
+    pl->active = true;
+    if (pl->plans++ > 0)
+        counter_add(a, &a->st->num_plan_replans, 1);
+    range_gauges(a, pl->seg->size, (size_t)pl->lower_bound);
+}
+
+/* At the step's boundary (its blocks are all freed): make the range of a pending plan and start
+ * serving. What the normal policy cached goes back first, so that the range replaces it. What
+ * stays there (blocks alive across steps, and the free pieces among them that cannot go back),
+ * the range, and what the normal policy would have to grow by for the blocks left out must not
+ * pass the most memory the program has held so far: the packed step is cut at the height that
+ * keeps to it (a subset of a packing is a packing), the blocks above left to the normal policy. */
+static void range_make(ts_allocator *a)
+{
+    struct ts_plan *pl = a->plan;
+    const size_t p = pl->period;
+    pl->pending = false;
+    release_cached_blocks(a);
+    const int64_t peak = a->st->reserved_bytes[TESSERA_POOL_ALL].peak;
+    const int64_t now = a->st->reserved_bytes[TESSERA_POOL_ALL].current;
+    /* Once is not a pattern (an odd step, an evaluation): from the second time a range had to
+     * give way, the next leaves the normal policy the room it lacked. */
+    const uint64_t held = (uint64_t)now + (pl->yields > 1 ? pl->short_by : 0);
+    const uint64_t room =
+        (uint64_t)peak > held ? ((uint64_t)peak - held) / TS_PLAN_ALIGN * TS_PLAN_ALIGN : 0;
+    uint64_t cap = room, end = 0;
+    for (int round = 0;; round++) {
+        end = cut_end(pl, p, cap);
+        if (end == 0 || round == TS_PLAN_FIT_ROUNDS)
+            break;
+        const uint64_t need = align_up(leftout_excess(a, p, cap), TS_PLAN_ALIGN);
+        if (need == 0 || need == UINT64_MAX || align_up(end, TS_PLAN_ALIGN) + need <= room)
+            break;
+        const uint64_t smaller = room > need ? room - need : 0;
+        if (smaller >= cap)
+            break;
+        cap = smaller;
+    }
+    if (end == 0) {
+        pl->room_peak = peak; /* no room: no new try until the peak moves */
+        return;
+    }
+    if (!range_new(a, align_up(end, TS_PLAN_ALIGN))) {
+        plan_backoff(pl, p); /* the device or the cap refused */
+        return;
+    }
+    pl->backoff = 0;
+    pl->room_peak = 0;
+    plan_start(a, cap, 0);
+}
+
+/* Plan the step of allocations [s, e), just confirmed (a re-plan when a plan was made before):
+ * pack it, then serve it from the range there is at once, or make a new range at the step's next
+ * boundary. */
 static void plan_build(ts_allocator *a, uint64_t s, uint64_t e)
 {
     struct ts_plan *pl = a->plan;
     const size_t p = (size_t)(e - s);
     pl->active = false;
-    if (pl->seg && !range_idle(pl))
-        return; /* the old plan's blocks drain first: tried again at the next confirmation */
+    pl->pending = false;
     if (pl->nalloc < pl->retry_at)
         return; /* the range was refused less than a step ago */
+    if (!pl->seg && pl->room_peak && a->st->reserved_bytes[TESSERA_POOL_ALL].peak <= pl->room_peak)
+        return; /* no room, and none made since: trying again would only churn the cache */
     /* Plan the step as seen from its best boundary b: [b - p, b); the next allocation, e, is at
      * position e - b of it. */
     uint64_t t_b;
@@ -394,19 +594,14 @@ static void plan_build(ts_allocator *a, uint64_t s, uint64_t e)
         items[n] = (ts_plan_item){r->size, r->t_alloc, r->t_free};
         pos_of[n++] = (uint32_t)k;
     }
-    uint64_t lower_bound = 0;
-    uint64_t end = n ? ts_plan_pack(items, n, offsets, &lower_bound) : 0;
+    uint64_t end = n ? ts_plan_pack(items, n, offsets, &pl->lower_bound) : 0;
     if (end == 0 || end == UINT64_MAX)
         goto out; /* nothing short-lived to plan, or no host memory */
-    const size_t range = (size_t)((end + TS_PLAN_ALIGN - 1) / TS_PLAN_ALIGN * TS_PLAN_ALIGN);
-    if (!range_get(a, range)) {
-        pl->retry_at = pl->nalloc + p; /* the device or the cap refused: again a step later */
-        goto out;
+    memset(pl->items, 0, p * sizeof *pl->items);
+    for (size_t i = 0; i < n; i++) {
+        pl->items[pos_of[i]] = items[i];
+        pl->full[pos_of[i]] = offsets[i];
     }
-
-    memset(pl->slots, 0, p * sizeof *pl->slots);
-    for (size_t i = 0; i < n; i++)
-        pl->slots[pos_of[i]] = (plan_slot){offsets[i], items[i].size};
     pl->phash[0] = 0;
     for (size_t k = 0; k < p; k++) {
         uint64_t code = pl->prefix[(s + k + 1) & LOG_MASK] -
@@ -416,14 +611,19 @@ static void plan_build(ts_allocator *a, uint64_t s, uint64_t e)
     pl->period = p;
     for (size_t r = 0; r < p; r++)
         pl->rot[r] = rotated_hash(pl, r);
-    pl->period = p;
     pl->n0 = s;
-    pl->pos = (size_t)((e - b) % p); /* the next allocation is e */
-    pl->step_misses = 0;
-    pl->active = true;
-    if (pl->plans++ > 0)
-        counter_add(a, &a->st->num_plan_replans, 1);
-    range_gauges(a, pl->seg->size, (size_t)lower_bound);
+    if (pl->seg) {
+        /* A re-plan takes the range as it is, at once, so that a program whose step changes
+         * does not trade memory with the device at each change: blocks of the old plan still
+         * there drain as the step goes on (a slot they hold is a miss meanwhile), and what does
+         * not fit is left to the normal policy. */
+        plan_start(a, pl->seg->size, (size_t)((e - b) % p)); /* the next allocation is e */
+    } else {
+        /* A new range waits for the boundary, when the step's blocks of this round are freed
+         * and what the normal policy cached for them can go back. */
+        pl->pending = true;
+        pl->pending_at = b + p;
+    }
 out:
     free(items);
     free(offsets);
@@ -437,13 +637,21 @@ static void plan_confirm(ts_allocator *a, uint64_t s, uint64_t e)
     const size_t p = (size_t)(e - s);
     /* While the plan serves, a shorter step is a part of it (a layer of a model), and a longer
      * one is a step the plan is a part of: only a longer one replaces it. */
-    if (pl->active && p < pl->period)
+    if ((pl->active || pl->pending) && p < pl->period)
         return;
-    if (pl->active && pl->period == p) {
+    if ((pl->seg || pl->pending) && pl->period == p) {
         const size_t r = (size_t)((s % p + p - pl->n0 % p) % p);
         if (pl->rot[r] == range_hash(pl, s, e)) {
-            /* The planned step again, seen from boundary r: the next allocation is at r. */
+            if (pl->pending)
+                return; /* packed already: its range is made at the boundary */
+            /* The planned step again, seen from boundary r: the next allocation is at r. A plan
+             * stopped by misses (a block it did not foresee held its slots) serves again, with
+             * no new packing. */
             pl->pos = r;
+            if (!pl->active) {
+                pl->active = true;
+                pl->step_misses = 0;
+            }
             return;
         }
     }
@@ -452,42 +660,21 @@ static void plan_confirm(ts_allocator *a, uint64_t s, uint64_t e)
 
 /* --- the hooks ---------------------------------------------------------------------------- */
 
-ts_block *plan_take(ts_allocator *a, size_t rounded, size_t requested)
+/* Hand out [addr, addr + rounded) of the range's free block fb (ALLOCATED and counted), its head
+ * and tail staying free; NULL when no metadata block could be had (nothing changed). */
+static ts_block *range_hand_out(ts_allocator *a, ts_block *fb, uintptr_t addr, size_t rounded,
+                                size_t requested)
 {
     struct ts_plan *pl = a->plan;
-    if (!pl->active)
-        return NULL;
-    const size_t k = pl->pos;
-    if (++pl->pos == pl->period) {
-        pl->pos = 0;
-        pl->step_misses = 0;
-    }
-    const plan_slot *slot = &pl->slots[k];
-    if (slot->size == 0)
-        return NULL; /* foreseen: the normal policy's */
     tessera_device_stats *st = a->st;
-    const uintptr_t addr = pl->seg->addr + slot->offset, end = addr + rounded;
-    ts_node *n = rounded <= slot->size
-                     ? ts_tree_floor(&pl->free_by_addr, addr, UINT64_MAX, UINT64_MAX)
-                     : NULL;
-    ts_block *fb = n ? block_of_node(n) : NULL;
-    ts_block *front = NULL, *back = NULL;
-    const size_t head = fb ? addr - fb->addr : 0;
-    const size_t tail = fb && fb->addr + fb->size >= end ? fb->addr + fb->size - end : 0;
-    /* The slot must be free (an earlier block of the step may outlive its plan), and may be
-     * handed out only once work that used it before is ordered before later work. */
-    bool ok = fb && fb->addr + fb->size >= end && reuse_ready(a, fb);
-    if (ok && head)
-        ok = (front = block_new(a)) != NULL;
-    if (ok && tail)
-        ok = (back = block_new(a)) != NULL;
-    if (!ok) {
+    const uintptr_t end = addr + rounded;
+    const size_t head = addr - fb->addr, tail = fb->addr + fb->size - end;
+    ts_block *front = head ? block_new(a) : NULL, *back = tail ? block_new(a) : NULL;
+    if ((head && !front) || (tail && !back)) {
         if (front)
             block_delete(a, front);
-        counter_add(a, &st->num_plan_misses, 1);
-        /* Most of a step missed: the program left the plan; stop until a step is confirmed. */
-        if (++pl->step_misses > pl->period / 2)
-            pl->active = false;
+        if (back)
+            block_delete(a, back);
         return NULL;
     }
     ts_pool *p = fb->seg->pool;
@@ -513,8 +700,43 @@ ts_block *plan_take(ts_allocator *a, size_t rounded, size_t requested)
     fb->serial = ++a->alloc_serial;
     ts_ptrmap_put(&a->live, fb->addr, fb); /* capacity was reserved by the caller */
     block_count_allocated(a, p, fb);
-    counter_add(a, &st->num_plan_hits, 1);
     return fb;
+}
+
+ts_block *plan_take(ts_allocator *a, size_t rounded, size_t requested)
+{
+    struct ts_plan *pl = a->plan;
+    if (pl->pending && pl->nalloc >= pl->pending_at)
+        range_make(a); /* the boundary: this request is the step's first */
+    if (!pl->active)
+        return NULL;
+    const size_t k = pl->pos;
+    if (++pl->pos == pl->period) {
+        pl->pos = 0;
+        pl->step_misses = 0;
+    }
+    const plan_slot *slot = &pl->slots[k];
+    if (slot->size == 0)
+        return NULL; /* foreseen: the normal policy's */
+    const uintptr_t addr = pl->seg->addr + slot->offset, end = addr + rounded;
+    ts_node *n = rounded <= slot->size
+                     ? ts_tree_floor(&pl->free_by_addr, addr, UINT64_MAX, UINT64_MAX)
+                     : NULL;
+    ts_block *fb = n ? block_of_node(n) : NULL;
+    /* The slot must be free (an earlier block of the step may outlive its plan), and may be
+     * handed out only once work that used it before is ordered before later work. */
+    if (fb && fb->addr + fb->size >= end && reuse_ready(a, fb)) {
+        ts_block *b = range_hand_out(a, fb, addr, rounded, requested);
+        if (b) {
+            counter_add(a, &a->st->num_plan_hits, 1);
+            return b;
+        }
+    }
+    counter_add(a, &a->st->num_plan_misses, 1);
+    /* Most of a step missed: the program left the plan; stop until a step is confirmed. */
+    if (++pl->step_misses > pl->period / 2)
+        pl->active = false;
+    return NULL;
 }
 
 void plan_note_alloc(ts_allocator *a, ts_block *b, size_t rounded, uint64_t stream)
@@ -527,6 +749,7 @@ void plan_note_alloc(ts_allocator *a, ts_block *b, size_t rounded, uint64_t stre
     r->t_free = 0;
     pl->prefix[(n + 1) & LOG_MASK] = pl->prefix[n & LOG_MASK] * HASH_BASE + code_of(rounded, stream);
     pl->live += b->requested;
+    pl->stream = stream;
     b->plan_n = n + 1;
 }
 

@@ -17,6 +17,8 @@
 #define TS_PLAN_MAX_STEP ((size_t)8192)
 /* The range is a plain segment of a multiple of this. */
 #define TS_PLAN_ALIGN ((size_t)2 << 20)
+/* A new range is fitted to the room at most this many times more (plan.c, plan_build). */
+#define TS_PLAN_FIT_ROUNDS 4
 
 /* One block of a step for the packer: its size and its lifetime [start, end) in event times. */
 typedef struct ts_plan_item {
@@ -38,13 +40,18 @@ uint64_t ts_plan_pack(const ts_plan_item *items, size_t n, uint64_t *offsets,
  * plan_take: the planned block for the next request of the step, ALLOCATED and counted, or NULL
  * (not planned, or a miss: the normal policy serves it). plan_note_alloc after every successful
  * allocation (planned or not); plan_note_free after every free, with what the freed block carried
- * (it may be gone: merged). Blocks of the range carry the range's stream whatever stream asked
- * for them: any stream may be served there, stream-ordered reuse keeps that safe (reuse_ready).
- * plan_release_idle gives the range back when nothing is in it (empty
- * cache, memory pressure); plan_forget drops it without the backend (the device vanished). */
+ * (it may be gone: merged). Blocks of the range carry the range's stream (the stream of the
+ * allocation before it was made) whatever stream asked for them: any stream may be served there,
+ * stream-ordered reuse keeps that safe (reuse_ready). plan_yield, before the normal policy takes
+ * bytes of new memory: when that would pass the peak of reserved memory and a range exists, the
+ * range goes (given back when empty, else handed to the normal policy) and true is returned: the
+ * caller looks at its free blocks again. plan_release_idle gives the range back when nothing is in
+ * it (empty cache, memory pressure); plan_forget drops it without the backend (the device
+ * vanished). */
 struct ts_plan *plan_create(void);
 void plan_destroy(struct ts_plan *pl);
 ts_block *plan_take(ts_allocator *a, size_t rounded, size_t requested);
+bool plan_yield(ts_allocator *a, size_t bytes);
 void plan_note_alloc(ts_allocator *a, ts_block *b, size_t rounded, uint64_t stream);
 void plan_note_free(ts_allocator *a, uint64_t plan_n, size_t requested);
 void plan_release_idle(ts_allocator *a);

@@ -67,6 +67,10 @@ typedef struct step_opts {
     size_t b_size, a3;
     bool extra;
     uintptr_t *carry; /* when set: a 4 MiB block allocated after C, freed after the next L */
+    uintptr_t *keep;  /* when set: a block of keep_mib (2 MiB if 0) allocated after A_7, left live */
+    size_t keep_mib;
+    uintptr_t *hold;  /* when set: A_7 and B_7 are not freed, hold[0] and hold[1] receive them */
+    bool hold_b7;     /* with hold: B_7 alone is kept (hold[1]), A_7 freed */
     uintptr_t b_stream;
 } step_opts;
 
@@ -84,6 +88,15 @@ static void run_step(fixture *f, live_set *s, const step_opts *o, uintptr_t pos[
         uintptr_t B = pos[2 * i] = alloc_on(f, s, b_size, bs);
         if (i == 4 && o->extra)
             x = alloc_on(f, s, 3 * MiB, 1);
+        if (i == 7 && o->keep)
+            *o->keep = alloc_on(f, s, (o->keep_mib ? o->keep_mib : 2) * MiB, 1);
+        if (i == 7 && o->hold) {
+            o->hold[0] = o->hold_b7 ? 0 : A;
+            o->hold[1] = B;
+            if (o->hold_b7)
+                free_of(f, s, A);
+            continue;
+        }
         free_of(f, s, B);
         free_of(f, s, A);
     }
@@ -107,14 +120,16 @@ static void open_plan(fixture *f)
 
 /* Steps 1..3 learn (a parameter allocated in step 1 stays with the normal policy). The first
  * boundary seen to repeat is the free of B_1 in step 3 (the bytes held then recur once a step).
- * The plan is made from the best boundary of that period, where the fewest bytes are held: the
- * end of step 2 (only the parameter). So it is step 2 as it was, and it serves the rest of step 3
- * at once (13 allocations: A_2 on) and every step after, as documented above. */
+ * The step is packed from the best boundary of that period, where the fewest bytes are held: the
+ * end of step 2 (only the parameter). So it is step 2 as it was. Its range is made at the next
+ * such boundary, the end of step 3, once step 3's blocks are freed and what the normal policy
+ * cached for them can go back; step 4, run here too, is the first served, entirely, as
+ * documented above. */
 static uintptr_t learn(fixture *f, live_set *s, const step_opts *o)
 {
     uintptr_t pos[STEP];
     uintptr_t param = alloc_on(f, s, 6 * MiB, 1);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         run_step(f, s, o, pos);
     return param;
 }
@@ -190,7 +205,7 @@ static void test_plan_serves_the_repeated_step_exactly(void **state)
     const tessera_device_stats *st = fx_stats(&f);
     assert_int_equal(st->plan_range_bytes, 18 * MiB);
     assert_int_equal(st->plan_lower_bound_bytes, 17 * MiB);
-    assert_int_equal(st->num_plan_hits, 13);
+    assert_int_equal(st->num_plan_hits, STEP);
     assert_int_equal(st->num_plan_replans, 0);
     ts_devmodel_counters before, after;
     ts_devmodel_counters_get(f.dev, &before);
@@ -202,7 +217,7 @@ static void test_plan_serves_the_repeated_step_exactly(void **state)
     ts_devmodel_counters_get(f.dev, &after);
     assert_int_equal(after.seg_allocs, before.seg_allocs); /* no driver call in the steady state */
     st = fx_stats(&f);
-    assert_int_equal(st->num_plan_hits, 13 + 3 * STEP);
+    assert_int_equal(st->num_plan_hits, 4 * STEP);
     assert_int_equal(st->num_plan_misses, 0);
     assert_int_equal(st->num_plan_replans, 0);
     /* the parameter stayed with the normal policy, outside the range */
@@ -336,6 +351,210 @@ static void test_plan_replans_when_the_step_changes(void **state)
     fx_close(&f);
 }
 
+/* A changed step is planned when it is confirmed even while the range still holds a block: the
+ * new plan fits the range and takes it as it is; the slots the block overlaps miss (the normal
+ * policy serves them) until it is freed, and then every position is served. */
+static void test_plan_replans_into_a_busy_range(void **state)
+{
+    (void)state;
+    fixture f;
+    live_set s = {0};
+    open_plan(&f);
+    step_opts o = {0};
+    uintptr_t param = learn(&f, &s, &o);
+    uintptr_t pos[STEP], held[2];
+    step_opts hold = {.hold = held, .hold_b7 = true};
+    run_step(&f, &s, &hold, pos); /* B_7 stays, at [15, 17) of the range */
+    assert_planned(&f, pos, expected_mib, 18);
+    step_opts big = {.b_size = 3 * MiB};
+    for (int k = 0; k < 3; k++)
+        run_step(&f, &s, &big, pos);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_plan_replans, 1);
+    /* the big plan's B_5 at [13, 16), B_6 at [14, 17) and B_7 at [15, 18) overlap it: three
+     * misses a step */
+    static const size_t big_mib[STEP] = {0, 11, 8, 11, 8, 8, 11, 8, 12, 8, 13, 8, 14, 8, 15, 8};
+    int64_t hits = st->num_plan_hits, misses = st->num_plan_misses;
+    run_step(&f, &s, &big, pos);
+    assert_int_equal(fx_stats(&f)->num_plan_hits - hits, STEP - 3);
+    assert_int_equal(fx_stats(&f)->num_plan_misses - misses, 3);
+    free_of(&f, &s, held[1]);
+    hits = fx_stats(&f)->num_plan_hits;
+    run_step(&f, &s, &big, pos);
+    assert_int_equal(fx_stats(&f)->num_plan_hits - hits, STEP);
+    assert_planned(&f, pos, big_mib, 18);
+    assert_int_equal(fx_stats(&f)->plan_range_bytes, 18 * MiB);
+    assert_int_equal(fx_stats(&f)->num_plan_replans, 1);
+    free_of(&f, &s, param);
+    fx_close(&f);
+}
+
+/* A plan stopped by misses (blocks it did not foresee hold most of its slots) starts again when
+ * the same step is confirmed, without packing it again, and serves every position once they are
+ * gone. A 40 MiB block allocated and freed first makes room, so that the normal policy serves
+ * the misses without passing the peak (which would give the range up instead). */
+static void test_plan_restarts_without_packing_again(void **state)
+{
+    (void)state;
+    fixture f;
+    live_set s = {0};
+    open_plan(&f);
+    step_opts o = {0};
+    uintptr_t pos[STEP], held[2];
+    uintptr_t param = alloc_on(&f, &s, 6 * MiB, 1);
+    free_of(&f, &s, alloc_on(&f, &s, 40 * MiB, 1));
+    for (int k = 0; k < 4; k++)
+        run_step(&f, &s, &o, pos);
+    assert_planned(&f, pos, expected_mib, 18);
+    step_opts hold = {.hold = held};
+    run_step(&f, &s, &hold, pos); /* A_7 and B_7 stay: [8, 17), where 15 of 16 slots lie */
+    const int64_t misses = fx_stats(&f)->num_plan_misses;
+    for (int k = 0; k < 3; k++)
+        run_step(&f, &s, &o, pos);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_true(st->num_plan_misses - misses > STEP / 2);
+    assert_int_equal(st->plan_range_bytes, 18 * MiB); /* no growth past the peak: kept */
+    assert_int_equal(st->num_plan_replans, 0);
+    free_of(&f, &s, held[0]);
+    free_of(&f, &s, held[1]);
+    run_step(&f, &s, &o, pos);
+    const int64_t hits = fx_stats(&f)->num_plan_hits;
+    run_step(&f, &s, &o, pos);
+    assert_int_equal(fx_stats(&f)->num_plan_hits - hits, STEP);
+    assert_planned(&f, pos, expected_mib, 18);
+    assert_int_equal(fx_stats(&f)->num_plan_replans, 0);
+    free_of(&f, &s, param);
+    fx_close(&f);
+}
+
+/* No room, no plan: when what stays with the normal policy and a range would pass the most memory
+ * the program has held, the step is left to the normal policy, and it is not tried again while
+ * that peak stands (each try gives the normal policy's cache back to the device).
+ *
+ * Here a 5 MiB block Q kept from step 1 on lands in the second 20 MiB segment, so both segments
+ * stay at the boundary: 40 MiB, whose free pieces (14 MiB beside the parameter, 15 beside Q) hold
+ * the whole step. The learning peak is 42 MiB: 2 MiB of room, in which no block of the packed
+ * step fits (L alone is 8 MiB at offset 0). */
+static void test_plan_not_made_without_room(void **state)
+{
+    (void)state;
+    fixture f;
+    live_set s = {0};
+    open_plan(&f);
+    uintptr_t pos[STEP];
+    uintptr_t param = alloc_on(&f, &s, 6 * MiB, 1);
+    uintptr_t q = 0;
+    step_opts first = {.keep = &q, .keep_mib = 5}, o = {0};
+    run_step(&f, &s, &first, pos);
+    for (int k = 0; k < 3; k++)
+        run_step(&f, &s, &o, pos);
+    ts_devmodel_counters before, after;
+    ts_devmodel_counters_get(f.dev, &before);
+    for (int k = 0; k < 3; k++)
+        run_step(&f, &s, &o, pos);
+    ts_devmodel_counters_get(f.dev, &after);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->plan_range_bytes, 0);
+    assert_int_equal(st->num_plan_hits, 0);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].peak, 42 * MiB);
+    assert_int_equal(after.seg_allocs, before.seg_allocs); /* not tried again: no churn */
+    assert_int_equal(after.seg_frees, before.seg_frees);
+    free_of(&f, &s, q);
+    free_of(&f, &s, param);
+    fx_close(&f);
+}
+
+/* A plan gives way to growth: when the normal policy must grow past the most memory the program
+ * has held while the range exists, the range goes first (given back when empty, else handed to
+ * the normal policy), so the plan never adds its range on top of a new peak. The first time, the
+ * step is planned again as before; from the second, the new range leaves the normal policy the
+ * room it lacked, here none is left, and the loop runs without a plan and without driver calls. */
+static void test_plan_gives_way_to_growth(void **state)
+{
+    (void)state;
+    fixture f;
+    live_set s = {0};
+    open_plan(&f);
+    step_opts o = {0};
+    uintptr_t param = learn(&f, &s, &o);
+    uintptr_t pos[STEP];
+    const tessera_device_stats *st = fx_stats(&f);
+    /* the normal policy keeps the parameter's 20 MiB segment, the range is 18 */
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 38 * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].peak, 42 * MiB);
+    ts_devmodel_counters before, after;
+    ts_devmodel_counters_get(f.dev, &before);
+    uintptr_t big = alloc_on(&f, &s, 30 * MiB, 1); /* 38 + 30 would pass 42 */
+    ts_devmodel_counters_get(f.dev, &after);
+    st = fx_stats(&f);
+    assert_int_equal(st->plan_range_bytes, 0);
+    assert_int_equal(after.seg_frees - before.seg_frees, 1); /* the idle range, given back */
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 50 * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].peak, 50 * MiB);
+    free_of(&f, &s, big);
+    for (int k = 0; k < 2; k++)
+        run_step(&f, &s, &o, pos);
+    const int64_t hits = fx_stats(&f)->num_plan_hits;
+    run_step(&f, &s, &o, pos);
+    st = fx_stats(&f);
+    assert_int_equal(st->num_plan_hits - hits, STEP); /* planned again: 20 + 18 below 50 */
+    assert_planned(&f, pos, expected_mib, 18);
+    /* the big block again, and again each step: the range gives way a second time (the normal
+     * policy lacked 26 MiB the first time, 18 now), and the next would leave 50 - 20 - 26 = 4 */
+    int64_t peak = 0;
+    for (int k = 0; k < 5; k++) {
+        if (k == 3) {
+            ts_devmodel_counters_get(f.dev, &before);
+            peak = fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].peak;
+        }
+        big = alloc_on(&f, &s, 30 * MiB, 1);
+        free_of(&f, &s, big);
+        run_step(&f, &s, &o, pos);
+    }
+    ts_devmodel_counters_get(f.dev, &after);
+    st = fx_stats(&f);
+    assert_int_equal(st->plan_range_bytes, 0);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].peak, peak);
+    assert_int_equal(after.seg_allocs, before.seg_allocs);
+    assert_int_equal(after.seg_frees, before.seg_frees);
+    free_of(&f, &s, param);
+    fx_close(&f);
+}
+
+/* Growth past the peak while the range holds blocks: the range cannot go back, so it becomes the
+ * normal policy's (its free memory at once, the held blocks once freed) and the plan stops. */
+static void test_plan_hands_a_busy_range_over(void **state)
+{
+    (void)state;
+    fixture f;
+    live_set s = {0};
+    open_plan(&f);
+    step_opts o = {0};
+    uintptr_t param = learn(&f, &s, &o);
+    uintptr_t pos[STEP], held[2];
+    step_opts hold = {.hold = held};
+    run_step(&f, &s, &hold, pos);
+    ts_segment_info range;
+    assert_int_equal(ts_lookup(f.a, pos[0], &range, NULL), TS_OK);
+    uintptr_t big = alloc_on(&f, &s, 30 * MiB, 1); /* 40 + 30 would pass 42 */
+    assert_int_equal(fx_stats(&f)->plan_range_bytes, 0);
+    ts_devmodel_counters before, after;
+    ts_devmodel_counters_get(f.dev, &before);
+    uintptr_t low = alloc_on(&f, &s, 8 * MiB, 1); /* the range's free [0, 8), no new memory */
+    assert_int_equal(low, range.addr);
+    free_of(&f, &s, held[0]);
+    free_of(&f, &s, held[1]);
+    uintptr_t high = alloc_on(&f, &s, 10 * MiB, 1); /* [8, 18) once the blocks are freed */
+    assert_int_equal(high, range.addr + 8 * MiB);
+    ts_devmodel_counters_get(f.dev, &after);
+    assert_int_equal(after.seg_allocs, before.seg_allocs);
+    free_of(&f, &s, low);
+    free_of(&f, &s, high);
+    free_of(&f, &s, big);
+    free_of(&f, &s, param);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +564,11 @@ int main(void)
         cmocka_unit_test(test_plan_orders_reuse_across_streams),
         cmocka_unit_test(test_plan_leaves_blocks_crossing_the_boundary),
         cmocka_unit_test(test_plan_replans_when_the_step_changes),
+        cmocka_unit_test(test_plan_replans_into_a_busy_range),
+        cmocka_unit_test(test_plan_restarts_without_packing_again),
+        cmocka_unit_test(test_plan_not_made_without_room),
+        cmocka_unit_test(test_plan_gives_way_to_growth),
+        cmocka_unit_test(test_plan_hands_a_busy_range_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

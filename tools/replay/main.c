@@ -306,6 +306,9 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
         fprintf(f, ", \"steady_steps\": %zu, \"driver_ms_per_step\": %.3f, "
                 "\"device_calls_per_step\": %.2f", r->steady_steps,
                 r->driver_ns_per_step / 1e6, r->device_calls_per_step);
+    if (r->driver_ns_last_step >= 0)
+        fprintf(f, ", \"device_calls_last_step\": %llu, \"driver_ms_last_step\": %.3f",
+                (unsigned long long)r->device_calls_last_step, r->driver_ns_last_step / 1e6);
     fprintf(f, ", \"ns_per_op\": %.1f}", r->ns_per_op);
 }
 

@@ -215,12 +215,17 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
     r->ns_per_op = t->n ? elapsed / (double)t->n : 0;
     r->driver_ns = dc.driver_ns;
     r->driver_ns_per_step = -1;
+    r->driver_ns_last_step = -1;
     if (steps) {
         /* the first step that ends at or after growth's end is the last growing one */
         size_t k = 1;
         while (k < steps && step_end(t, steps, k) < r->growth_events)
             k++;
         r->steady_steps = steps - k;
+        if (steps > 1) {
+            r->device_calls_last_step = step_calls[steps] - step_calls[steps - 1];
+            r->driver_ns_last_step = step_ns[steps] - step_ns[steps - 1];
+        }
         if (r->steady_steps) {
             r->driver_ns_per_step = (step_ns[steps] - step_ns[k]) / (double)r->steady_steps;
             r->device_calls_per_step =
