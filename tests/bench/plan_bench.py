@@ -57,7 +57,7 @@ def mib(b):
 
 def main():
     build, prefix = sys.argv[1], sys.argv[2]
-    repeat = 5
+    repeat = 8
     if "--repeat" in sys.argv:
         repeat = int(sys.argv[sys.argv.index("--repeat") + 1])
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
