@@ -761,6 +761,10 @@ void plan_note_free(ts_allocator *a, uint64_t plan_n, size_t requested)
     if (plan_n && plan_n <= pl->nalloc && pl->nalloc - (plan_n - 1) <= TS_PLAN_LOG)
         pl->log[(plan_n - 1) & LOG_MASK].t_free = pl->clock;
 
+    /* While a plan serves its step without a miss there is nothing to learn: detection rests
+     * (the level table is a cache miss a free), and resumes at the first miss. */
+    if (pl->active && pl->step_misses == 0)
+        return;
     const uint64_t live = pl->live;
     plan_level *L = &pl->levels[(live * UINT64_C(0x9E3779B97F4A7C15)) >> 48 & (TS_PLAN_LEVELS - 1)];
     if (!L->used || L->level != live) {

@@ -25,9 +25,9 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      with its pinned cache and with pinned_cache:False
   7. the cudaMallocAsync + cudaFreeAsync pair through LD_PRELOAD (tests/bench/async_pair.py):
      without tessera, with its defaults and with expandable_segments:True
-  8. plan:True beside PyTorch's policy, expandable segments and defragment:True
-     (tests/bench/plan_bench.py): every trace repeated 5 times (tessera-replay --repeat 5) and
-     every synthetic workload, with the targets of planned memory
+  8. plan:True beside PyTorch's policy, expandable segments, defragment:True and tessera's
+     default (tests/bench/plan_bench.py): every trace repeated 8 times (tessera-replay --repeat
+     8) and every synthetic workload, with the targets of planned memory
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -281,8 +281,8 @@ preload_part async async_pair.py staging "cudaMallocAsync/cudaFreeAsync pairs"
 # --- 8. planned memory ----------------------------------------------------------------------------
 if want plan; then
     echo "bench.sh: plan:True beside the other policies ..." >&2
-    note_cmd plan "python3 tests/bench/plan_bench.py $B $B/bench-raw/plan --repeat 5"
-    python3 tests/bench/plan_bench.py "$bd" "$raw/plan" --repeat 5 >/dev/null
+    note_cmd plan "python3 tests/bench/plan_bench.py $B $B/bench-raw/plan --repeat 8"
+    python3 tests/bench/plan_bench.py "$bd" "$raw/plan" --repeat 8 >/dev/null
 fi
 
 # --- report -------------------------------------------------------------------------------------

@@ -307,8 +307,10 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
                 "\"device_calls_per_step\": %.2f", r->steady_steps,
                 r->driver_ns_per_step / 1e6, r->device_calls_per_step);
     if (r->driver_ns_last_step >= 0)
-        fprintf(f, ", \"device_calls_last_step\": %llu, \"driver_ms_last_step\": %.3f",
-                (unsigned long long)r->device_calls_last_step, r->driver_ns_last_step / 1e6);
+        fprintf(f, ", \"device_calls_last_step\": %llu, \"driver_ms_last_step\": %.3f, "
+                "\"tail_steps\": %zu, \"ns_per_op_tail\": %.1f",
+                (unsigned long long)r->device_calls_last_step, r->driver_ns_last_step / 1e6,
+                r->tail_steps, r->ns_per_op_tail);
     fprintf(f, ", \"ns_per_op\": %.1f}", r->ns_per_op);
 }
 

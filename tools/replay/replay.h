@@ -51,6 +51,8 @@ typedef struct replay_result {
      * otherwise. */
     uint64_t device_calls_last_step;
     double driver_ns_last_step;
+    double ns_per_op_tail;      /* host time per operation over the last tail_steps steps, */
+    size_t tail_steps;          /* the last quarter of them (at least one) */
     /* plan:True (the stats page's plan fields) */
     uint64_t plan_hits, plan_misses, plan_replans, plan_range, plan_lower_bound;
 } replay_result;

@@ -139,7 +139,9 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
         return -1;
     }
     const bool progress = t->n > 2000000 && getenv("TESSERA_REPLAY_QUIET") == NULL;
-    double t0 = now_ns(), last = t0;
+    /* host time is also taken over the last quarter of the steps (at least one) */
+    const size_t tail_steps = steps > 4 ? steps / 4 : 1;
+    double t0 = now_ns(), last = t0, t_tail = t0;
     for (size_t i = 0; i < t->n; i++) {
         const trace_event *e = &t->ev[i];
         if (e->kind == TRACE_ALLOC || e->kind == TRACE_FAILED) {
@@ -166,6 +168,8 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
         }
         while (steps && next_step <= steps && i + 1 == step_end(t, steps, next_step))
         {
+            if (next_step == steps - tail_steps)
+                t_tail = now_ns();
             step_calls[next_step] = calls_of(dev);
             step_ns[next_step++] = ts_devmodel_driver_ns(dev);
         }
@@ -225,6 +229,9 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
         if (steps > 1) {
             r->device_calls_last_step = step_calls[steps] - step_calls[steps - 1];
             r->driver_ns_last_step = step_ns[steps] - step_ns[steps - 1];
+            const size_t ops = step_end(t, steps, steps) - step_end(t, steps, steps - tail_steps);
+            r->ns_per_op_tail = ops ? (t0 + elapsed - t_tail) / (double)ops : 0;
+            r->tail_steps = tail_steps;
         }
         if (r->steady_steps) {
             r->driver_ns_per_step = (step_ns[steps] - step_ns[k]) / (double)r->steady_steps;
