@@ -17,9 +17,10 @@
  * the normal policy never carves it and the plan finds the block at an offset with one lookup.
  *
  * The room. A range is memory beside the normal policy's, so it is made only below the most
- * memory the program has held (the peak): what the normal policy keeps after giving its cache
- * back, plus the range, plus what the normal policy would have to grow by for the blocks left
- * out, stays under it. The packed step is cut at that height; the blocks above the cut are left
+ * memory the program has held (the peak), at the step's next boundary after the confirmation
+ * (when this round's blocks of the step are freed): what the normal policy keeps after giving its
+ * cache back, plus the range, plus what the normal policy would have to grow by for the blocks
+ * left out, stays under it. The packed step is cut at that height; the blocks above the cut are left
  * to the normal policy. No room: no plan, and no new try until the peak moves. Later plans take
  * the range as it is. Should the normal policy have to grow past the peak while a range exists
  * (the program does what the plan never saw), the range goes first: given back when empty, else
@@ -62,7 +63,8 @@ typedef struct plan_slot {
 
 /* Invariants: seg, when set, is the range: a plain segment of the large pool whose plan_free is
  * &free_by_addr and whose FREE blocks are all in free_by_addr keyed (addr, 0, 0); active implies
- * seg and period > 0; pos < period. */
+ * seg and period > 0; pending implies !active, !seg and period > 0; pos < period; slots, items
+ * and full describe the same packed step of period positions. */
 struct ts_plan {
     /* detection */
     plan_rec *log;       /* TS_PLAN_LOG */

@@ -17,7 +17,7 @@
 #define TS_PLAN_MAX_STEP ((size_t)8192)
 /* The range is a plain segment of a multiple of this. */
 #define TS_PLAN_ALIGN ((size_t)2 << 20)
-/* A new range is fitted to the room at most this many times more (plan.c, plan_build). */
+/* A new range is fitted to the room at most this many times more (plan.c, range_make). */
 #define TS_PLAN_FIT_ROUNDS 4
 
 /* One block of a step for the packer: its size and its lifetime [start, end) in event times. */
