@@ -146,6 +146,17 @@ static void assert_planned(fixture *f, const uintptr_t pos[STEP], const size_t m
                      (long)((intptr_t)(pos[k] - seg.addr) / (intptr_t)MiB), mib[k]);
 }
 
+/* Run one more step and check that the plan served every position of it, at offsets mib of a
+ * range of range_mib. */
+static void step_served(fixture *f, live_set *s, const step_opts *o, uintptr_t pos[STEP],
+                        const size_t mib[STEP], size_t range_mib)
+{
+    const int64_t hits = fx_stats(f)->num_plan_hits;
+    run_step(f, s, o, pos);
+    assert_int_equal(fx_stats(f)->num_plan_hits - hits, STEP);
+    assert_planned(f, pos, mib, range_mib);
+}
+
 /* --- the packer alone ---------------------------------------------------------------------- */
 
 static void test_pack_greedy_by_size(void **state)
@@ -256,10 +267,7 @@ static void test_plan_divergence_falls_back(void **state)
     /* the ordinary step again: served from the plan once it is seen to repeat */
     for (int k = 0; k < 4; k++)
         run_step(&f, &s, &o, pos);
-    hits = fx_stats(&f)->num_plan_hits;
-    run_step(&f, &s, &o, pos);
-    assert_int_equal(fx_stats(&f)->num_plan_hits - hits, STEP);
-    assert_planned(&f, pos, expected_mib, 18);
+    step_served(&f, &s, &o, pos, expected_mib, 18);
     free_of(&f, &s, param);
     fx_close(&f);
 }
@@ -343,10 +351,7 @@ static void test_plan_replans_when_the_step_changes(void **state)
     static const size_t big_mib[STEP] = {0, 11, 8, 11, 8, 8, 11, 8, 12, 8, 13, 8, 14, 8, 15, 8};
     assert_int_equal(st->plan_range_bytes, 18 * MiB);
     assert_int_equal(st->plan_lower_bound_bytes, 18 * MiB);
-    int64_t hits = st->num_plan_hits;
-    run_step(&f, &s, &big, pos);
-    assert_int_equal(fx_stats(&f)->num_plan_hits - hits, STEP);
-    assert_planned(&f, pos, big_mib, 18);
+    step_served(&f, &s, &big, pos, big_mib, 18);
     free_of(&f, &s, param);
     fx_close(&f);
 }
@@ -379,10 +384,7 @@ static void test_plan_replans_into_a_busy_range(void **state)
     assert_int_equal(fx_stats(&f)->num_plan_hits - hits, STEP - 3);
     assert_int_equal(fx_stats(&f)->num_plan_misses - misses, 3);
     free_of(&f, &s, held[1]);
-    hits = fx_stats(&f)->num_plan_hits;
-    run_step(&f, &s, &big, pos);
-    assert_int_equal(fx_stats(&f)->num_plan_hits - hits, STEP);
-    assert_planned(&f, pos, big_mib, 18);
+    step_served(&f, &s, &big, pos, big_mib, 18);
     assert_int_equal(fx_stats(&f)->plan_range_bytes, 18 * MiB);
     assert_int_equal(fx_stats(&f)->num_plan_replans, 1);
     free_of(&f, &s, param);
@@ -418,10 +420,7 @@ static void test_plan_restarts_without_packing_again(void **state)
     free_of(&f, &s, held[0]);
     free_of(&f, &s, held[1]);
     run_step(&f, &s, &o, pos);
-    const int64_t hits = fx_stats(&f)->num_plan_hits;
-    run_step(&f, &s, &o, pos);
-    assert_int_equal(fx_stats(&f)->num_plan_hits - hits, STEP);
-    assert_planned(&f, pos, expected_mib, 18);
+    step_served(&f, &s, &o, pos, expected_mib, 18);
     assert_int_equal(fx_stats(&f)->num_plan_replans, 0);
     free_of(&f, &s, param);
     fx_close(&f);
@@ -494,11 +493,7 @@ static void test_plan_gives_way_to_growth(void **state)
     free_of(&f, &s, big);
     for (int k = 0; k < 2; k++)
         run_step(&f, &s, &o, pos);
-    const int64_t hits = fx_stats(&f)->num_plan_hits;
-    run_step(&f, &s, &o, pos);
-    st = fx_stats(&f);
-    assert_int_equal(st->num_plan_hits - hits, STEP); /* planned again: 20 + 18 below 50 */
-    assert_planned(&f, pos, expected_mib, 18);
+    step_served(&f, &s, &o, pos, expected_mib, 18); /* planned again: 20 + 18 below 50 */
     /* the big block again, and again each step: the range gives way a second time (the normal
      * policy lacked 26 MiB the first time), and the next would leave too little: no plan, and
      * once that is found, no driver call */
