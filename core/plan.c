@@ -763,9 +763,12 @@ void plan_note_free(ts_allocator *a, uint64_t plan_n, size_t requested)
     if (plan_n && plan_n <= pl->nalloc && pl->nalloc - (plan_n - 1) <= TS_PLAN_LOG)
         pl->log[(plan_n - 1) & LOG_MASK].t_free = pl->clock;
 
-    /* While a plan serves its step without a miss there is nothing to learn: detection rests
-     * (the level table is a cache miss a free), and resumes at the first miss. */
+    /* While a plan serves its step without a miss there is nothing to learn, and with no room
+     * for a range nothing learnt could be used: detection rests (the level table is a cache miss
+     * a free), and resumes at the first miss or once the peak moves. */
     if (pl->active && pl->step_misses == 0)
+        return;
+    if (!pl->seg && pl->room_peak && a->st->reserved_bytes[TESSERA_POOL_ALL].peak <= pl->room_peak)
         return;
     const uint64_t live = pl->live;
     plan_level *L = &pl->levels[(live * UINT64_C(0x9E3779B97F4A7C15)) >> 48 & (TS_PLAN_LEVELS - 1)];
