@@ -389,6 +389,14 @@ bool plan_yield(ts_allocator *a, size_t bytes)
 
 /* --- planning ----------------------------------------------------------------------------- */
 
+/* A new range found no room under the peak, and the peak has not moved since. */
+static bool room_refused(const ts_allocator *a)
+{
+    const struct ts_plan *pl = a->plan;
+    return !pl->seg && pl->room_peak &&
+           a->st->reserved_bytes[TESSERA_POOL_ALL].peak <= pl->room_peak;
+}
+
 /* No plan could be made (no room, or the device refused): no new try for a step, then 2, 4 ...
  * up to 64 steps, so a program that never fits does not pay for packing at every step. */
 static void plan_backoff(struct ts_plan *pl, size_t period)
@@ -576,8 +584,8 @@ static void plan_build(ts_allocator *a, uint64_t s, uint64_t e)
     pl->pending = false;
     if (pl->nalloc < pl->retry_at)
         return; /* the range was refused less than a step ago */
-    if (!pl->seg && pl->room_peak && a->st->reserved_bytes[TESSERA_POOL_ALL].peak <= pl->room_peak)
-        return; /* no room, and none made since: trying again would only churn the cache */
+    if (room_refused(a))
+        return; /* trying again would only churn the cache */
     /* Plan the step as seen from its best boundary b: [b - p, b); the next allocation, e, is at
      * position e - b of it. */
     uint64_t t_b;
@@ -768,7 +776,7 @@ void plan_note_free(ts_allocator *a, uint64_t plan_n, size_t requested)
      * a free), and resumes at the first miss or once the peak moves. */
     if (pl->active && pl->step_misses == 0)
         return;
-    if (!pl->seg && pl->room_peak && a->st->reserved_bytes[TESSERA_POOL_ALL].peak <= pl->room_peak)
+    if (room_refused(a))
         return;
     const uint64_t live = pl->live;
     plan_level *L = &pl->levels[(live * UINT64_C(0x9E3779B97F4A7C15)) >> 48 & (TS_PLAN_LEVELS - 1)];
