@@ -270,34 +270,6 @@ size_t ts_allocator_cap(const ts_allocator *a)
 
 /* --- the allocation path -------------------------------------------------------------------- */
 
-/* A new plain segment (one seg_alloc) of alloc_size bytes, its one block FREE and in no tree. */
-static ts_block *alloc_plain_segment(ts_allocator *a, ts_pool *p, size_t alloc_size,
-                                     uint64_t stream)
-{
-    tessera_device_stats *st = a->st;
-    if (!cap_allows(a, alloc_size))
-        return NULL;
-    ts_segment *seg = ts_slab_alloc(&a->segment_slab);
-    ts_block *b = seg ? block_new(a) : NULL;
-    if (!b) {
-        if (seg)
-            ts_slab_free(&a->segment_slab, seg);
-        return NULL;
-    }
-    uintptr_t addr = 0;
-    backend_enter(a);
-    if (a->be.seg_alloc(a->be.ctx, alloc_size, &addr) != TS_OK) {
-        block_delete(a, b);
-        ts_slab_free(&a->segment_slab, seg);
-        return NULL;
-    }
-    segment_install_plain(a, seg, addr, alloc_size, stream, p, b);
-    b->state = TS_BLOCK_FREE; /* not in the free tree: it goes straight to alloc_found_block */
-    counter_add(a, &st->num_device_alloc, 1);
-    a->observe_now = true;
-    return b;
-}
-
 /* PyTorch's alloc_block: a new segment (or expandable mapping) for the request. */
 static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t alloc_size,
                              uint64_t stream, bool is_retry)
@@ -309,7 +281,7 @@ static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t al
             return NULL;
         return expandable_alloc(a, p, size, stream);
     }
-    return alloc_plain_segment(a, p, alloc_size, stream);
+    return segment_new_plain(a, p, alloc_size, stream);
 }
 
 /* b was found for a request but may not be handed out yet (it was freed since the last order
@@ -320,7 +292,7 @@ static ts_block *alloc_unordered_fallback(ts_allocator *a, ts_block *b, size_t a
 {
     ts_pool *p = b->seg->pool;
     pool_insert_free(p, b);
-    return alloc_plain_segment(a, p, alloc_size, stream);
+    return segment_new_plain(a, p, alloc_size, stream);
 }
 
 /* PyTorch's alloc_found_block: carve the request from the low end of b (split) or take b whole.

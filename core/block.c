@@ -1,4 +1,5 @@
-/* Segment records: installing a fresh segment in the allocator's segment tree. */
+/* Segment records: obtaining a plain segment and installing a fresh segment in the allocator's
+ * segment tree. */
 #include "core/block.h"
 
 void segment_install(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size,
@@ -32,4 +33,29 @@ void segment_install_plain(ts_allocator *a, ts_segment *seg, uintptr_t addr, siz
     stat_array_increase(a, st->reserved_bytes, p, (int64_t)size);
     if (size >= a->cfg.max_split_size)
         stat_increase(a, &st->oversize_segments, 1);
+}
+
+ts_block *segment_new_plain(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
+{
+    if (!cap_allows(a, size))
+        return NULL;
+    ts_segment *seg = ts_slab_alloc(&a->segment_slab);
+    ts_block *b = seg ? block_new(a) : NULL;
+    if (!b) {
+        if (seg)
+            ts_slab_free(&a->segment_slab, seg);
+        return NULL;
+    }
+    uintptr_t addr = 0;
+    backend_enter(a);
+    if (a->be.seg_alloc(a->be.ctx, size, &addr) != TS_OK) {
+        block_delete(a, b);
+        ts_slab_free(&a->segment_slab, seg);
+        return NULL;
+    }
+    segment_install_plain(a, seg, addr, size, stream, p, b);
+    b->state = TS_BLOCK_FREE; /* in no free tree: the caller takes it or files it */
+    counter_add(a, &a->st->num_device_alloc, 1);
+    a->observe_now = true;
+    return b;
 }

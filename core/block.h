@@ -76,5 +76,9 @@ void segment_install(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t si
  * inverse of the accounting in release_block. */
 void segment_install_plain(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size,
                            uint64_t stream, ts_pool *p, ts_block *whole);
+/* A new plain segment of size bytes from the device (one seg_alloc, within the cap) in pool p on
+ * stream, installed and counted; its one block FREE and in no free tree. NULL when the cap, host
+ * memory or the device refuses (nothing changed). */
+ts_block *segment_new_plain(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
 
 #endif /* TS_BLOCK_H */

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/block.h"
 #include "core/fence.h"
 #include "core/pool.h"
 #include "core/release.h"
@@ -321,29 +322,13 @@ void plan_forget(ts_allocator *a)
 static bool range_new(ts_allocator *a, size_t size)
 {
     struct ts_plan *pl = a->plan;
-    if (!cap_allows(a, size))
+    ts_block *b = segment_new_plain(a, &a->large, size, pl->stream);
+    if (!b)
         return false;
-    ts_segment *seg = ts_slab_alloc(&a->segment_slab);
-    ts_block *b = seg ? block_new(a) : NULL;
-    if (!b) {
-        if (seg)
-            ts_slab_free(&a->segment_slab, seg);
-        return false;
-    }
-    uintptr_t addr = 0;
-    backend_enter(a);
-    if (a->be.seg_alloc(a->be.ctx, size, &addr) != TS_OK) {
-        block_delete(a, b);
-        ts_slab_free(&a->segment_slab, seg);
-        return false;
-    }
-    segment_install_plain(a, seg, addr, size, pl->stream, &a->large, b);
     memset(&pl->free_by_addr, 0, sizeof pl->free_by_addr);
-    seg->plan_free = &pl->free_by_addr;
+    b->seg->plan_free = &pl->free_by_addr;
     plan_insert_free(b);
-    counter_add(a, &a->st->num_device_alloc, 1);
-    a->observe_now = true;
-    pl->seg = seg;
+    pl->seg = b->seg;
     return true;
 }
 
