@@ -99,6 +99,7 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
     a->seq = sink.seq ? sink.seq : &a->own_seq;
     if (cfg->plan && (a->plan = plan_create()) == NULL) {
         ts_ptrmap_destroy(&a->live);
+        ts_ptrmap_destroy(&a->driver_live);
         pthread_mutex_destroy(&a->lock);
         free(a);
         return NULL;

@@ -451,8 +451,8 @@ int ts_ctx_host_free(uintptr_t ptr)
     int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
     for (int i = 0; i < n; i++) {
         ctx_entry *e = &table[i];
-        if (!__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE))
-            continue;
+        if (!__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) || !e->a)
+            continue; /* as the other walks: an entry without an allocator is skipped */
         int rc = ts_host_free(e->a, ptr);
         if (rc != TS_ENOTFOUND)
             return rc;
