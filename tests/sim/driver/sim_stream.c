@@ -24,7 +24,7 @@ static bool is_blocking(const struct sim_stream *s)
            (s->kind == SIM_STREAM_USER && !(s->flags & CU_STREAM_NON_BLOCKING));
 }
 
-static void ops_free(struct sim_op *op)
+void sim_ops_free(struct sim_op *op)
 {
     while (op) {
         struct sim_op *next = op->next;
@@ -36,13 +36,15 @@ static void ops_free(struct sim_op *op)
 static void capture_unref(struct sim_capture *c)
 {
     if (c && --c->refs == 0) {
-        ops_free(c->ops_head);
+        sim_graph_capture_drop(c); /* allocation nodes no graph took */
+        sim_ops_free(c->ops_head);
+        free(c->grefs);
         free(c);
     }
 }
 
 /* A copy of a recorded op, to queue or to keep: the work only, no deps, no place in a list. */
-static struct sim_op *op_clone(const struct sim_op *op)
+struct sim_op *sim_op_clone(const struct sim_op *op)
 {
     struct sim_op *n = sim_op_new(op->type);
     if (n)
@@ -63,6 +65,7 @@ static void event_unref(struct sim_event *e)
     if (--e->refs == 0) {
         if (e->rec_stream)
             sim_stream_unref(e->rec_stream);
+        sim_xevent_release(e);
         capture_unref(e->cap);
         e->magic = 0;
         free(e);
@@ -99,8 +102,15 @@ static void op_discard(struct sim_op *op)
 {
     if (op->type == SIM_OP_EVENT)
         event_unref(op->u.ev.ev);
+    else if (op->type == SIM_OP_WAIT && op->u.wait.ev)
+        event_unref(op->u.wait.ev);
     else if (op->type == SIM_OP_FREE)
         op->u.free.a->free_pending = false;
+    else if (op->type == SIM_OP_GFREE) { /* the launch that queued it failed here */
+        struct sim_alloc *a = sim_mem_alloc_at((CUdeviceptr)op->u.gnode.g.base);
+        if (a && a->serial == op->u.gnode.g.serial && a->g_gen == op->u.gnode.gen)
+            a->free_pending = false;
+    }
     op_release(op);
 }
 
@@ -150,10 +160,15 @@ static void op_execute(struct sim_op *op)
         t->in_callback = false;
         break;
     }
-    case SIM_OP_EVENT:
     case SIM_OP_WAIT:
+        if (op->u.wait.ev) /* another process's record: its stream is not one of ours */
+            sim_xevent_wait(op->u.wait.ev, op->u.wait.xgen);
+        break;
+    case SIM_OP_EVENT:
     case SIM_OP_FREE:
     case SIM_OP_KERNEL:
+    case SIM_OP_GALLOC:
+    case SIM_OP_GFREE:
         break;
     }
 }
@@ -167,9 +182,15 @@ static void op_finish(struct sim_op *op, uint64_t t_ns)
             e->timed = true;
             e->time_ns = t_ns;
         }
+        if (op->u.ev.xgen)
+            sim_xevent_done(e, op->u.ev.xgen);
         event_unref(e);
+    } else if (op->type == SIM_OP_WAIT && op->u.wait.ev) {
+        event_unref(op->u.wait.ev);
     } else if (op->type == SIM_OP_FREE) {
-        sim_alloc_release(op->u.free.a, true);
+        sim_alloc_free(op->u.free.a, op->u.free.gen);
+    } else if (op->type == SIM_OP_GFREE) {
+        sim_graph_op_finish(op);
     }
 }
 
@@ -349,7 +370,7 @@ void sim_tls_release(struct sim_tls *t)
 }
 
 /* lock held */
-static CUresult resolve_locked(CUstream h, bool ptsz, struct sim_stream **out)
+CUresult sim_resolve_locked(CUstream h, bool ptsz, struct sim_stream **out)
 {
     if (!h)
         h = ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
@@ -470,7 +491,7 @@ static void capture_end(struct sim_capture *c)
 
 /* ---- queueing ------------------------------------------------------------------------ */
 
-static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync)
+CUresult sim_submit_locked(struct sim_stream *s, struct sim_op *op, bool sync)
 {
     CUresult r = CUDA_SUCCESS;
     struct sim_ctx *ctx = s->ctx;
@@ -499,7 +520,7 @@ static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync
             e->cap = c;
             c->refs++;
         }
-        struct sim_op *kept = op_replayable(op) ? op_clone(op) : NULL;
+        struct sim_op *kept = op_replayable(op) ? sim_op_clone(op) : NULL;
         if (kept) {
             if (c->ops_tail)
                 c->ops_tail->next = kept;
@@ -535,6 +556,8 @@ static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync
         e->rec_seq = seq;
         capture_unref(e->cap);
         e->cap = NULL;
+        if (e->x) /* and in the completion every process sees */
+            op->u.ev.xgen = sim_xevent_record(e);
     }
     if (s->tail)
         s->tail->next = op;
@@ -564,9 +587,9 @@ CUresult sim_submit(CUstream h, bool ptsz, struct sim_op *op, bool sync)
     }
     sim_lock();
     struct sim_stream *s;
-    CUresult r = resolve_locked(h, ptsz, &s);
+    CUresult r = sim_resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS)
-        r = submit_locked(s, op, sync);
+        r = sim_submit_locked(s, op, sync);
     else
         free(op);
     sim_unlock();
@@ -729,7 +752,7 @@ CUresult sim_stream_get_flags(CUstream h, bool ptsz, unsigned *flags)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
+    r = sim_resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS)
         *flags = s->flags;
     sim_unlock();
@@ -772,7 +795,7 @@ CUresult sim_stream_query(CUstream h, bool ptsz)
         return r;
     sim_lock();
     struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
+    r = sim_resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS)
         r = stream_sync_capture_check(s);
     if (r == CUDA_SUCCESS && !legacy_idle(s))
@@ -790,7 +813,7 @@ CUresult sim_stream_synchronize(CUstream h, bool ptsz)
         return CUDA_ERROR_NOT_PERMITTED;
     sim_lock();
     struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
+    r = sim_resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS)
         r = stream_sync_capture_check(s);
     if (r == CUDA_SUCCESS) {
@@ -832,7 +855,7 @@ CUresult sim_stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool ptsz
     sim_lock();
     struct sim_stream *s;
     struct sim_event *e = event_lookup(ev);
-    r = e ? resolve_locked(h, ptsz, &s) : CUDA_ERROR_INVALID_HANDLE;
+    r = e ? sim_resolve_locked(h, ptsz, &s) : CUDA_ERROR_INVALID_HANDLE;
     if (r != CUDA_SUCCESS) {
         free(op);
         goto out;
@@ -855,17 +878,23 @@ CUresult sim_stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool ptsz
         }
         goto out;
     }
-    if (s->cap && e->recorded && !(flags & CU_EVENT_WAIT_EXTERNAL)) {
+    uint32_t xgen = e->x ? sim_xevent_pending(e) : 0;
+    if (s->cap && (e->recorded || xgen) && !(flags & CU_EVENT_WAIT_EXTERNAL)) {
         /* a dependency on work outside the capture (an H100 refuses it and invalidates) */
         free(op);
         invalidate(s->cap);
         r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
         goto out;
     }
-    if (e->recorded)
+    if (xgen) { /* the record to wait for may run in another process: the worker waits */
+        e->refs++;
+        op->u.wait.ev = e;
+        op->u.wait.xgen = xgen;
+    } else if (e->recorded && !e->x) {
         r = add_dep(op, e->rec_stream, e->rec_seq);
+    }
     if (r == CUDA_SUCCESS)
-        r = submit_locked(s, op, false);
+        r = sim_submit_locked(s, op, false);
     else
         op_release(op);
 out:
@@ -882,7 +911,7 @@ CUresult sim_stream_is_capturing(CUstream h, bool ptsz, CUstreamCaptureStatus *s
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
+    r = sim_resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS) {
         *st = CU_STREAM_CAPTURE_STATUS_NONE;
         if (s->kind == SIM_STREAM_LEGACY) {
@@ -909,7 +938,7 @@ CUresult sim_stream_begin_capture(CUstream h, CUstreamCaptureMode mode, bool pts
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
+    r = sim_resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS && s->kind == SIM_STREAM_LEGACY)
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (r == CUDA_SUCCESS && s->cap)
@@ -945,7 +974,7 @@ CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
+    r = sim_resolve_locked(h, ptsz, &s);
     struct sim_capture *c = r == CUDA_SUCCESS ? s->cap : NULL;
     if (r == CUDA_SUCCESS && !c)
         r = CUDA_ERROR_ILLEGAL_STATE;
@@ -970,23 +999,14 @@ CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz)
         capture_end(c);
         sim_log("capture %llu ends: %s, %zu ops", (unsigned long long)c->id,
                 ok ? "ok" : "invalidated", nops);
-        capture_unref(c);
         *g = NULL;
         if (!ok) {
-            ops_free(ops);
+            sim_ops_free(ops);
             r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         } else {
-            struct sim_graph *gr = calloc(1, sizeof *gr);
-            if (!gr) {
-                ops_free(ops);
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-            } else {
-                gr->magic = SIM_MAGIC_GRAPH;
-                gr->nops = nops;
-                gr->ops = ops;
-                *g = (CUgraph)gr;
-            }
+            r = sim_graph_from_capture(c, ops, nops, g);
         }
+        capture_unref(c);
     }
     sim_unlock();
     return r;
@@ -1006,74 +1026,6 @@ CUresult sim_thread_exchange_capture_mode(CUstreamCaptureMode *mode)
     return CUDA_SUCCESS;
 }
 
-CUresult sim_graph_destroy(CUgraph g)
-{
-    struct sim_graph *gr = (struct sim_graph *)g;
-    if (!gr || gr->magic != SIM_MAGIC_GRAPH)
-        return CUDA_ERROR_INVALID_VALUE;
-    gr->magic = 0;
-    ops_free(gr->ops);
-    free(gr);
-    return CUDA_SUCCESS;
-}
-
-CUresult sim_graph_instantiate(CUgraphExec *exec, CUgraph g)
-{
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
-    const struct sim_graph *gr = (const struct sim_graph *)g;
-    if (!exec || !gr || gr->magic != SIM_MAGIC_GRAPH)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct sim_graph_exec *x = calloc(1, sizeof *x);
-    if (!x)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    x->magic = SIM_MAGIC_GRAPH_EXEC;
-    struct sim_op **tail = &x->ops;
-    for (const struct sim_op *op = gr->ops; op; op = op->next) {
-        if (!(*tail = op_clone(op))) {
-            ops_free(x->ops);
-            free(x);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        tail = &(*tail)->next;
-    }
-    *exec = (CUgraphExec)x;
-    return CUDA_SUCCESS;
-}
-
-CUresult sim_graph_launch(CUgraphExec exec, CUstream h, bool ptsz)
-{
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
-    const struct sim_graph_exec *x = (const struct sim_graph_exec *)exec;
-    if (!x || x->magic != SIM_MAGIC_GRAPH_EXEC)
-        return CUDA_ERROR_INVALID_VALUE;
-    sim_lock();
-    struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
-    /* each op is queued as the stream's own async work: stream order, the legacy stream's
-     * implicit synchronisation and TESSERA_SIM_OP_DELAY_US apply as to any other */
-    for (const struct sim_op *op = x->ops; op && r == CUDA_SUCCESS; op = op->next) {
-        struct sim_op *n = op_clone(op);
-        r = n ? submit_locked(s, n, false) : CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    sim_unlock();
-    return r;
-}
-
-CUresult sim_graph_exec_destroy(CUgraphExec exec)
-{
-    struct sim_graph_exec *x = (struct sim_graph_exec *)exec;
-    if (!x || x->magic != SIM_MAGIC_GRAPH_EXEC)
-        return CUDA_ERROR_INVALID_VALUE;
-    x->magic = 0;
-    ops_free(x->ops);
-    free(x);
-    return CUDA_SUCCESS;
-}
-
 /* ---- memory operations --------------------------------------------------------------- */
 
 CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, CUstream h, bool ptsz,
@@ -1088,7 +1040,7 @@ CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, CUstrea
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
+    r = sim_resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS && n) {
         bool ddev = dir == SIM_HTOD || dir == SIM_DTOD;
         bool sdev = dir == SIM_DTOH || dir == SIM_DTOD;
@@ -1104,7 +1056,7 @@ CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, CUstrea
             op->u.copy.dst = (void *)(uintptr_t)dst;
             op->u.copy.src = (const void *)(uintptr_t)src;
             op->u.copy.n = n;
-            r = submit_locked(s, op, sync);
+            r = sim_submit_locked(s, op, sync);
         }
     }
     sim_unlock();
@@ -1123,7 +1075,7 @@ CUresult sim_memset(CUdeviceptr dst, uint32_t val, size_t count, int width, CUst
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
+    r = sim_resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS && count)
         r = sim_check_range((uintptr_t)dst, count * (size_t)width, true, true);
     if (r == CUDA_SUCCESS && count) {
@@ -1134,7 +1086,7 @@ CUresult sim_memset(CUdeviceptr dst, uint32_t val, size_t count, int width, CUst
             op->u.set.dst = (void *)(uintptr_t)dst;
             op->u.set.val = val;
             op->u.set.count = count;
-            r = submit_locked(s, op, sync);
+            r = sim_submit_locked(s, op, sync);
         }
     }
     sim_unlock();
@@ -1220,13 +1172,17 @@ CUresult sim_mem_alloc_pool(CUdeviceptr *out, size_t size, CUmemoryPool pool, CU
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
+    r = sim_resolve_locked(h, ptsz, &s);
     struct sim_mempool *mp = NULL;
     if (r == CUDA_SUCCESS && pool &&
-        (!(mp = sim_pool_lookup(pool)) || mp->destroyed || mp->device != s->ctx->device))
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS && s->cap)
-        r = CUDA_ERROR_NOT_SUPPORTED; /* graph memory nodes are not simulated */
+        (!(mp = sim_pool_lookup(pool)) || mp->destroyed || mp->imported ||
+         mp->device != s->ctx->device))
+        r = CUDA_ERROR_INVALID_VALUE; /* an imported pool serves no allocations */
+    if (r == CUDA_SUCCESS && s->cap) { /* an allocation node of the graph being captured */
+        r = sim_graph_capture_alloc(s, size, out);
+        sim_unlock();
+        return r;
+    }
     if (r == CUDA_SUCCESS && s->kind == SIM_STREAM_LEGACY)
         r = sim_capture_legacy(s->ctx);
     if (r == CUDA_SUCCESS)
@@ -1252,14 +1208,19 @@ CUresult sim_mem_free_async(CUdeviceptr p, CUstream h, bool ptsz)
     sim_lock();
     struct sim_stream *s;
     struct sim_alloc *a = NULL;
-    r = resolve_locked(h, ptsz, &s);
-    if (r == CUDA_SUCCESS && s->cap)
-        r = CUDA_ERROR_NOT_SUPPORTED;
+    r = sim_resolve_locked(h, ptsz, &s);
+    if (r == CUDA_SUCCESS && s->cap) { /* a free node: of a graph allocation only */
+        free(op);
+        r = sim_graph_capture_free(s, p);
+        sim_unlock();
+        return r;
+    }
     if (r == CUDA_SUCCESS)
         r = sim_mem_free_async_prepare(p, &a);
     if (r == CUDA_SUCCESS) {
         op->u.free.a = a;
-        r = submit_locked(s, op, false); /* discards (and un-marks a) on failure */
+        op->u.free.gen = a->g_gen;
+        r = sim_submit_locked(s, op, false); /* discards (and un-marks a) on failure */
     } else {
         free(op);
     }
@@ -1280,23 +1241,36 @@ CUresult sim_event_create(CUevent *pe, unsigned flags)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_ctx *cur;
+    struct sim_event *e = NULL;
     r = sim_current_ctx(&cur);
-    if (r == CUDA_SUCCESS) {
-        struct sim_event *e = calloc(1, sizeof *e);
-        if (!e) {
-            r = CUDA_ERROR_OUT_OF_MEMORY;
-        } else {
-            e->magic = SIM_MAGIC_EVENT;
-            e->ctx = cur;
-            e->flags = flags;
-            e->refs = 1;
-            e->reg_next = sim_g.events;
-            sim_g.events = e;
-            *pe = (CUevent)e;
+    if (r == CUDA_SUCCESS)
+        r = sim_event_new_locked(cur, flags, &e);
+    if (r == CUDA_SUCCESS && (flags & CU_EVENT_INTERPROCESS)) {
+        r = sim_xevent_create(e);
+        if (r != CUDA_SUCCESS) {
+            registry_remove_event(e);
+            event_unref(e);
         }
     }
+    if (r == CUDA_SUCCESS)
+        *pe = (CUevent)e;
     sim_unlock();
     return r;
+}
+
+CUresult sim_event_new_locked(struct sim_ctx *ctx, unsigned flags, struct sim_event **out)
+{
+    struct sim_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = SIM_MAGIC_EVENT;
+    e->ctx = ctx;
+    e->flags = flags;
+    e->refs = 1;
+    e->reg_next = sim_g.events;
+    sim_g.events = e;
+    *out = e;
+    return CUDA_SUCCESS;
 }
 
 CUresult sim_event_destroy(CUevent h)
@@ -1327,11 +1301,11 @@ CUresult sim_event_record(CUevent h, CUstream st, bool ptsz)
     sim_lock();
     struct sim_stream *s;
     struct sim_event *e = event_lookup(h);
-    r = e ? resolve_locked(st, ptsz, &s) : CUDA_ERROR_INVALID_HANDLE;
+    r = e ? sim_resolve_locked(st, ptsz, &s) : CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS) {
         e->refs++;
         op->u.ev.ev = e;
-        r = submit_locked(s, op, false);
+        r = sim_submit_locked(s, op, false);
     } else {
         free(op);
     }
@@ -1350,6 +1324,8 @@ static CUresult event_check(struct sim_event *e)
 
 static bool event_done(const struct sim_event *e)
 {
+    if (e->x) /* its last record may be another process's */
+        return sim_xevent_pending(e) == 0;
     return !e->recorded || e->rec_stream->completed >= e->rec_seq;
 }
 
@@ -1377,7 +1353,14 @@ CUresult sim_event_synchronize(CUevent h)
     sim_lock();
     struct sim_event *e = event_lookup(h);
     r = e ? event_check(e) : CUDA_ERROR_INVALID_HANDLE;
-    if (r == CUDA_SUCCESS && e->recorded) {
+    uint32_t xgen = r == CUDA_SUCCESS && e->x ? sim_xevent_pending(e) : 0;
+    if (xgen) { /* wait without the lock: the record may run in another process */
+        e->refs++;
+        sim_unlock();
+        sim_xevent_wait(e, xgen);
+        sim_lock();
+        event_unref(e);
+    } else if (r == CUDA_SUCCESS && e->recorded && !e->x) {
         struct sim_stream *s = e->rec_stream;
         uint64_t seq = e->rec_seq;
         s->refs++;
