@@ -46,6 +46,9 @@ typedef struct peer_grant {
 
 static ctx_entry table[MAX_CONTEXTS];
 static peer_grant grants[MAX_CONTEXTS];
+/* Devices given access to each device's default pool (bit d: device d), for the allocators of
+ * that device made from then on. Guarded by table_lock. */
+static uint64_t pool_grants[64];
 static int table_used; /* entries [0, table_used) have been used */
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread ctx_entry *tls_last __attribute__((tls_model("initial-exec")));
@@ -303,6 +306,19 @@ void ts_ctx_peer_enabled(CUcontext peer, CUdevice from)
     pthread_mutex_unlock(&table_lock);
 }
 
+void ts_ctx_pool_access(CUdevice owner, CUdevice to)
+{
+    if (owner < 0 || owner >= 64 || to < 0 || to >= 64)
+        return;
+    const uint64_t bit = (uint64_t)1 << to;
+    pthread_mutex_lock(&table_lock);
+    pool_grants[owner] |= bit;
+    for (int i = 0; i < table_used; i++)
+        if (table[i].ctx && table[i].dev == owner && table[i].a)
+            allocator_grant_peers(table[i].a, bit);
+    pthread_mutex_unlock(&table_lock);
+}
+
 static ctx_entry *table_create(CUcontext ctx)
 {
     CUdevice dev = 0;
@@ -357,7 +373,7 @@ static ctx_entry *table_create(CUcontext ctx)
     }
     e->dev = dev;
     e->primary = context_is_primary(ctx, dev);
-    allocator_grant_peers(e->a, grants_take(ctx));
+    allocator_grant_peers(e->a, grants_take(ctx) | (dev >= 0 && dev < 64 ? pool_grants[dev] : 0));
     __atomic_store_n(&e->ctx, ctx, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&table_lock);
     return e;
@@ -633,6 +649,7 @@ static void fork_child(void)
     for (int i = 0; i < table_used; i++)
         ts_history_forget(table[i].history); /* the parent's rings: never written by the child */
     memset(table, 0, sizeof table);
+    memset(pool_grants, 0, sizeof pool_grants);
     table_used = 0;
     tls_last = NULL;
     ts_statspage_forget(g_page);

@@ -153,6 +153,9 @@ TS_HIDDEN void ts_ctx_forget(CUcontext ctx);
 /* The current context, on device `from`, was given peer access to the memory of context peer:
  * peer's allocator grants `from` its virtual-memory mappings, now or once it exists. */
 TS_HIDDEN void ts_ctx_peer_enabled(CUcontext peer, CUdevice from);
+/* Device `to` was given access to device `owner`'s default memory pool (cuMemPoolSetAccess):
+ * every allocator of `owner` grants `to` its virtual-memory mappings, now or once it exists. */
+TS_HIDDEN void ts_ctx_pool_access(CUdevice owner, CUdevice to);
 TS_HIDDEN void ts_ctx_forget_primary(CUdevice dev);
 /* cudaFreeAsync on stream (0: not one stream's order): ts_ctx_free, with ts_free_on_stream's
  * rule for a block allocated for that stream. */

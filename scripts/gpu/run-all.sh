@@ -729,6 +729,14 @@ if [ "$CAP_D" -gt 0 ]; then
     pair shared async_pool 60 "r:status=ok" -- --mode cross --rounds 200
     pair shared overlap 60 "r:status=ok r:bad_slots=0" -- --rounds 32
     pair shared overlap 60 "r:status=ok r:bad_slots=0" -- --rounds 32 --async
+    # programs that share memory: interprocess events, an exported pool, driver VMM handles with
+    # a module, limits, 3-D arrays, graph memory nodes (same RESULT natively and under tessera)
+    pair shared ipc_events 60 "r:status=ok r:ordered=2 r:back=2" --
+    pair shared pool_ipc 60 "r:status=ok r:child_saw=1 r:parent_saw=1" --
+    pair shared vmm_ipc_drv 60 "r:status=ok r:kernel_effect=1" --
+    pair shared limits 60 "r:status=ok r:window=1 r:same=1" --
+    pair shared array3d 60 "r:status=ok r:counted=4 r:given_back=1" --
+    pair shared graph_mem 60 "r:status=ok r:graph_ok=3" --
     # the driver's answers, natively and under tessera: the same RESULT line
     for p in "${PROBES[@]}"; do
         MIN_NEED=5 run_prog shared native "$p" 30 "r:status=ok" --
@@ -746,8 +754,10 @@ if [ "$CAP_D" -gt 0 ]; then
         pair "$BOTH" multi_device 60 "r:status=ok r:wrong_device=0" -- --threads
         # a peer's kernels touch memory tessera mapped itself (granted at cudaDeviceEnablePeerAccess)
         TESSERA_ALLOC_CONF=expandable_segments:True pair shared peer_access 60 "r:status=ok r:denied=0 r:check=kernel" --
+        # a peer's kernel touches stream-ordered memory after cudaMemPoolSetAccess on the pool
+        pair shared pool_p2p 60 "r:status=ok r:check=kernel" --
     else
-        log "multi_device, peer_access: not run (one GPU visible; they need two)"
+        log "multi_device, peer_access, pool_p2p: not run (one GPU visible; they need two)"
     fi
     if [ "$STATIC_SUBSET" = 1 ]; then
         pair shared driver_linked 60 "r:status=ok r:mode=linked r:contexts=2" -- --own-context "${DRV[@]}"

@@ -686,6 +686,161 @@ class Capture(Base):
         self.assertEqual(run.result.get("capture"), "clean", run)
 
 
+class CaptureGraphMemory(Base):
+    """During a stream capture a stream-ordered allocation is a graph's allocation node, the
+    driver's: tessera must not serve it (nor count it); and a free of a tessera block on a
+    capturing stream is refused by tessera with cudaErrorInvalidValue (a free node needs a graph
+    allocation), the driver never sees it, and the block stays tessera's and intact (graph_mem,
+    in the style of NVIDIA's graphMemoryNodes)."""
+
+    VERBOSE = {"TESSERA_SIM_VERBOSE": "1"}  # the simulator says what reached it
+    REFUSED = "on a capturing stream: not a graph allocation"
+
+    def test_allocation_nodes_are_the_drivers(self):
+        plain = self.env.run(prog("graph_mem"), preload=False, extra=self.VERBOSE)
+        self.ok(plain)
+        for conf in (None, PYTORCH, "defragment:True"):
+            with self.subTest(conf=conf):
+                run = self.env.run(prog("graph_mem"), conf=conf, extra=self.VERBOSE)
+                self.ok(run)
+                self.assertEqual(run.result, plain.result, run)
+                # the graphs' 30 allocations were made by the driver, at their launches
+                self.assertEqual(run.sim[0]["graph_alloc_calls"], 30, run)
+                self.assertEqual(run.sim[0]["graph_alloc_calls"],
+                                 plain.sim[0]["graph_alloc_calls"], run)
+                self.assertEqual(run.sim[0]["graph_free_calls"], plain.sim[0]["graph_free_calls"])
+                # tessera served the step's three on the streams and the cudaMalloc, no more
+                self.assertEqual(run.stats["num_alloc_calls"], 4, run)
+                self.assertEqual(run.stats["allocation.all.allocated"], 4, run)
+                self.assertEqual(run.stats["allocation.all.current"], 0, run)
+
+    def test_free_of_a_tessera_block_in_capture_is_refused_by_tessera(self):
+        plain = self.env.run(prog("graph_mem"), preload=False, extra=self.VERBOSE)
+        self.ok(plain)
+        self.assertEqual(plain.result["foreign_free"], "cudaErrorInvalidValue", plain)
+        self.assertIn(self.REFUSED, plain.stderr)  # without tessera the driver answers
+        for conf in (None, PYTORCH):
+            with self.subTest(conf=conf):
+                run = self.env.run(prog("graph_mem"), conf=conf, extra=self.VERBOSE)
+                self.ok(run)
+                self.assertEqual(run.result["foreign_free"], "cudaErrorInvalidValue", run)
+                self.assertEqual(run.result["capture_end"], "cudaSuccess", run)
+                self.assertEqual(run.result["foreign_intact"], "1", run)
+                self.assertNotIn(self.REFUSED, run.stderr)  # with it, the driver never saw it
+                self.assertEqual(run.stats["num_invalid_frees"], 0, run)  # and it is no misuse
+
+
+class SharingPrograms(Base):
+    """Programs in the style of the samples that share memory (NVIDIA's simpleIPC,
+    streamOrderedAllocationIPC, streamOrderedAllocationP2P, memMapIPCDrv, simpleAttributes,
+    graphMemoryNodes; HAMi-core's 3-D arrays) give the same RESULT with and without tessera,
+    under every policy, and tessera serves what is its to serve: blocks from cudaMalloc and the
+    default pool, never a pool of the program's own, an imported pointer, an array or a graph's
+    allocation."""
+
+    POLICIES = (None, PYTORCH, "expandable_segments:True", "defragment:True")
+
+    def pages(self):
+        """{program name, or "--child" for its children: [slots]} of the run's stats pages."""
+        out = subprocess.run([STAT, "--dir", self.env.stats_dir, "--json"], capture_output=True,
+                             text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        pages = {}
+        for doc in json.loads(out.stdout).values():
+            slots = [v for v in doc.values() if isinstance(v, dict)]
+            words = doc["command"].split()
+            key = "--child" if "--child" in words else os.path.basename(words[0])
+            pages.setdefault(key, []).extend(slots)
+        return pages
+
+    def same(self, name, args=(), memory="512M", extra=None, policies=POLICIES):
+        plain = self.env.run(prog(name, *args), memory=memory, preload=False, extra=extra)
+        self.ok(plain)
+        runs = {}
+        for conf in policies:
+            with self.subTest(program=name, conf=conf):
+                run = self.env.run(prog(name, *args), memory=memory, conf=conf, extra=extra)
+                self.ok(run)
+                self.assertEqual(run.result, plain.result, run)
+                self.assertNotIn("tessera:", run.stdout)
+                runs[conf] = (run, self.pages())
+        return plain, runs
+
+    def test_ipc_events(self):
+        plain, runs = self.same("ipc_events", ["--procs", "3"])
+        self.assertEqual(plain.result["ordered"], "3", plain)
+        self.assertEqual(plain.result["not_ready"], "3", plain)
+        for conf, (run, pages) in runs.items():
+            # the parent's three buffers were tessera's, opened by children under tessera
+            self.assertEqual([s["num_alloc_calls"] for s in pages["ipc_events"]], [3], conf)
+            self.assertEqual(len(pages["--child"]), 3, conf)
+
+    def test_pool_ipc(self):
+        plain, runs = self.same("pool_ipc")
+        self.assertEqual(plain.result["child_free"], "cudaSuccess", plain)
+        child = [d for d in plain.sim if d["imported_frees"]]
+        self.assertEqual([d["imported_frees"] for d in child], [2], plain.sim)
+        for conf, (run, pages) in runs.items():
+            # the pool is the program's: its allocations were the driver's, counted while live
+            self.assertEqual([s["num_alloc_calls"] for s in pages["pool_ipc"]], [0], conf)
+            self.assertEqual(pages["pool_ipc"][0]["driver_bytes"], 0, conf)
+            parent = [d for d in run.sim if d["alloc_calls"]]
+            self.assertEqual([d["alloc_calls"] for d in parent], [2], run.sim)
+            # the imported pointer freed twice in the child (cudaFreeAsync, cudaFree): both
+            # frees reached the driver, none went through tessera's free path
+            child = [d for d in run.sim if d["imported_frees"]]
+            self.assertEqual([d["imported_frees"] for d in child], [2], run.sim)
+            for slot in pages.get("--child", []):
+                self.assertEqual(slot["num_invalid_frees"], 0, conf)
+                self.assertEqual(slot["num_free_calls"], 0, conf)
+
+    def test_pool_p2p(self):
+        extra = {"TESSERA_SIM_DEVICES": "2"}
+        plain, runs = self.same("pool_p2p", extra=extra, policies=(None, "expandable_segments:True",
+                                                                    "defragment:True"))
+        self.assertEqual((plain.result["before"], plain.result["after"]), ("0", "1"), plain)
+        for conf, (run, pages) in runs.items():
+            # device 0's default-pool blocks were tessera's, granted to device 1 with the pool's
+            # access (its own pool's block the driver's)
+            dev0 = [s for s in pages["pool_p2p"] if s["device"] == 0]
+            self.assertEqual([s["num_alloc_calls"] for s in dev0], [3], conf)
+        # PyTorch's policy: a plain segment is out of device 1's reach; requests after the
+        # grant go to the driver, whose pool memory follows the access, and a line says so;
+        # the calls that grant nothing changed nothing
+        run = self.env.run(prog("pool_p2p"), conf=PYTORCH, extra=extra)
+        self.assertEqual(run.rc, 3, run)
+        fields = ("own_pool", "before", "after", "mid", "later", "same")
+        self.assertEqual(tuple(run.result[f] for f in fields), ("1", "0", "0", "0", "1", "1"), run)
+        self.assertIn("now go to the driver", run.stderr)
+        dev0 = [s for s in self.pages()["pool_p2p"] if s["device"] == 0]
+        self.assertEqual([s["num_alloc_calls"] for s in dev0], [2], run)
+
+    def test_pool_p2p_granted_before_the_first_allocation(self):
+        # the grant waits for the allocator of device 0, made after it
+        extra = {"TESSERA_SIM_DEVICES": "2"}
+        plain, runs = self.same("pool_p2p", ["--grant-first"], extra=extra,
+                                policies=(None, "defragment:True"))
+        self.assertEqual(plain.result["before"], "1", plain)
+
+    def test_vmm_ipc_drv(self):
+        plain, _ = self.same("vmm_ipc_drv")
+        self.assertEqual(plain.result["kernel_effect"], "0", plain)  # the simulator runs none
+
+    def test_limits(self):
+        plain, runs = self.same("limits")
+        self.assertEqual(plain.result["window"], "1", plain)
+        for conf, (run, pages) in runs.items():
+            self.assertEqual([s["num_alloc_calls"] for s in pages["limits"]], [1], conf)
+            self.assertEqual(pages["limits"][0]["num_host_alloc_calls"], 2, conf)
+
+    def test_array3d(self):
+        plain, runs = self.same("array3d", memory="256M")
+        for conf, (run, pages) in runs.items():
+            # the block was tessera's; the arrays the driver's, counted in its free memory
+            self.assertEqual([s["num_alloc_calls"] for s in pages["array3d"]], [1], conf)
+            self.assertEqual(run.result["given_back"], "1", run)
+
+
 class DefaultPolicy(Base):
     """tessera's default (no configuration) runs every program that fits the device without
     tessera, near the device's capacity: the cases of tests/bench/live_fit.sh where PyTorch's

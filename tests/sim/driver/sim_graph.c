@@ -149,8 +149,11 @@ CUresult sim_graph_capture_alloc(struct sim_stream *s, size_t size, CUdeviceptr 
 CUresult sim_graph_capture_free(struct sim_stream *s, CUdeviceptr p)
 {
     struct sim_alloc *a = sim_mem_alloc_at(p);
-    if (!a || a->kind != SIM_ALLOC_GRAPH) /* a free node frees a graph allocation only */
+    if (!a || a->kind != SIM_ALLOC_GRAPH) { /* a free node frees a graph allocation only */
+        sim_log("cuMemFreeAsync of %#llx on a capturing stream: not a graph allocation",
+                (unsigned long long)p);
         return CUDA_ERROR_INVALID_VALUE;
+    }
     return capture_append(s->cap, SIM_OP_GFREE, (struct sim_gref){a->base, a->serial});
 }
 
