@@ -24,7 +24,7 @@ static bool is_blocking(const struct sim_stream *s)
            (s->kind == SIM_STREAM_USER && !(s->flags & CU_STREAM_NON_BLOCKING));
 }
 
-void sim_ops_free(struct sim_op *op)
+static void ops_free(struct sim_op *op)
 {
     while (op) {
         struct sim_op *next = op->next;
@@ -37,14 +37,14 @@ static void capture_unref(struct sim_capture *c)
 {
     if (c && --c->refs == 0) {
         sim_graph_capture_drop(c); /* allocation nodes no graph took */
-        sim_ops_free(c->ops_head);
+        ops_free(c->ops_head);
         free(c->grefs);
         free(c);
     }
 }
 
 /* A copy of a recorded op, to queue or to keep: the work only, no deps, no place in a list. */
-struct sim_op *sim_op_clone(const struct sim_op *op)
+static struct sim_op *op_clone(const struct sim_op *op)
 {
     struct sim_op *n = sim_op_new(op->type);
     if (n)
@@ -370,7 +370,7 @@ void sim_tls_release(struct sim_tls *t)
 }
 
 /* lock held */
-CUresult sim_resolve_locked(CUstream h, bool ptsz, struct sim_stream **out)
+static CUresult resolve_locked(CUstream h, bool ptsz, struct sim_stream **out)
 {
     if (!h)
         h = ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
@@ -491,7 +491,7 @@ static void capture_end(struct sim_capture *c)
 
 /* ---- queueing ------------------------------------------------------------------------ */
 
-CUresult sim_submit_locked(struct sim_stream *s, struct sim_op *op, bool sync)
+static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync)
 {
     CUresult r = CUDA_SUCCESS;
     struct sim_ctx *ctx = s->ctx;
@@ -520,7 +520,7 @@ CUresult sim_submit_locked(struct sim_stream *s, struct sim_op *op, bool sync)
             e->cap = c;
             c->refs++;
         }
-        struct sim_op *kept = op_replayable(op) ? sim_op_clone(op) : NULL;
+        struct sim_op *kept = op_replayable(op) ? op_clone(op) : NULL;
         if (kept) {
             if (c->ops_tail)
                 c->ops_tail->next = kept;
@@ -587,9 +587,9 @@ CUresult sim_submit(CUstream h, bool ptsz, struct sim_op *op, bool sync)
     }
     sim_lock();
     struct sim_stream *s;
-    CUresult r = sim_resolve_locked(h, ptsz, &s);
+    CUresult r = resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS)
-        r = sim_submit_locked(s, op, sync);
+        r = submit_locked(s, op, sync);
     else
         free(op);
     sim_unlock();
@@ -752,7 +752,7 @@ CUresult sim_stream_get_flags(CUstream h, bool ptsz, unsigned *flags)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS)
         *flags = s->flags;
     sim_unlock();
@@ -795,7 +795,7 @@ CUresult sim_stream_query(CUstream h, bool ptsz)
         return r;
     sim_lock();
     struct sim_stream *s;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS)
         r = stream_sync_capture_check(s);
     if (r == CUDA_SUCCESS && !legacy_idle(s))
@@ -813,7 +813,7 @@ CUresult sim_stream_synchronize(CUstream h, bool ptsz)
         return CUDA_ERROR_NOT_PERMITTED;
     sim_lock();
     struct sim_stream *s;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS)
         r = stream_sync_capture_check(s);
     if (r == CUDA_SUCCESS) {
@@ -855,7 +855,7 @@ CUresult sim_stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool ptsz
     sim_lock();
     struct sim_stream *s;
     struct sim_event *e = event_lookup(ev);
-    r = e ? sim_resolve_locked(h, ptsz, &s) : CUDA_ERROR_INVALID_HANDLE;
+    r = e ? resolve_locked(h, ptsz, &s) : CUDA_ERROR_INVALID_HANDLE;
     if (r != CUDA_SUCCESS) {
         free(op);
         goto out;
@@ -894,7 +894,7 @@ CUresult sim_stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool ptsz
         r = add_dep(op, e->rec_stream, e->rec_seq);
     }
     if (r == CUDA_SUCCESS)
-        r = sim_submit_locked(s, op, false);
+        r = submit_locked(s, op, false);
     else
         op_release(op);
 out:
@@ -911,7 +911,7 @@ CUresult sim_stream_is_capturing(CUstream h, bool ptsz, CUstreamCaptureStatus *s
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS) {
         *st = CU_STREAM_CAPTURE_STATUS_NONE;
         if (s->kind == SIM_STREAM_LEGACY) {
@@ -938,7 +938,7 @@ CUresult sim_stream_begin_capture(CUstream h, CUstreamCaptureMode mode, bool pts
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS && s->kind == SIM_STREAM_LEGACY)
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (r == CUDA_SUCCESS && s->cap)
@@ -974,7 +974,7 @@ CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     struct sim_capture *c = r == CUDA_SUCCESS ? s->cap : NULL;
     if (r == CUDA_SUCCESS && !c)
         r = CUDA_ERROR_ILLEGAL_STATE;
@@ -1001,7 +1001,7 @@ CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz)
                 ok ? "ok" : "invalidated", nops);
         *g = NULL;
         if (!ok) {
-            sim_ops_free(ops);
+            ops_free(ops);
             r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         } else {
             r = sim_graph_from_capture(c, ops, nops, g);
@@ -1040,7 +1040,7 @@ CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, CUstrea
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS && n) {
         bool ddev = dir == SIM_HTOD || dir == SIM_DTOD;
         bool sdev = dir == SIM_DTOH || dir == SIM_DTOD;
@@ -1056,7 +1056,7 @@ CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, CUstrea
             op->u.copy.dst = (void *)(uintptr_t)dst;
             op->u.copy.src = (const void *)(uintptr_t)src;
             op->u.copy.n = n;
-            r = sim_submit_locked(s, op, sync);
+            r = submit_locked(s, op, sync);
         }
     }
     sim_unlock();
@@ -1075,7 +1075,7 @@ CUresult sim_memset(CUdeviceptr dst, uint32_t val, size_t count, int width, CUst
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS && count)
         r = sim_check_range((uintptr_t)dst, count * (size_t)width, true, true);
     if (r == CUDA_SUCCESS && count) {
@@ -1086,7 +1086,7 @@ CUresult sim_memset(CUdeviceptr dst, uint32_t val, size_t count, int width, CUst
             op->u.set.dst = (void *)(uintptr_t)dst;
             op->u.set.val = val;
             op->u.set.count = count;
-            r = sim_submit_locked(s, op, sync);
+            r = submit_locked(s, op, sync);
         }
     }
     sim_unlock();
@@ -1172,7 +1172,7 @@ CUresult sim_mem_alloc_pool(CUdeviceptr *out, size_t size, CUmemoryPool pool, CU
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_stream *s;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     struct sim_mempool *mp = NULL;
     if (r == CUDA_SUCCESS && pool &&
         (!(mp = sim_pool_lookup(pool)) || mp->destroyed || mp->imported ||
@@ -1208,7 +1208,7 @@ CUresult sim_mem_free_async(CUdeviceptr p, CUstream h, bool ptsz)
     sim_lock();
     struct sim_stream *s;
     struct sim_alloc *a = NULL;
-    r = sim_resolve_locked(h, ptsz, &s);
+    r = resolve_locked(h, ptsz, &s);
     if (r == CUDA_SUCCESS && s->cap) { /* a free node: of a graph allocation only */
         free(op);
         r = sim_graph_capture_free(s, p);
@@ -1220,7 +1220,7 @@ CUresult sim_mem_free_async(CUdeviceptr p, CUstream h, bool ptsz)
     if (r == CUDA_SUCCESS) {
         op->u.free.a = a;
         op->u.free.gen = a->g_gen;
-        r = sim_submit_locked(s, op, false); /* discards (and un-marks a) on failure */
+        r = submit_locked(s, op, false); /* discards (and un-marks a) on failure */
     } else {
         free(op);
     }
@@ -1301,11 +1301,11 @@ CUresult sim_event_record(CUevent h, CUstream st, bool ptsz)
     sim_lock();
     struct sim_stream *s;
     struct sim_event *e = event_lookup(h);
-    r = e ? sim_resolve_locked(st, ptsz, &s) : CUDA_ERROR_INVALID_HANDLE;
+    r = e ? resolve_locked(st, ptsz, &s) : CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS) {
         e->refs++;
         op->u.ev.ev = e;
-        r = sim_submit_locked(s, op, false);
+        r = submit_locked(s, op, false);
     } else {
         free(op);
     }
@@ -1392,4 +1392,26 @@ CUresult sim_event_elapsed(float *ms, CUevent ha, CUevent hb)
         *ms = (float)(((double)b->time_ns - (double)a->time_ns) / 1e6);
     sim_unlock();
     return r;
+}
+
+/* ---- what sim_graph.c and sim_limits.c use ---------------------------------------------- */
+
+CUresult sim_resolve_locked(CUstream h, bool ptsz, struct sim_stream **out)
+{
+    return resolve_locked(h, ptsz, out);
+}
+
+CUresult sim_submit_locked(struct sim_stream *s, struct sim_op *op, bool sync)
+{
+    return submit_locked(s, op, sync);
+}
+
+struct sim_op *sim_op_clone(const struct sim_op *op)
+{
+    return op_clone(op);
+}
+
+void sim_ops_free(struct sim_op *op)
+{
+    ops_free(op);
 }
