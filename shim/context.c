@@ -22,6 +22,7 @@
 #include "statspage/writer.h"
 #include "shim/shim.h"
 #include "core/hostcache.h"
+#include "core/peers.h"
 
 #define MAX_CONTEXTS 256
 #define STATS_PUBLISH_EVERY 64 /* ops between segment-map refreshes */
@@ -308,12 +309,11 @@ void ts_ctx_peer_enabled(CUcontext peer, CUdevice from)
 
 void ts_ctx_pool_access(CUdevice owner, CUdevice to)
 {
-    if (owner < 0 || owner >= 64 || to < 0 || to >= 64)
-        return;
-    const uint64_t bit = (uint64_t)1 << to;
+    uint64_t bit = 0;
+    ts_peer_add(&bit, to); /* a device past 63 gets nothing, as with peer access */
     pthread_mutex_lock(&table_lock);
     pool_grants[owner] |= bit;
-    for (int i = 0; i < table_used; i++)
+    for (int i = 0; i != table_used; i++)
         if (table[i].ctx && table[i].dev == owner && table[i].a)
             allocator_grant_peers(table[i].a, bit);
     pthread_mutex_unlock(&table_lock);
@@ -373,7 +373,7 @@ static ctx_entry *table_create(CUcontext ctx)
     }
     e->dev = dev;
     e->primary = context_is_primary(ctx, dev);
-    allocator_grant_peers(e->a, grants_take(ctx) | (dev >= 0 && dev < 64 ? pool_grants[dev] : 0));
+    allocator_grant_peers(e->a, grants_take(ctx) | ((unsigned)dev < 64u ? pool_grants[dev] : 0));
     __atomic_store_n(&e->ctx, ctx, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&table_lock);
     return e;

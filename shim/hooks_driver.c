@@ -280,7 +280,7 @@ static CUresult alloc_async(const alloc_call *c, bool ptsz)
     bool ours = c->from_pool ? c->pool && c->pool == ts_pool_default(dev)
                              : dev < 0 || dev >= 64 ||
                                    !__atomic_load_n(&pool_replaced[dev], __ATOMIC_ACQUIRE);
-    if (dev >= 0 && dev < 64 && __atomic_load_n(&pool_shared[dev], __ATOMIC_ACQUIRE))
+    if ((unsigned)dev < 64u && __atomic_load_n(&pool_shared[dev], __ATOMIC_ACQUIRE))
         ours = false;
     if (!ours)
         return alloc_left(c);
@@ -347,11 +347,12 @@ static CUresult hook_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     return r;
 }
 
-/* The device whose default pool `pool` is, or -1 (a pool of the program's own, or unknown). */
+/* The device whose default pool `pool` is, or -1 (a pool of the program's own, or unknown):
+ * devices are asked in order until the driver knows none (ts_pool_default stops at 64). */
 static int pool_owner(CUmemoryPool pool)
 {
     CUmemoryPool p;
-    for (int d = 0; pool && d < 64 && (p = ts_pool_default(d)) != NULL; d++)
+    for (int d = 0; (p = ts_pool_default(d)) != NULL; d++)
         if (p == pool)
             return d;
     return -1;
@@ -373,7 +374,7 @@ static CUresult hook_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = ts_real.cuMemPoolSetAccess(pool, map, count);
     int owner = r == CUDA_SUCCESS && !hook_pass(ts_tls_get()) ? pool_owner(pool) : -1;
-    for (size_t i = 0; owner >= 0 && i < count; i++) {
+    for (size_t i = 0; owner >= 0 && i != count; i++) {
         int to = map[i].location.id;
         if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || to == owner ||
             map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE)

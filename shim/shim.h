@@ -154,7 +154,8 @@ TS_HIDDEN void ts_ctx_forget(CUcontext ctx);
  * peer's allocator grants `from` its virtual-memory mappings, now or once it exists. */
 TS_HIDDEN void ts_ctx_peer_enabled(CUcontext peer, CUdevice from);
 /* Device `to` was given access to device `owner`'s default memory pool (cuMemPoolSetAccess):
- * every allocator of `owner` grants `to` its virtual-memory mappings, now or once it exists. */
+ * every allocator of `owner` grants `to` its virtual-memory mappings, now or once it exists.
+ * owner: 0-63 (a device whose default pool tessera knows). */
 TS_HIDDEN void ts_ctx_pool_access(CUdevice owner, CUdevice to);
 TS_HIDDEN void ts_ctx_forget_primary(CUdevice dev);
 /* cudaFreeAsync on stream (0: not one stream's order): ts_ctx_free, with ts_free_on_stream's
