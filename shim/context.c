@@ -373,7 +373,10 @@ static ctx_entry *table_create(CUcontext ctx)
     }
     e->dev = dev;
     e->primary = context_is_primary(ctx, dev);
-    allocator_grant_peers(e->a, grants_take(ctx) | ((unsigned)dev < 64u ? pool_grants[dev] : 0));
+    uint64_t pending = grants_take(ctx), self = 0;
+    if (ts_peer_add(&self, dev) == TS_OK) /* a device 0-63: its pool may have been shared */
+        pending |= pool_grants[dev];
+    allocator_grant_peers(e->a, pending);
     __atomic_store_n(&e->ctx, ctx, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&table_lock);
     return e;

@@ -280,8 +280,8 @@ static CUresult alloc_async(const alloc_call *c, bool ptsz)
     bool ours = c->from_pool ? c->pool && c->pool == ts_pool_default(dev)
                              : dev < 0 || dev >= 64 ||
                                    !__atomic_load_n(&pool_replaced[dev], __ATOMIC_ACQUIRE);
-    if ((unsigned)dev < 64u && __atomic_load_n(&pool_shared[dev], __ATOMIC_ACQUIRE))
-        ours = false;
+    if (ts_pool_default(dev) && __atomic_load_n(&pool_shared[dev], __ATOMIC_ACQUIRE))
+        ours = false; /* (a default pool is known for devices 0-63 only) */
     if (!ours)
         return alloc_left(c);
     uintptr_t p = 0, tag = stream_tag(c->s, ptsz);
