@@ -778,14 +778,20 @@ class SharingPrograms(Base):
     def test_pool_ipc(self):
         plain, runs = self.same("pool_ipc")
         self.assertEqual(plain.result["child_free"], "cudaSuccess", plain)
+        # the default pool and its pointers (tessera's blocks, with tessera) cannot be exported
+        self.assertEqual(plain.result["default_ptr_export"], "cudaErrorInvalidValue", plain)
         child = [d for d in plain.sim if d["imported_frees"]]
         self.assertEqual([d["imported_frees"] for d in child], [2], plain.sim)
         for conf, (run, pages) in runs.items():
-            # the pool is the program's: its allocations were the driver's, counted while live
-            self.assertEqual([s["num_alloc_calls"] for s in pages["pool_ipc"]], [0], conf)
+            # the pool is the program's: its allocations were the driver's, counted while live;
+            # the default pool's block was tessera's
+            self.assertEqual([s["num_alloc_calls"] for s in pages["pool_ipc"]], [1], conf)
             self.assertEqual(pages["pool_ipc"][0]["driver_bytes"], 0, conf)
+            # the driver's allocations in the parent: the two of the pool, and tessera's own
             parent = [d for d in run.sim if d["alloc_calls"]]
-            self.assertEqual([d["alloc_calls"] for d in parent], [2], run.sim)
+            own = pages["pool_ipc"][0]["num_device_alloc"]
+            self.assertEqual([d["alloc_calls"] + d["create_calls"] - own for d in parent], [2],
+                             run.sim)
             # the imported pointer freed twice in the child (cudaFreeAsync, cudaFree): both
             # frees reached the driver, none went through tessera's free path
             child = [d for d in run.sim if d["imported_frees"]]

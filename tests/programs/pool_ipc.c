@@ -14,7 +14,8 @@
  * with cudaFreeAsync (and, imported again, with cudaFree), before the parent frees its
  * allocation, as the driver requires. The parent checks the child's bytes. The default pool,
  * which cannot be exported, is tried too.
- * RESULT fields: default_export (exporting the default pool), wrong_pool (importing a pointer
+ * RESULT fields: default_export (exporting the default pool), default_ptr_export (exporting a
+ * pointer of the default pool's, cudaMallocAsync), wrong_pool (importing a pointer
  * into a pool it does not come from), access (the imported pool's access from the child's device
  * before the child set it), child_saw (the parent's bytes, in the child), parent_saw (the child's
  * bytes, in the parent), child_free and child_free_sync (the child's cudaFreeAsync and cudaFree of
@@ -141,6 +142,13 @@ int main(int argc, char **argv) {
   struct cudaMemPoolPtrExportData data, odata;
   CHECK(cudaMemPoolExportPointer(&data, ptr));
   CHECK(cudaMemPoolExportPointer(&odata, optr));
+  /* an allocation of the default pool, which cannot be exported: nor can its pointers */
+  void *dptr = NULL;
+  struct cudaMemPoolPtrExportData ddata;
+  CHECK(cudaMallocAsync(&dptr, 4096, s));
+  cudaError_t default_ptr_export = cudaMemPoolExportPointer(&ddata, dptr);
+  (void)cudaGetLastError();
+  CHECK(cudaFreeAsync(dptr, s));
 
   int chan;
   char *cargv[] = {argv[0], (char *)"--child", NULL};
@@ -174,9 +182,10 @@ int main(int argc, char **argv) {
   CHECK(cudaMemPoolDestroy(other));
   free(host);
   int ok = child_saw == 1 && parent_saw == 1 && child_exit == 0;
-  printf("RESULT status=%s default_export=%s wrong_pool=%s access=%s child_saw=%d parent_saw=%d "
-         "child_free=%s child_free_sync=%s child_exit=%d\n",
-         ok ? "ok" : "corrupt", cudaGetErrorName(default_export), wrong_pool, access, child_saw,
+  printf("RESULT status=%s default_export=%s default_ptr_export=%s wrong_pool=%s access=%s "
+         "child_saw=%d parent_saw=%d child_free=%s child_free_sync=%s child_exit=%d\n",
+         ok ? "ok" : "corrupt", cudaGetErrorName(default_export),
+         cudaGetErrorName(default_ptr_export), wrong_pool, access, child_saw,
          parent_saw, child_free, child_free_sync, child_exit);
   return ok ? EXIT_WORKLOAD_OK : EXIT_CORRUPTION;
 }
