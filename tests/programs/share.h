@@ -80,48 +80,46 @@ static inline int chan_get(int fd, char *buf, size_t cap) {
   return 0;
 }
 
-/* A descriptor over the channel (SCM_RIGHTS), as a program shares a POSIX handle. */
-static inline int chan_put_fd(int chan, int fd) {
-  char byte = 'F';
+/* The one-byte message that carries a descriptor (SCM_RIGHTS): its parts, which must outlive
+ * the msghdr that points at them. */
+struct chan_fd_msg {
+  char byte;
   struct iovec iov;
-  iov.iov_base = &byte;
-  iov.iov_len = 1;
   union {
     char buf[CMSG_SPACE(sizeof(int))];
     struct cmsghdr align;
   } ctl;
-  memset(&ctl, 0, sizeof ctl);
   struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctl.buf;
-  msg.msg_controllen = sizeof ctl.buf;
-  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+};
+
+static inline void chan_fd_msg_init(struct chan_fd_msg *m) {
+  memset(m, 0, sizeof *m);
+  m->byte = 'F';
+  m->iov.iov_base = &m->byte;
+  m->iov.iov_len = 1;
+  m->msg.msg_iov = &m->iov;
+  m->msg.msg_iovlen = 1;
+  m->msg.msg_control = m->ctl.buf;
+  m->msg.msg_controllen = sizeof m->ctl.buf;
+}
+
+/* A descriptor over the channel, as a program shares a POSIX handle. */
+static inline int chan_put_fd(int chan, int fd) {
+  struct chan_fd_msg m;
+  chan_fd_msg_init(&m);
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  return sendmsg(chan, &msg, 0) == 1 ? 0 : -1;
+  return sendmsg(chan, &m.msg, 0) == 1 ? 0 : -1;
 }
 
 static inline int chan_get_fd(int chan) {
-  char byte;
-  struct iovec iov;
-  iov.iov_base = &byte;
-  iov.iov_len = 1;
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } ctl;
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctl.buf;
-  msg.msg_controllen = sizeof ctl.buf;
-  if (recvmsg(chan, &msg, 0) != 1) return -1;
-  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  struct chan_fd_msg m;
+  chan_fd_msg_init(&m);
+  if (recvmsg(chan, &m.msg, 0) != 1) return -1;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m.msg);
   if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
   int fd;
   memcpy(&fd, CMSG_DATA(c), sizeof fd);

@@ -572,7 +572,9 @@ uint32_t sim_xevent_pending(const struct sim_event *e);    /* the record to wait
 void sim_xevent_wait(const struct sim_event *e, uint32_t xgen); /* lock NOT held: blocks */
 CUresult sim_ipc_event_get(CUipcEventHandle *h, CUevent ev);
 CUresult sim_ipc_event_open(CUevent *out, CUipcEventHandle h);
-/* sim_stream.c: register a new event (an imported one) like cuEventCreate does */
+/* sim_stream.c: the live event a handle names (NULL: none), and a new event registered as
+ * cuEventCreate registers one (an imported one) */
+struct sim_event *sim_event_lookup(CUevent h);
 CUresult sim_event_new_locked(struct sim_ctx *ctx, unsigned flags, struct sim_event **out);
 
 /* ---- pool sharing (sim_pool_ipc.c) ----------------------------------------------------- */

@@ -131,14 +131,6 @@ void sim_xevent_wait(const struct sim_event *e, uint32_t xgen)
     }
 }
 
-static struct sim_event *event_of(CUevent h)
-{
-    for (struct sim_event *e = sim_g.events; e; e = e->reg_next)
-        if (e == (struct sim_event *)h)
-            return e;
-    return NULL;
-}
-
 CUresult sim_ipc_event_get(CUipcEventHandle *h, CUevent ev)
 {
     CUresult r = sim_check_init();
@@ -147,7 +139,7 @@ CUresult sim_ipc_event_get(CUipcEventHandle *h, CUevent ev)
     if (!h)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    struct sim_event *e = event_of(ev);
+    struct sim_event *e = sim_event_lookup(ev);
     if (!e) {
         r = CUDA_ERROR_INVALID_HANDLE;
     } else if (!e->x || e->x->fd < 0) {

@@ -1394,7 +1394,12 @@ CUresult sim_event_elapsed(float *ms, CUevent ha, CUevent hb)
     return r;
 }
 
-/* ---- what sim_graph.c and sim_limits.c use ---------------------------------------------- */
+/* ---- what sim_graph.c, sim_limits.c and sim_ipc_event.c use ------------------------------- */
+
+struct sim_event *sim_event_lookup(CUevent h)
+{
+    return event_lookup(h);
+}
 
 CUresult sim_resolve_locked(CUstream h, bool ptsz, struct sim_stream **out)
 {
