@@ -58,6 +58,10 @@ struct tessera_sim_counters {
     uint64_t live_allocations;      /* cuMemAlloc-class allocations alive now */
     uint64_t peak_live_allocations;
     uint64_t live_handles;          /* cuMemCreate handles whose memory is still alive */
+    uint64_t races;                 /* copies and memsets of queued work on bytes another
+                                       stream's work reads or writes, neither ordered before
+                                       the other (README, "The device's order") */
+    uint64_t untracked_streams;     /* streams past the first 128: no race check */
 };
 
 typedef int (*tessera_sim_counters_fn)(int device, struct tessera_sim_counters *out);
