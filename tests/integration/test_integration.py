@@ -87,7 +87,14 @@ class Env:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, input=stdin)
         sim = [json.loads(l) for l in open(report)] if os.path.exists(report) else []
         stats = self.page_stats() if preload else None
-        return Run(proc, sim, stats)
+        run = Run(proc, sim, stats)
+        # Every run is also a check of stream order: no copy or memset of queued work meets
+        # bytes another stream's work uses unordered (tests/sim/README.md, "The device's
+        # order"), except where reuse is made unsafe on purpose.
+        races = sum(d.get("races", 0) for d in sim)
+        if races and not (conf and "reuse_fence:none" in conf):
+            raise AssertionError(f"{races} unordered accesses on the device: {argv} {conf}\n{run}")
+        return run
 
     def page_slots(self):
         """Every (device, context) slot of the one page in the stats directory, by slot index."""

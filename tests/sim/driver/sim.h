@@ -147,10 +147,6 @@ struct sim_order_op {
 
 struct sim_tls {
     uint64_t tid;
-    struct {
-        struct sim_vclock vc; /* what this thread knows finished */
-        uint64_t now_ns;      /* the latest modelled end it waited for */
-    } order;
     struct sim_ctx *stack[SIM_CTX_STACK];
     int depth;
     CUstreamCaptureMode capmode;
@@ -514,7 +510,7 @@ void sim_order_after_event(struct sim_order_op *o, const struct sim_event *e);
  * event's) clock and time. */
 void sim_order_commit(struct sim_order_op *o, struct sim_stream *s, struct sim_op *op);
 uint64_t sim_order_cost_ns(const struct sim_op *op);
-/* The calling thread learnt that o, all submitted work of s, or e finished. */
+/* The host learnt that o, all submitted work of s, or e finished. */
 void sim_order_host_after(const struct sim_order_op *o);
 void sim_order_host_after_stream(const struct sim_stream *s);
 void sim_order_host_after_event(const struct sim_event *e);

@@ -15,8 +15,8 @@
  * - Happens-before. Each stream carries a vector clock over the streams (one component per
  *   stream, counting its ops); an op takes its stream's clock, merges the clocks of what it
  *   waits for and of what the host knew finished, and ticks its own component. Events keep the
- *   clock of their record, and the host (per thread) merges the clocks of what it synchronised
- *   with.
+ *   clock of their record, and the host merges the clocks of what it synchronised
+ *   with (one clock for all host threads: see host_vc).
  * - Races. Copies and memsets log the device bytes they read and write (the last
  *   SIM_ORDER_LOG accesses). An access that overlaps a logged one of another stream, where one
  *   of them writes and neither happens before the other, is a race: counted on the device
@@ -42,6 +42,12 @@ struct order_access {
 
 static struct {
     unsigned nstreams;                           /* indices handed out */
+    /* What the host knows finished, for all its threads together: threads of a program pass
+     * what they learnt to each other (locks, joins, the allocator's own lock) in ways the
+     * driver cannot see, so one thread's synchronise counts for all. Races between host threads
+     * that never synchronise with each other are therefore not found, and none is invented. */
+    struct sim_vclock host_vc;
+    uint64_t host_now_ns;                        /* the latest modelled end it waited for */
     struct order_access log[SIM_ORDER_LOG];      /* a ring of the last accesses */
     size_t head, count;
 } order;
@@ -66,10 +72,9 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
 
 void sim_order_begin(struct sim_order_op *o, const struct sim_stream *s)
 {
-    struct sim_tls *t = sim_tls();
     o->vc = s->order.vc;
-    clock_merge(&o->vc, &t->order.vc);
-    o->start = max_u64(s->order.end_ns, t->order.now_ns);
+    clock_merge(&o->vc, &order.host_vc);
+    o->start = max_u64(s->order.end_ns, order.host_now_ns);
 }
 
 void sim_order_after_stream(struct sim_order_op *o, const struct sim_stream *d)
@@ -175,23 +180,20 @@ void sim_order_commit(struct sim_order_op *o, struct sim_stream *s, struct sim_o
 
 void sim_order_host_after(const struct sim_order_op *o)
 {
-    struct sim_tls *t = sim_tls();
-    clock_merge(&t->order.vc, &o->vc);
-    t->order.now_ns = max_u64(t->order.now_ns, o->end);
+    clock_merge(&order.host_vc, &o->vc);
+    order.host_now_ns = max_u64(order.host_now_ns, o->end);
 }
 
 void sim_order_host_after_stream(const struct sim_stream *s)
 {
-    struct sim_tls *t = sim_tls();
-    clock_merge(&t->order.vc, &s->order.vc);
-    t->order.now_ns = max_u64(t->order.now_ns, s->order.end_ns);
+    clock_merge(&order.host_vc, &s->order.vc);
+    order.host_now_ns = max_u64(order.host_now_ns, s->order.end_ns);
 }
 
 void sim_order_host_after_event(const struct sim_event *e)
 {
     if (!e->recorded)
         return;
-    struct sim_tls *t = sim_tls();
-    clock_merge(&t->order.vc, &e->order.vc);
-    t->order.now_ns = max_u64(t->order.now_ns, e->order.time_ns);
+    clock_merge(&order.host_vc, &e->order.vc);
+    order.host_now_ns = max_u64(order.host_now_ns, e->order.time_ns);
 }
