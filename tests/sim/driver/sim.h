@@ -198,6 +198,15 @@ CUresult sim_device_attribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult sim_device_check(CUdevice dev);
 void sim_report_counters(int device, struct tessera_sim_counters *out);
 
+/* Device memory shared by processes (sim_shared.c, TESSERA_SIM_SHARED). Without it each
+ * process has its own devices and these check and count the process's own pages. */
+int sim_shared_attach(const char *name);
+void sim_shared_forget(void); /* in a forked child */
+/* Take pages of d for this process; false: the device (every process's pages) is full. */
+bool sim_device_reserve(struct sim_device *d, size_t pages);
+void sim_device_unreserve(struct sim_device *d, size_t pages);
+size_t sim_device_free_pages(struct sim_device *d);
+
 const char *sim_error_name(CUresult e);
 const char *sim_error_string(CUresult e);
 

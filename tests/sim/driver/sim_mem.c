@@ -204,22 +204,23 @@ CUresult sim_mem_alloc_locked(struct sim_ctx *ctx, size_t size, enum sim_alloc_k
     size_t pages = sim_pages(size);
     uintptr_t addr;
     size_t idx;
-    if (sim_fault_alloc() || pages > d->total_pages - d->used_pages ||
-        !find_gap(d, pages, &addr, &idx)) {
+    if (sim_fault_alloc() || !find_gap(d, pages, &addr, &idx) || !sim_device_reserve(d, pages)) {
         d->ctr.failed_allocs++;
-        sim_log("device %d: out of memory for %zu bytes (%zu of %zu pages used)", d->ordinal,
-                size, d->used_pages, d->total_pages);
+        sim_log("device %d: out of memory for %zu bytes (%zu of %zu pages free)", d->ordinal,
+                size, sim_device_free_pages(d), d->total_pages);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     struct sim_alloc *a = calloc(1, sizeof *a);
     if (!a || insert_alloc(d, idx, a) != 0) {
         free(a);
+        sim_device_unreserve(d, pages);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (mprotect((void *)addr, pages * SIM_PAGE, PROT_READ | PROT_WRITE) != 0) {
         sim_log("mprotect: %s", strerror(errno));
         remove_alloc(d, a);
         free(a);
+        sim_device_unreserve(d, pages);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a->base = addr;
@@ -542,7 +543,7 @@ CUresult sim_mem_get_info(size_t *free_b, size_t *total_b)
     if (r == CUDA_SUCCESS) {
         struct sim_device *d = &sim_g.dev[cur->device];
         if (free_b)
-            *free_b = (d->total_pages - d->used_pages) * SIM_PAGE;
+            *free_b = sim_device_free_pages(d) * SIM_PAGE;
         if (total_b)
             *total_b = d->total_pages * SIM_PAGE;
     }
