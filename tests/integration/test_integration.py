@@ -87,7 +87,14 @@ class Env:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, input=stdin)
         sim = [json.loads(l) for l in open(report)] if os.path.exists(report) else []
         stats = self.page_stats() if preload else None
-        return Run(proc, sim, stats)
+        run = Run(proc, sim, stats)
+        # Every run is also a check of stream order: no copy or memset of queued work meets
+        # bytes another stream's work uses unordered (tests/sim/README.md, "The device's
+        # order"), except where reuse is made unsafe on purpose.
+        races = sum(d.get("races", 0) for d in sim)
+        if races and not (conf and "reuse_fence:none" in conf):
+            raise AssertionError(f"{races} unordered accesses on the device: {argv} {conf}\n{run}")
+        return run
 
     def page_slots(self):
         """Every (device, context) slot of the one page in the stats directory, by slot index."""
@@ -142,6 +149,14 @@ class Base(unittest.TestCase):
         """Device allocations the (simulated) driver made: cuMemAlloc, and cuMemCreate for memory
         tessera maps itself (what num_device_alloc counts)."""
         return sum(d.get("alloc_calls", 0) + d.get("create_calls", 0) for d in run.sim)
+
+    def races(self, run):
+        """Copies and memsets of queued work on bytes another stream's work touched with no
+        order between them, found by the simulator from the order the program and tessera set
+        up (tests/sim/README.md, "The device's order"): a reuse of memory still in use shows
+        here whatever the host's load, where the bytes only show it when the schedule loses."""
+        self.assertTrue(run.sim, run)
+        return sum(d["races"] for d in run.sim)
 
 
 class SamplePrograms(Base):
@@ -223,19 +238,24 @@ class UnsafeReuse(Base):
     ARGS = ["--size", "8M", "--copies", "4", "--rounds", "4"]
     SLOW = {"TESSERA_SIM_OP_DELAY_US": "3000"}
 
-    def test_naive_reuse_corrupts(self):
+    def test_naive_reuse_races(self):
         # reuse_fence:none reuses a freed block at once, as a cache that ignores streams would:
-        # the late copy on the non-blocking stream lands in the new allocation
+        # the late copy on the non-blocking stream and the new owner's memset meet on the same
+        # bytes with nothing ordering them (every round; the bytes show it when the copy lands
+        # late, as it usually does with slow copies)
         run = self.env.run(prog("reuse_race", *self.ARGS), conf="reuse_fence:none", extra=self.SLOW)
-        self.assertEqual(run.rc, 3, run)
-        self.assertEqual(run.result.get("status"), "corrupt", run)
+        self.assertGreaterEqual(self.races(run), 4, run)
+        self.assertIn(run.result.get("status"), ("ok", "corrupt"), run)
 
     def test_fences_keep_it_safe(self):
-        for conf in ("reuse_fence:events", "reuse_fence:sync"):
+        for conf in ("reuse_fence:events", "reuse_fence:sync", None):
             with self.subTest(conf=conf):
                 run = self.env.run(prog("reuse_race", *self.ARGS), conf=conf, extra=self.SLOW)
                 self.ok(run)
-                self.assertGreater(run.stats["num_fences_recorded"], 0, run)
+                self.assertEqual(self.races(run), 0, run)
+                self.assertEqual(run.result["corrupt_rounds"], "0", run)
+                if conf:
+                    self.assertGreater(run.stats["num_fences_recorded"], 0, run)
 
 
 class StreamOrder(Base):
@@ -264,6 +284,7 @@ class StreamOrder(Base):
             with self.subTest(variant=variant):
                 run = self.run_variant(variant)
                 self.ok(run)
+                self.assertEqual(self.races(run), 0, run)
                 self.assertEqual(run.result["corrupt_rounds"], "0", run)
                 self.assertEqual(run.result["reused"], "4", run)  # reused, not new memory
                 self.assertEqual(run.stats["num_fence_waits"], 0, run)  # the host never waited
@@ -302,13 +323,14 @@ class StreamOrder(Base):
         self.assertEqual(run.stats["num_plan_hits"], d["plan_hits"], d)
         self.assertEqual(run.stats["plan_range_bytes"], d["plan_range_bytes"], d)
 
-    def test_unconditional_reuse_corrupts_every_variant(self):
-        # the mutation check: with reuse made unconditional each variant sees the late copies
+    def test_unconditional_reuse_races_in_every_variant(self):
+        # with reuse made unconditional each variant's new owner meets the late copies on the
+        # same bytes, unordered (the bytes usually show it too: status corrupt)
         for variant in self.UNSAFE:
             with self.subTest(variant=variant):
                 run = self.run_variant(variant, conf="reuse_fence:none")
-                self.assertEqual(run.rc, 3, run)
-                self.assertEqual(run.result.get("status"), "corrupt", run)
+                self.assertGreater(self.races(run), 0, run)
+                self.assertIn(run.result.get("status"), ("ok", "corrupt"), run)
 
 
 class OutOfMemory(Base):
@@ -906,14 +928,13 @@ class Pitched(Base):
 class Overlap(Base):
     """Streams that should run side by side, the host allocating and freeing between their
     launches and never synchronising a round (overlap). Device time comes from the simulator's
-    event timestamps, never from the host's clock: overlap = the streams' summed work time over
-    the span they took together (2 when two streams run side by side, 1 when serialised)."""
+    event timestamps, which are its modelled device time (tests/sim/README.md, "The device's
+    order"), never from the host's clock: overlap = the streams' summed work time over the span
+    they took together (2 when two streams run side by side, 1 when serialised), the same on an
+    idle and on a loaded machine."""
 
-    # Work long enough (2 ms a memset or copy) that the simulator's scheduling on a loaded
-    # machine is small beside it, and thresholds halfway between serialised (1) and side by side
-    # (2): a loaded run moves the figure by tenths, a broken order or a lost overlap by a half.
     DELAY = {"TESSERA_SIM_OP_DELAY_US": "2000"}
-    OVERLAP, SERIAL = 1.35, 1.2
+    OVERLAP, SERIAL = 1.9, 1.1
 
     def overlap(self, args, conf=None, preload=True, extra=None):
         run = self.env.run(prog("overlap", "--rounds", "12", *args), conf=conf, preload=preload,
@@ -930,6 +951,7 @@ class Overlap(Base):
                 run, ov = self.overlap(["--async"], conf=conf)
                 self.ok(run)
                 self.assertEqual(run.result["bad_slots"], "0", run)
+                self.assertEqual(self.races(run), 0, run)
                 self.assertGreater(ov, self.OVERLAP, run)
 
     def test_markers_cost_no_device_time(self):
@@ -948,13 +970,14 @@ class Overlap(Base):
         run, ordered = self.overlap([])
         self.ok(run)
         self.assertEqual(run.result["bad_slots"], "0", run)
+        self.assertEqual(self.races(run), 0, run)
         self.assertLess(ordered, self.SERIAL, run)
         self.assertLess(native, self.SERIAL)
         # without the order (reuse_fence:none) the streams overlap, and the copies read
-        # scratch that the other stream already overwrites
+        # scratch that the other stream overwrites, unordered
         run, unordered = self.overlap([], conf="reuse_fence:none")
         self.assertGreater(unordered, self.OVERLAP, run)
-        self.ok(run, status="corrupt", rc=3)
+        self.assertGreater(self.races(run), 0, run)
 class PinnedHost(Base):
     """Pinned host memory (cudaHostAlloc, cudaMallocHost, cuMemHostAlloc, cudaFreeHost,
     cuMemFreeHost) is cached by tessera: bytes right (staging checks every slot a queued copy

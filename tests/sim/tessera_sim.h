@@ -64,6 +64,10 @@ struct tessera_sim_counters {
     uint64_t graph_alloc_calls;     /* graph allocation nodes run (each launch of each node) */
     uint64_t graph_free_calls;      /* graph allocations freed (free node, cuMemFree, cuMemFreeAsync) */
     uint64_t imported_frees;        /* pool pointers imported from another process and freed here */
+    uint64_t races;                 /* copies and memsets of queued work on bytes another
+                                       stream's work reads or writes, neither ordered before
+                                       the other (README, "The device's order") */
+    uint64_t untracked_streams;     /* streams past the first 128: no race check */
 };
 
 typedef int (*tessera_sim_counters_fn)(int device, struct tessera_sim_counters *out);

@@ -158,6 +158,21 @@ uint64_t sim_now_ns(void);
 
 /* ---- threads and contexts (sim_core.c) ------------------------------------------------ */
 
+/* ---- the device's order, modelled (sim_order.c) ---------------------------------------- */
+
+enum { SIM_ORDER_STREAMS = 128, SIM_ORDER_LOG = 4096 };
+
+/* A vector clock: component i counts the ops of the i-th tracked stream that happen before. */
+struct sim_vclock {
+    uint32_t c[SIM_ORDER_STREAMS];
+};
+
+/* An op being queued: what it happens after, and when it starts and ends on the model. */
+struct sim_order_op {
+    struct sim_vclock vc;
+    uint64_t start, end;
+};
+
 struct sim_tls {
     uint64_t tid;
     struct sim_ctx *stack[SIM_CTX_STACK];
@@ -215,6 +230,15 @@ CUresult sim_ctx_synchronize(CUcontext h);
 CUresult sim_device_attribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult sim_device_check(CUdevice dev);
 void sim_report_counters(int device, struct tessera_sim_counters *out);
+
+/* Device memory shared by processes (sim_shared.c, TESSERA_SIM_SHARED). Without it each
+ * process has its own devices and these check and count the process's own pages. */
+int sim_shared_attach(const char *name);
+void sim_shared_forget(void); /* in a forked child */
+/* Take pages of d for this process; false: the device (every process's pages) is full. */
+bool sim_device_reserve(struct sim_device *d, size_t pages);
+void sim_device_unreserve(struct sim_device *d, size_t pages);
+size_t sim_device_free_pages(struct sim_device *d);
 
 const char *sim_error_name(CUresult e);
 const char *sim_error_string(CUresult e);
@@ -420,6 +444,7 @@ struct sim_op {
     enum sim_op_type type;
     uint64_t seq;
     bool sync; /* part of a synchronous call: no TESSERA_SIM_OP_DELAY_US */
+    const struct sim_event *after_event; /* SIM_OP_WAIT: the event, while it is queued */
     struct sim_dep *deps;
     size_t ndeps, cap_deps;
     union {
@@ -473,6 +498,12 @@ struct sim_stream {
     struct sim_stream *reg_next; /* registry of live user handles */
     CUaccessPolicyWindow window; /* cuStreamSetAttribute: stored and read back (sim_limits.c) */
     CUsynchronizationPolicy sync_policy;
+    struct {
+        int ix;               /* component in vector clocks; -1: not tracked */
+        bool counted;         /* counted in untracked_streams */
+        struct sim_vclock vc; /* clock after its last submitted op */
+        uint64_t end_ns;      /* modelled end of its last submitted op */
+    } order;
 };
 
 struct sim_event {
@@ -484,8 +515,11 @@ struct sim_event {
     struct sim_stream *rec_stream;
     uint64_t rec_seq;
     uint64_t gen;
-    bool timed;
-    uint64_t time_ns;
+    bool timed; /* the record op ran: its modelled timestamp (order.time_ns) may be read */
+    struct {
+        struct sim_vclock vc; /* clock of the last record */
+        uint64_t time_ns;     /* modelled time of the last record */
+    } order;
     struct sim_capture *cap; /* last recorded into this capture */
     struct sim_event *reg_next;
     struct sim_xevent *x; /* CU_EVENT_INTERPROCESS: its completion, shared between processes */
@@ -637,6 +671,19 @@ CUresult sim_event_elapsed(float *ms, CUevent a, CUevent b);
 void sim_wait_ctx_idle(struct sim_ctx *ctx);
 void sim_ctx_drop_streams(struct sim_ctx *ctx); /* teardown helper, lock held */
 void sim_tls_release(struct sim_tls *t);        /* thread exit: stop per-thread streams */
+
+void sim_order_stream_init(struct sim_stream *s);
+void sim_order_begin(struct sim_order_op *o, const struct sim_stream *s);
+void sim_order_after_stream(struct sim_order_op *o, const struct sim_stream *d);
+void sim_order_after_event(struct sim_order_op *o, const struct sim_event *e);
+/* Ends o as op on s: modelled end, tick, race check of its bytes, the stream's (and a recorded
+ * event's) clock and time. */
+void sim_order_commit(struct sim_order_op *o, struct sim_stream *s, struct sim_op *op);
+uint64_t sim_order_cost_ns(const struct sim_op *op);
+/* The host learnt that o, all submitted work of s, or e finished. */
+void sim_order_host_after(const struct sim_order_op *o);
+void sim_order_host_after_stream(const struct sim_stream *s);
+void sim_order_host_after_event(const struct sim_event *e);
 
 /* ---- small helpers --------------------------------------------------------------------- */
 

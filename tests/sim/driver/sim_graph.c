@@ -297,7 +297,7 @@ static CUresult launch_check(const struct sim_graph_exec *x)
         if (a)
             a->g_mark = NONE;
     }
-    if (r == CUDA_SUCCESS && d && need > d->total_pages - d->used_pages) {
+    if (r == CUDA_SUCCESS && d && need > sim_device_free_pages(d)) {
         d->ctr.failed_allocs++;
         r = CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -218,8 +218,11 @@ struct sim_alloc *sim_mem_place_locked(struct sim_device *d, size_t size, size_t
 
 bool sim_mem_back(struct sim_device *d, uintptr_t base, size_t pages)
 {
+    if (!sim_device_reserve(d, pages))
+        return false; /* the device is full (with TESSERA_SIM_SHARED: every process's pages) */
     if (mprotect((void *)base, pages * SIM_PAGE, PROT_READ | PROT_WRITE) != 0) {
         sim_log("mprotect: %s", strerror(errno));
+        sim_device_unreserve(d, pages);
         return false;
     }
     sim_device_account(d, (long)pages, 0, 0);
@@ -245,16 +248,15 @@ CUresult sim_mem_alloc_locked(struct sim_ctx *ctx, size_t size, enum sim_alloc_k
     struct sim_device *d = &sim_g.dev[ctx->device];
     size_t pages = sim_pages(size);
     struct sim_alloc *a = NULL;
-    if (sim_fault_alloc() || pages > d->total_pages - d->used_pages ||
-        !(a = sim_mem_place_locked(d, size, pages))) {
+    if (sim_fault_alloc() || pages > sim_device_free_pages(d) ||
+        !(a = sim_mem_place_locked(d, size, pages)) || !sim_mem_back(d, a->base, pages)) {
+        if (a) {
+            remove_alloc(d, a);
+            free(a);
+        }
         d->ctr.failed_allocs++;
-        sim_log("device %d: out of memory for %zu bytes (%zu of %zu pages used)", d->ordinal,
-                size, d->used_pages, d->total_pages);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (!sim_mem_back(d, a->base, pages)) {
-        remove_alloc(d, a);
-        free(a);
+        sim_log("device %d: out of memory for %zu bytes (%zu of %zu pages free)", d->ordinal,
+                size, sim_device_free_pages(d), d->total_pages);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a->kind = kind;
@@ -520,7 +522,7 @@ CUresult sim_mem_get_info(size_t *free_b, size_t *total_b)
     if (r == CUDA_SUCCESS) {
         struct sim_device *d = &sim_g.dev[cur->device];
         if (free_b)
-            *free_b = (d->total_pages - d->used_pages) * SIM_PAGE;
+            *free_b = sim_device_free_pages(d) * SIM_PAGE;
         if (total_b)
             *total_b = d->total_pages * SIM_PAGE;
     }

@@ -174,14 +174,12 @@ static void op_execute(struct sim_op *op)
 }
 
 /* lock held */
-static void op_finish(struct sim_op *op, uint64_t t_ns)
+static void op_finish(struct sim_op *op)
 {
     if (op->type == SIM_OP_EVENT) {
         struct sim_event *e = op->u.ev.ev;
-        if (e->gen == op->u.ev.gen) {
-            e->timed = true;
-            e->time_ns = t_ns;
-        }
+        if (e->gen == op->u.ev.gen)
+            e->timed = true; /* its timestamp is modelled (sim_order.c) */
         if (op->u.ev.xgen)
             sim_xevent_done(e, op->u.ev.xgen);
         event_unref(e);
@@ -227,9 +225,8 @@ static void *worker(void *arg)
         sim_unlock();
         sim_sleep_us(delay);
         op_execute(op);
-        uint64_t t = sim_now_ns();
         sim_lock();
-        op_finish(op, t);
+        op_finish(op);
         s->completed = op->seq;
         op_release(op);
         pthread_cond_broadcast(&sim_g.cv);
@@ -266,6 +263,7 @@ struct sim_stream *sim_stream_new(struct sim_ctx *ctx, enum sim_stream_kind kind
     s->flags = flags;
     s->priority = priority;
     s->refs = 2; /* owner + worker */
+    sim_order_stream_init(s);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -531,17 +529,24 @@ static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync
         op_discard(op);
         return CUDA_SUCCESS;
     }
+    struct sim_order_op o;
+    sim_order_begin(&o, s);
     if (s->kind == SIM_STREAM_LEGACY) {
         for (size_t i = 0; i < ctx->nstreams && r == CUDA_SUCCESS; i++) {
             struct sim_stream *b = ctx->streams[i];
-            if (is_blocking(b))
+            if (is_blocking(b)) {
+                sim_order_after_stream(&o, b);
                 r = add_dep(op, b, b->submitted);
+            }
         }
     } else if (is_blocking(s) && ctx->legacy) {
+        sim_order_after_stream(&o, ctx->legacy);
         r = add_dep(op, ctx->legacy, ctx->legacy->submitted);
     }
     if (r != CUDA_SUCCESS)
         goto fail;
+    if (op->type == SIM_OP_WAIT && op->after_event)
+        sim_order_after_event(&o, op->after_event);
     uint64_t seq = op->seq = ++s->submitted;
     if (op->type == SIM_OP_EVENT) {
         struct sim_event *e = op->u.ev.ev;
@@ -559,6 +564,7 @@ static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync
         if (e->x) /* and in the completion every process sees */
             op->u.ev.xgen = sim_xevent_record(e);
     }
+    sim_order_commit(&o, s, op);
     if (s->tail)
         s->tail->next = op;
     else
@@ -570,6 +576,7 @@ static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync
         while (s->completed < seq)
             pthread_cond_wait(&sim_g.cv, &sim_g.mu);
         sim_stream_unref(s);
+        sim_order_host_after(&o);
     }
     return CUDA_SUCCESS;
 fail:
@@ -630,6 +637,15 @@ static bool ctx_busy(const struct sim_ctx *c)
     return false;
 }
 
+/* The host waited for every stream of c: it knows their work finished. */
+static void order_host_after_ctx(const struct sim_ctx *c)
+{
+    if (c->legacy)
+        sim_order_host_after_stream(c->legacy);
+    for (size_t i = 0; i < c->nstreams; i++)
+        sim_order_host_after_stream(c->streams[i]);
+}
+
 void sim_wait_ctx_idle(struct sim_ctx *ctx)
 {
     struct sim_dep *snap = NULL;
@@ -637,9 +653,12 @@ void sim_wait_ctx_idle(struct sim_ctx *ctx)
     bool overflow = false;
     if (ctx) {
         snap_ctx(ctx, &snap, &n, &cap, &overflow);
+        order_host_after_ctx(ctx);
     } else {
-        for (struct sim_ctx *c = sim_g.ctxs; c; c = c->next_all)
+        for (struct sim_ctx *c = sim_g.ctxs; c; c = c->next_all) {
             snap_ctx(c, &snap, &n, &cap, &overflow);
+            order_host_after_ctx(c);
+        }
     }
     for (size_t i = 0; i < n; i++)
         while (snap[i].s->completed < snap[i].seq)
@@ -800,6 +819,13 @@ CUresult sim_stream_query(CUstream h, bool ptsz)
         r = stream_sync_capture_check(s);
     if (r == CUDA_SUCCESS && !legacy_idle(s))
         r = CUDA_ERROR_NOT_READY;
+    if (r == CUDA_SUCCESS) { /* the host learns that the work finished */
+        sim_order_host_after_stream(s);
+        if (s->kind == SIM_STREAM_LEGACY && s->ctx)
+            for (size_t i = 0; i < s->ctx->nstreams; i++)
+                if (is_blocking(s->ctx->streams[i]))
+                    sim_order_host_after_stream(s->ctx->streams[i]);
+    }
     sim_unlock();
     return r;
 }
@@ -821,10 +847,13 @@ CUresult sim_stream_synchronize(CUstream h, bool ptsz)
         size_t n = 0, cap = 0;
         bool overflow = false;
         snap_push(&snap, &n, &cap, s, &overflow);
+        sim_order_host_after_stream(s);
         if (s->kind == SIM_STREAM_LEGACY) /* the legacy stream also waits for blocking ones */
             for (size_t i = 0; i < s->ctx->nstreams; i++)
-                if (is_blocking(s->ctx->streams[i]))
+                if (is_blocking(s->ctx->streams[i])) {
                     snap_push(&snap, &n, &cap, s->ctx->streams[i], &overflow);
+                    sim_order_host_after_stream(s->ctx->streams[i]);
+                }
         for (size_t i = 0; i < n; i++)
             while (snap[i].s->completed < snap[i].seq)
                 pthread_cond_wait(&sim_g.cv, &sim_g.mu);
@@ -892,6 +921,7 @@ CUresult sim_stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool ptsz
         op->u.wait.xgen = xgen;
     } else if (e->recorded && !e->x) {
         r = add_dep(op, e->rec_stream, e->rec_seq);
+        op->after_event = e;
     }
     if (r == CUDA_SUCCESS)
         r = submit_locked(s, op, false);
@@ -1339,6 +1369,8 @@ CUresult sim_event_query(CUevent h)
     r = e ? event_check(e) : CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS && !event_done(e))
         r = CUDA_ERROR_NOT_READY;
+    if (r == CUDA_SUCCESS)
+        sim_order_host_after_event(e);
     sim_unlock();
     return r;
 }
@@ -1367,6 +1399,7 @@ CUresult sim_event_synchronize(CUevent h)
         while (s->completed < seq)
             pthread_cond_wait(&sim_g.cv, &sim_g.mu);
         sim_stream_unref(s);
+        sim_order_host_after_event(e);
     }
     sim_unlock();
     return r;
@@ -1389,7 +1422,7 @@ CUresult sim_event_elapsed(float *ms, CUevent ha, CUevent hb)
     else if (!event_done(a) || !event_done(b) || !a->timed || !b->timed)
         r = CUDA_ERROR_NOT_READY;
     else
-        *ms = (float)(((double)b->time_ns - (double)a->time_ns) / 1e6);
+        *ms = (float)(((double)b->order.time_ns - (double)a->order.time_ns) / 1e6);
     sim_unlock();
     return r;
 }
