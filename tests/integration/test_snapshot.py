@@ -25,6 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import snapcheck  # noqa: E402
 import test_integration as it  # noqa: E402  (its Env runs programs on the simulator)
 import unittest_main  # noqa: E402
 
@@ -85,8 +86,12 @@ class Base(unittest.TestCase):
                                                         if b["state"] == "active_allocated"))
         for trace in data["device_traces"]:
             for e in trace:
-                self.assertTrue(EVENT_KEYS <= set(e), e)
+                # PyTorch's: an out of memory has the device's free bytes where others have addr
+                keys = EVENT_KEYS - {"addr"} | {"device_free"} if e["action"] == "oom" \
+                    else EVENT_KEYS
+                self.assertEqual(set(e), keys, e)
                 self.assertIn(e["action"], s2t.KNOWN_ACTIONS)
+        self.assertEqual(snapcheck.layout_problems(data), [])
         # and its converter accepts it in both formats
         for fmt in ("csv", "dump"):
             out = subprocess.run([sys.executable, os.path.join(it.SOURCE, "scripts", "snapshot2trace"),
@@ -313,9 +318,10 @@ class SnapshotOnOom(Base):
             self.assertEqual(frames[0], {"name": "main", "filename": prog, "line": 0}, frames)
         # everything else is as it was: only frame names changed
         def strip(data):
-            for t in data["device_traces"]:
-                for e in t:
-                    e["frames"] = [(f["filename"], f["line"]) for f in e["frames"]]
+            owners = [e for t in data["device_traces"] for e in t] + data["segments"] + \
+                [b for seg in data["segments"] for b in seg["blocks"]]
+            for e in owners:
+                e["frames"] = [(f["filename"], f["line"]) for f in e["frames"]]
             return data
         self.assertEqual(strip(named), strip(self.check_layout(raw_path)))
         # a second pass has nothing left to name in main's frames; in place (no -o)
@@ -424,8 +430,9 @@ class SnapshotWhileBusy(Base):
         for e in events:
             if e["action"] in ("alloc", "free_requested", "free_completed"):
                 last[e["addr"]] = e
-        allocated = {b["address"]: b["size"] for seg in data["segments"] for b in seg["blocks"]
-                     if b["state"] == "active_allocated"}
+        # an alloc's size is what the program asked for, as in PyTorch's traces
+        allocated = {b["address"]: b["requested_size"] for seg in data["segments"]
+                     for b in seg["blocks"] if b["state"] == "active_allocated"}
         live = {a: e["size"] for a, e in last.items() if e["action"] == "alloc"}
         freed = {a for a, e in last.items() if e["action"] != "alloc"}
         self.assertGreater(len(live), 0)
@@ -435,8 +442,9 @@ class SnapshotWhileBusy(Base):
         for a in freed:
             self.assertNotIn(a, allocated, "0x%x: freed in the history, allocated in the layout" % a)
         # the viewer's allocated total at the last event is the layout's
-        self.assertEqual(sum(s["allocated_size"] for s in data["segments"]),
+        self.assertEqual(sum(s["requested_size"] for s in data["segments"]),
                          sum(allocated.values()))
+        self.assertEqual(snapcheck.history_problems(data), [])
 
 
 if __name__ == "__main__":
