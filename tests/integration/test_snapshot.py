@@ -399,6 +399,254 @@ class SnapshotOnOom(Base):
         self.assertEqual(glob.glob(path + ".tmp*"), [])
 
 
+# How snapshot_probe fills a 1 GiB device under each policy (configuration, block size, blocks):
+# full under the default (2 MiB pages: its 64 MiB request is stitched from the freed blocks'
+# pages), every other 20 MiB page freed under expandable segments, 20 MiB segments under
+# PyTorch's policy.
+POLICIES = {
+    "default": ("", 8 * MiB, 128),
+    "expandable_segments": ("expandable_segments:True", 20 * MiB, 48),
+    "pytorch": ("expandable_segments:False", 8 * MiB, 100),
+}
+
+
+def active(data, state="active_allocated"):
+    return {b["address"]: b for seg in data["segments"] for b in seg["blocks"]
+            if b["state"] == state}
+
+
+class ProbeRun:
+    """snapshot_probe run under one policy: its snapshot_on_oom files, a tessera-stat snapshot
+    taken while it waits (idle after its last out of memory), the blocks it held then
+    {address: size}, its stats page's counters then, and its output."""
+
+    def __init__(self, case, policy):
+        conf, unit, count = POLICIES[policy]
+        env_ = case.env
+        tpl = os.path.join(env_.tmp, policy + "-oom-%n.pickle")
+        conf = ",".join(x for x in (conf, "history_events:20000,history_frames:True",
+                                    "snapshot_on_oom:" + tpl) if x)
+        env = env_.base(memory="1G", conf=conf)
+        argv = it.probe("snapshot_probe") + [str(unit), str(count), str(64 * MiB), str(2 << 30)]
+        p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        self.live, self.lines = {}, []
+        try:
+            for line in p.stdout:
+                self.lines.append(line.strip())
+                if line.startswith("LIVE "):
+                    _, a, n = line.split()
+                    self.live[int(a)] = int(n)
+                if line.startswith("READY") or line.startswith("RESULT"):
+                    break
+            case.assertTrue(self.lines and self.lines[-1].startswith("READY"), self.lines)
+            self.live_path = os.path.join(env_.tmp, policy + "-live.pickle")
+            snap = subprocess.run([it.STAT, "--dir", env_.stats_dir, "snapshot", str(p.pid), "-o",
+                                   self.live_path, "--wait", "0.5"], capture_output=True,
+                                  text=True)
+            case.assertEqual(snap.returncode, 0, snap.stderr)
+            case.assertIn("device 0: exact", snap.stdout)
+            self.stats = case.page_stats()
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            self.rest, err = p.communicate(timeout=60)
+            case.assertEqual(p.returncode, 0, err)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.ooms = sorted(glob.glob(tpl.replace("%n", "*")))
+        case.assertTrue(self.ooms, self.lines)
+
+
+class SnapshotLayout(Base):
+    """Snapshots PyTorch's viewer draws right, under the three policies, after pages were given
+    back (holes in expandable segments) and, under the default, with a stitched range: checked
+    here without a browser (snapcheck: the viewer's rules), and in the viewer by
+    SnapshotViewer."""
+
+    def check_policy(self, policy):
+        run = ProbeRun(self, policy)
+        prog = os.path.realpath(it.probe("snapshot_probe")[0])
+        live = self.check_layout(run.live_path)
+        for path in [run.live_path] + run.ooms:
+            data = self.check_layout(path)
+            self.assertEqual(snapcheck.history_problems(data), [], path)
+            # each byte once: the viewer's reserved total is the allocator's
+            self.assertEqual(sum(s["total_size"] for s in data["segments"]),
+                             run.stats["reserved_bytes.all.current"], path)
+        # the failure that ended the run: the layout the process holds now
+        self.assertEqual(check_layout_blocks(self.check_layout(run.ooms[-1])),
+                         check_layout_blocks(live))
+        # every block the program holds, where its address says, with the size it asked for
+        allocated = active(live)
+        self.assertEqual({a: b["requested_size"] for a, b in allocated.items()}, run.live)
+        self.assertEqual(sum(s["allocated_size"] for s in live["segments"]),
+                         run.stats["allocated_bytes.all.current"])
+        # frames: each block's and segment's from the history (named in tessera-stat's
+        # snapshot; file offsets in the process's own, named by symbolize)
+        for b in allocated.values():
+            self.assertEqual(b["frames"][0], {"name": "main", "filename": prog, "line": 0}, b)
+        for seg in live["segments"]:
+            self.assertEqual(seg["frames"][0]["name"], "main", seg)
+        for b in active(self.check_layout(run.ooms[-1])).values():
+            self.assertEqual(b["frames"][0]["filename"], prog, b)
+            self.assertRegex(b["frames"][0]["name"], r"^0x[0-9a-f]+$", b)
+        return run, live
+
+    def test_default_policy_stitched_and_given_back(self):
+        run, live = self.check_policy("default")
+        self.assertIn("STITCH served", run.lines)
+        self.assertGreaterEqual(run.stats["num_stitches"], 1)
+        big = max(run.live, key=run.live.get)
+        stitched = [s for s in live["segments"] if s["address"] == big]
+        # the stitched range where it is mapped: one segment holding the 64 MiB block
+        self.assertEqual([(s["total_size"], len(s["blocks"])) for s in stitched], [(64 * MiB, 1)])
+        # the freed blocks' pages went back or were lent: one segment per held 8 MiB block
+        self.assertEqual(len(live["segments"]), 64 + 1)
+
+    def test_expandable_segments_given_back(self):
+        run, live = self.check_policy("expandable_segments")
+        self.assertIn("STITCH served", run.lines)
+        # 24 held 20 MiB blocks, each between two pages given back; the 64 MiB block mapped
+        # after the last, in four 20 MiB pages: 24 segments, the last one 100 MiB
+        sizes = [s["total_size"] for s in sorted(live["segments"], key=lambda s: s["address"])]
+        self.assertEqual(sizes, [20 * MiB] * 23 + [100 * MiB])
+        self.assertTrue(all(s["is_expandable"] for s in live["segments"]))
+
+    def test_pytorch_policy(self):
+        run, live = self.check_policy("pytorch")
+        self.assertIn("STITCH cudaErrorMemoryAllocation", run.lines)
+        self.assertEqual(len(run.ooms), 2)
+        # cudaMalloc'd segments: 50 of 20 MiB, each with its held block and free rest
+        self.assertEqual([s["total_size"] for s in live["segments"]], [20 * MiB] * 50)
+        self.assertFalse(any(s["is_expandable"] for s in live["segments"]))
+
+    def test_holes_of_a_given_back_middle(self):
+        # 20, 80 and 20 MiB, the middle freed, then a request no device has: the final retry
+        # gives the middle's pages back; the snapshot lists the two mapped ranges apart
+        tpl = os.path.join(self.env.tmp, "oom-%n.pickle")
+        run = self.env.run(it.prog("seed_middle", "--first", "20M", "--middle", "80M", "--last",
+                                   "20M", "--request", "2G"), memory="1G",
+                           conf=f"expandable_segments:True,history_events:1000,"
+                                f"snapshot_on_oom:{tpl}")
+        self.assertEqual(run.rc, 2, run)
+        data = self.check_layout(os.path.join(self.env.tmp, "oom-1.pickle"))
+        self.assertEqual(snapcheck.history_problems(data), [])
+        segs = sorted(data["segments"], key=lambda s: s["address"])
+        self.assertEqual([(s["total_size"], s["allocated_size"]) for s in segs],
+                         [(20 * MiB, 20 * MiB), (20 * MiB, 20 * MiB)])
+        self.assertEqual(segs[1]["address"] - segs[0]["address"], 100 * MiB)
+
+
+def memoryviz_js():
+    """PyTorch's viewer: TESSERA_MEMORYVIZ_JS, else the one of the PyTorch this python has."""
+    path = os.environ.get("TESSERA_MEMORYVIZ_JS")
+    if path:
+        return path
+    spec = importlib.util.find_spec("torch")  # found without importing it
+    if spec and spec.origin:
+        path = os.path.join(os.path.dirname(spec.origin), "utils", "viz", "MemoryViz.js")
+        return path if os.path.isfile(path) else None
+    return None
+
+
+def viewer_events(trace):
+    """The events the viewer lists: a free_requested followed by its free_completed is one."""
+    n = 0
+    for i, e in enumerate(trace):
+        prev = trace[i - 1] if i else None
+        if e["action"] == "free_completed" and prev and prev["action"] == "free_requested" \
+                and prev["addr"] == e["addr"]:
+            continue
+        n += 1
+    return n
+
+
+class SnapshotViewer(Base):
+    """PyTorch's viewer (MemoryViz.js) in headless Chromium, driven by tests/viz/memoryviz.mjs:
+    every event of every view of the live and out-of-memory snapshots of each policy clicked, no
+    error, every block drawn inside its segment, and at the last event where its address says.
+    Needs MemoryViz.js (PyTorch's, never part of tessera: TESSERA_MEMORYVIZ_JS=path, or an
+    installed PyTorch), Chromium and node with d3 5 and playwright-core (scripts/setup.sh puts
+    them in build-viz/)."""
+
+    @classmethod
+    def setUpClass(cls):
+        mods = os.environ.get("TESSERA_VIZ_MODULES",
+                              os.path.join(it.SOURCE, "build-viz", "node_modules"))
+        cls.plan = {
+            "viewer": memoryviz_js(),
+            "d3": os.path.join(mods, "d3", "dist", "d3.js"),
+            "playwright": os.path.join(mods, "playwright-core"),
+            "chromium": os.environ.get("TESSERA_CHROMIUM", shutil.which("chromium") or ""),
+        }
+        cls.node = shutil.which("node")
+        missing = [what for what, ok in (
+            ("PyTorch's MemoryViz.js (TESSERA_MEMORYVIZ_JS=path, or PyTorch installed)",
+             cls.plan["viewer"] and os.path.isfile(cls.plan["viewer"])),
+            ("chromium", os.path.isfile(cls.plan["chromium"])),
+            ("node", cls.node),
+            ("d3 5 and playwright-core in " + mods + " (scripts/setup.sh)",
+             os.path.isfile(cls.plan["d3"]) and os.path.isdir(cls.plan["playwright"])))
+            if not ok]
+        cls.missing = "needs " + ", ".join(missing) if missing else None
+
+    def setUp(self):
+        if self.missing:
+            self.skipTest(self.missing)
+        super().setUp()
+
+    def view(self, policy):
+        run = ProbeRun(self, policy)
+        snaps = []
+        for path in [run.live_path] + run.ooms:
+            data = s2t.load_snapshot(path)
+            snaps.append({"path": path, "expected": {"0": sorted(
+                list(active(data)) + list(active(data, "active_pending_free")))},
+                "events": viewer_events(data["device_traces"][0])})
+        plan = dict(self.plan, snapshots=snaps)
+        plan_path = os.path.join(self.env.tmp, "plan.json")
+        result_path = os.path.join(self.env.tmp, "result.json")
+        with open(plan_path, "w") as f:
+            json.dump(plan, f)
+        r = subprocess.run([self.node, os.path.join(it.SOURCE, "tests", "viz", "memoryviz.mjs"),
+                            plan_path, result_path], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(result_path) as f:
+            result = json.load(f)
+        self.assertEqual(result["refused"], [])  # nothing asked of the network
+        runs = result["runs"]
+        self.assertEqual(len(runs), 3 * len(snaps))
+        for snap in snaps:
+            for v in (x for x in runs if x["snapshot"] == snap["path"]):
+                what = "%s, %s" % (os.path.basename(snap["path"]), v["view"])
+                self.assertEqual(v["errors"], [], what)
+                self.assertEqual(v["misplaced"], [], what)
+                self.assertEqual((v["missing"], v["extra"]), ([], []), what)
+                self.assertGreater(v["events"], 0, what)
+                self.assertEqual(v["clicked"], v["events"], what)
+                if v["view"] == "Allocator State History":
+                    self.assertEqual(v["events"], snap["events"], what)
+        print("%s: %d snapshots, %d views, %d clicks, no error" % (
+            policy, len(snaps), len(runs), sum(v["clicked"] for v in runs)))
+
+    def test_default_policy(self):
+        self.view("default")
+
+    def test_expandable_segments(self):
+        self.view("expandable_segments")
+
+    def test_pytorch_policy(self):
+        self.view("pytorch")
+
+
+def check_layout_blocks(data):
+    """(address, size, state) of every block: what two snapshots of one moment share."""
+    return sorted((b["address"], b["size"], b["state"]) for s in data["segments"]
+                  for b in s["blocks"])
+
+
 class SnapshotWhileBusy(Base):
     """A snapshot of a process that keeps allocating: layout and history are one instant."""
 
