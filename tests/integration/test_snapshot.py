@@ -26,6 +26,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import snapcheck  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "viz"))
+import viewcheck  # noqa: E402
 import test_integration as it  # noqa: E402  (its Env runs programs on the simulator)
 import unittest_main  # noqa: E402
 
@@ -539,58 +541,16 @@ class SnapshotLayout(Base):
         self.assertEqual(segs[1]["address"] - segs[0]["address"], 100 * MiB)
 
 
-def memoryviz_js():
-    """PyTorch's viewer: TESSERA_MEMORYVIZ_JS, else the one of the PyTorch this python has."""
-    path = os.environ.get("TESSERA_MEMORYVIZ_JS")
-    if path:
-        return path
-    spec = importlib.util.find_spec("torch")  # found without importing it
-    if spec and spec.origin:
-        path = os.path.join(os.path.dirname(spec.origin), "utils", "viz", "MemoryViz.js")
-        return path if os.path.isfile(path) else None
-    return None
-
-
-def viewer_events(trace):
-    """The events the viewer lists: a free_requested followed by its free_completed is one."""
-    n = 0
-    for i, e in enumerate(trace):
-        prev = trace[i - 1] if i else None
-        if e["action"] == "free_completed" and prev and prev["action"] == "free_requested" \
-                and prev["addr"] == e["addr"]:
-            continue
-        n += 1
-    return n
-
-
 class SnapshotViewer(Base):
-    """PyTorch's viewer (MemoryViz.js) in headless Chromium, driven by tests/viz/memoryviz.mjs:
-    every event of every view of the live and out-of-memory snapshots of each policy clicked, no
-    error, every block drawn inside its segment, and at the last event where its address says.
-    Needs MemoryViz.js (PyTorch's, never part of tessera: TESSERA_MEMORYVIZ_JS=path, or an
-    installed PyTorch), Chromium and node with d3 5 and playwright-core (scripts/setup.sh puts
-    them in build-viz/)."""
+    """PyTorch's viewer (MemoryViz.js) in headless Chromium (tests/viz/viewcheck.py): every event
+    of every view of the live and out-of-memory snapshots of each policy clicked, no error, every
+    block drawn inside its segment, and at the last event where its address says. Skipped, with
+    what it needs, without MemoryViz.js (PyTorch's, never part of tessera: TESSERA_MEMORYVIZ_JS,
+    or an installed PyTorch), Chromium, node and the modules scripts/setup.sh installs."""
 
     @classmethod
     def setUpClass(cls):
-        mods = os.environ.get("TESSERA_VIZ_MODULES",
-                              os.path.join(it.SOURCE, "build-viz", "node_modules"))
-        cls.plan = {
-            "viewer": memoryviz_js(),
-            "d3": os.path.join(mods, "d3", "dist", "d3.js"),
-            "playwright": os.path.join(mods, "playwright-core"),
-            "chromium": os.environ.get("TESSERA_CHROMIUM", shutil.which("chromium") or ""),
-        }
-        cls.node = shutil.which("node")
-        missing = [what for what, ok in (
-            ("PyTorch's MemoryViz.js (TESSERA_MEMORYVIZ_JS=path, or PyTorch installed)",
-             cls.plan["viewer"] and os.path.isfile(cls.plan["viewer"])),
-            ("chromium", os.path.isfile(cls.plan["chromium"])),
-            ("node", cls.node),
-            ("d3 5 and playwright-core in " + mods + " (scripts/setup.sh)",
-             os.path.isfile(cls.plan["d3"]) and os.path.isdir(cls.plan["playwright"])))
-            if not ok]
-        cls.missing = "needs " + ", ".join(missing) if missing else None
+        cls.plan, cls.missing = viewcheck.tools()
 
     def setUp(self):
         if self.missing:
@@ -599,37 +559,11 @@ class SnapshotViewer(Base):
 
     def view(self, policy):
         run = ProbeRun(self, policy)
-        snaps = []
-        for path in [run.live_path] + run.ooms:
-            data = s2t.load_snapshot(path)
-            snaps.append({"path": path, "expected": {"0": sorted(
-                list(active(data)) + list(active(data, "active_pending_free")))},
-                "events": viewer_events(data["device_traces"][0])})
-        plan = dict(self.plan, snapshots=snaps)
-        plan_path = os.path.join(self.env.tmp, "plan.json")
-        result_path = os.path.join(self.env.tmp, "result.json")
-        with open(plan_path, "w") as f:
-            json.dump(plan, f)
-        r = subprocess.run([self.node, os.path.join(it.SOURCE, "tests", "viz", "memoryviz.mjs"),
-                            plan_path, result_path], capture_output=True, text=True, timeout=600)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        with open(result_path) as f:
-            result = json.load(f)
-        self.assertEqual(result["refused"], [])  # nothing asked of the network
-        runs = result["runs"]
-        self.assertEqual(len(runs), 3 * len(snaps))
-        for snap in snaps:
-            for v in (x for x in runs if x["snapshot"] == snap["path"]):
-                what = "%s, %s" % (os.path.basename(snap["path"]), v["view"])
-                self.assertEqual(v["errors"], [], what)
-                self.assertEqual(v["misplaced"], [], what)
-                self.assertEqual((v["missing"], v["extra"]), ([], []), what)
-                self.assertGreater(v["events"], 0, what)
-                self.assertEqual(v["clicked"], v["events"], what)
-                if v["view"] == "Allocator State History":
-                    self.assertEqual(v["events"], snap["events"], what)
-        print("%s: %d snapshots, %d views, %d clicks, no error" % (
-            policy, len(snaps), len(runs), sum(v["clicked"] for v in runs)))
+        paths = [run.live_path] + run.ooms
+        lines, problems = viewcheck.check(paths, self.plan)
+        self.assertEqual(problems, [])
+        self.assertEqual(len(lines), 3 * len(paths))  # three views of each
+        print("\n".join(lines))
 
     def test_default_policy(self):
         self.view("default")
