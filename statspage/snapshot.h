@@ -166,6 +166,13 @@ int ts_snap_write_pickle(const ts_snap *s, int fd);
  * allocation never waits for the disk. Nothing is ever followed through a symbolic link. Links
  * the origins first when they are not. 0, or an errno value with a reason in err. */
 int ts_snap_write_file(ts_snap *s, const char *path, bool replace, char *err, size_t errlen);
+/* snapshot_on_oom's new file: never replacing one, not synced. When path is taken the next free
+ * of path with "-2", "-3", ... "-<tries>" before its extension is used; the name written goes to
+ * chosen. 0, or an errno value with a reason in err. */
+int ts_snap_write_new_file(ts_snap *s, const char *path, unsigned tries, char *chosen,
+                           size_t chosenlen, char *err, size_t errlen);
+/* Replace path (the caller knows it wrote that file), not synced. */
+int ts_snap_replace_file(ts_snap *s, const char *path, char *err, size_t errlen);
 /* The same for a pickle already in memory (buf, n bytes): tessera-stat symbolize. */
 int ts_snap_write_bytes_file(const void *buf, size_t n, const char *path, bool replace,
                              char *err, size_t errlen);

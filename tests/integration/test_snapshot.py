@@ -19,6 +19,7 @@ import json
 import os
 import pickle
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -579,6 +580,128 @@ def check_layout_blocks(data):
     """(address, size, state) of every block: what two snapshots of one moment share."""
     return sorted((b["address"], b["size"], b["state"]) for s in data["segments"]
                   for b in s["blocks"])
+
+
+class SnapshotNeverLost(Base):
+    """snapshot_on_oom loses no snapshot: a directory it would refuse at the out of memory is
+    refused at start; a taken name gets a number; the failure that ends the run has its snapshot
+    (the last of the 8 files is replaced by each later failure's) and its line."""
+
+    def oom_probe(self, tpl, *sizes, lenient=False):
+        """Failures of these sizes, with snapshot_on_oom:tpl in TESSERA_ALLOC_CONF (strict) or
+        PYTORCH_CUDA_ALLOC_CONF (lenient)."""
+        conf = "history_events:256,snapshot_on_oom:" + tpl
+        return self.env.run(it.probe("oom_probe") + list(sizes), memory="256M",
+                            conf=None if lenient else conf,
+                            extra={"PYTORCH_CUDA_ALLOC_CONF": conf} if lenient else None)
+
+    def refused_dirs(self):
+        """Directories snapshot_on_oom must refuse, with the reason said for each."""
+        shared = os.path.join(self.env.tmp, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o1777)
+        group = os.path.join(self.env.tmp, "group")
+        os.mkdir(group)
+        os.chmod(group, 0o770)
+        real = os.path.join(self.env.tmp, "real")
+        os.mkdir(real, 0o700)
+        link = os.path.join(self.env.tmp, "link")
+        os.symlink(real, link)
+        other = os.path.join(self.env.tmp, "other")
+        os.mkdir(other, 0o700)
+        os.chown(other, 65534, 65534)
+        return [(shared, "writable by other users"), (group, "writable by other users"),
+                (link, "not a directory (or a symbolic link)"), (other, "another user's")]
+
+    def test_refused_at_start(self):
+        for d, why in self.refused_dirs():
+            run = self.oom_probe(os.path.join(d, "oom-%n.pickle"), "1G")
+            # strict: stopped before main, as for any bad key; the program never ran
+            self.assertEqual(run.rc, 1, (d, run))
+            self.assertNotIn("RESULT", run.stdout, d)
+            self.assertIn("tessera: TESSERA_ALLOC_CONF: key 'snapshot_on_oom': %s is %s"
+                          % (d, why), run.stderr)
+            self.assertIn("stopping before the program starts", run.stderr)
+            self.assertEqual(os.listdir(os.path.realpath(d)), [], d)
+        # lenient (the PyTorch variables): said, and the run goes on without snapshots
+        shared = os.path.join(self.env.tmp, "shared")
+        run = self.oom_probe(os.path.join(shared, "oom-%n.pickle"), "1G", lenient=True)
+        self.assertEqual(run.rc, 0, run)
+        self.assertIn("OOM 1073741824", run.stdout)
+        self.assertIn("tessera: PYTORCH_CUDA_ALLOC_CONF: key 'snapshot_on_oom': %s is writable "
+                      "by other users" % shared, run.stderr)
+        self.assertIn("; ignored (no snapshots)", run.stderr)
+        self.assertEqual(os.listdir(shared), [])
+        # a missing directory is created at start, mode 0700: then it is this user's
+        fresh = os.path.join(self.env.tmp, "fresh")
+        run = self.oom_probe(os.path.join(fresh, "oom.pickle"), "1G")
+        self.assertEqual(run.rc, 0, run)
+        self.assertEqual(stat.S_IMODE(os.stat(fresh).st_mode), 0o700)
+        self.assertEqual(os.listdir(fresh), ["oom.pickle"])
+
+    def test_taken_names_get_a_number(self):
+        d = os.path.join(self.env.tmp, "oom")
+        os.mkdir(d, 0o700)
+        with open(os.path.join(d, "oom.pickle"), "w") as f:
+            f.write("keep me")
+        # no %n: the first failure's name is taken (an earlier run's file), the next ones too
+        run = self.oom_probe(os.path.join(d, "oom.pickle"), "1G", "2G", "3G")
+        self.assertEqual(run.rc, 0, run)
+        self.assertEqual(sorted(os.listdir(d)), ["oom-2.pickle", "oom-3.pickle", "oom-4.pickle",
+                                                 "oom.pickle"])
+        with open(os.path.join(d, "oom.pickle")) as f:
+            self.assertEqual(f.read(), "keep me")
+        for name, size in (("oom-2.pickle", 1), ("oom-3.pickle", 2), ("oom-4.pickle", 3)):
+            data = self.check_layout(os.path.join(d, name))
+            self.assertEqual(data["device_traces"][0][-1]["size"], size << 30, name)
+            self.assertIn("memory snapshot written to " + os.path.join(d, name), run.stderr)
+        # a name without an extension gets its number at the end
+        bare = os.path.join(self.env.tmp, "bare")
+        os.mkdir(bare, 0o700)
+        run = self.oom_probe(os.path.join(bare, "oom"), "1G", "2G")
+        self.assertEqual(sorted(os.listdir(bare)), ["oom", "oom-2"])
+
+    def test_the_last_failure_has_its_snapshot(self):
+        d = os.path.join(self.env.tmp, "oom")
+        os.mkdir(d, 0o700)
+        sizes = ["%dM" % (1024 + i) for i in range(1, 12)]  # 11 failures, each its own size
+        run = self.oom_probe(os.path.join(d, "oom-%n.pickle"), *sizes)
+        self.assertEqual(run.rc, 0, run)
+        self.assertEqual(sorted(os.listdir(d)), ["oom-%d.pickle" % n for n in range(1, 9)])
+        self.assertIn("snapshot_on_oom: 8 snapshots written; each later out of memory replaces "
+                      "the last one, %s/oom-8.pickle" % d, run.stderr)
+        for n in range(1, 8):
+            data = self.check_layout(os.path.join(d, "oom-%d.pickle" % n))
+            self.assertEqual(data["device_traces"][0][-1]["size"], (1024 + n) << 20)
+        # the eighth file holds the eleventh failure, the one that ended the run
+        data = self.check_layout(os.path.join(d, "oom-8.pickle"))
+        ooms = [e["size"] for e in data["device_traces"][0] if e["action"] == "oom"]
+        self.assertEqual(ooms, [(1024 + n) << 20 for n in range(1, 12)])
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(d, "oom-8.pickle")).st_mode), 0o600)
+
+    def test_the_last_and_a_larger_failure_have_their_line(self):
+        # many failures at once: one line a second, but a larger failure is always said, and
+        # the last one (the failure that ends the run) is said at exit when it was held back
+        sizes = ["1G"] * 40 + ["8G"] + ["1G"] * 40 + ["1536M"]
+        run = self.env.run(it.probe("oom_probe") + sizes, memory="256M")
+        self.assertEqual(run.rc, 0, run)
+        lines = [l for l in run.stderr.splitlines() if "out of memory on device" in l]
+        self.assertLess(len(lines), 40, lines)
+        self.assertTrue([l for l in lines if "tried to allocate 8.00 GiB" in l], lines)
+        self.assertIn("tried to allocate 1.50 GiB", lines[-1], lines)
+        if "suppressed; the last:" in lines[-1]:
+            self.assertRegex(lines[-1], r"tessera: \d+ more out-of-memory reports? suppressed; "
+                             r"the last: out of memory on device 0: tried to allocate 1.50 GiB")
+
+    def test_symbolize_says_how_to_get_frames(self):
+        d = os.path.join(self.env.tmp, "oom")
+        os.mkdir(d, 0o700)
+        self.oom_probe(os.path.join(d, "oom.pickle"), "1G")
+        path = os.path.join(d, "oom.pickle")
+        r = subprocess.run([it.STAT, "symbolize", path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(path + ": no frames: the snapshot was taken without them; run the program "
+                      "with history_events:N,history_frames:True", r.stdout)
 
 
 class SnapshotWhileBusy(Base):
