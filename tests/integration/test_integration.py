@@ -716,8 +716,10 @@ class Recording(Base):
         files = sorted(os.listdir(self.env.tmp))
         snaps = [f for f in files if f.startswith("oom-") and f.endswith(".pickle")]
         self.assertEqual(sorted(snaps), sorted(f"oom-{n}.pickle" for n in range(1, 9)), files)
-        self.assertEqual(run.stderr.count("snapshot_on_oom: 8 snapshots written; no more"), 1,
-                         run.stderr)
+        self.assertEqual(run.stderr.count("snapshot_on_oom: 8 snapshots written; each later out "
+                                          "of memory replaces the last one"), 1, run.stderr)
+        # and the eighth file holds the last failure's (SnapshotNeverLost has the sizes)
+        self.assertEqual(run.stderr.count("memory snapshot written to"), 8, run.stderr)
 
 
 class Capture(Base):
