@@ -55,6 +55,9 @@ class Ranges:
         i = self.find(addr)
         return i is not None and addr + size <= self.r[i][1]
 
+    def overlaps(self, addr, size):
+        return any(a < addr + size and addr < e for a, e, _ in self.r)
+
     def add(self, addr, size, stream):
         """Put a range back, merged with an adjacent one of the same stream."""
         starts = [x[0] for x in self.r]
@@ -116,6 +119,8 @@ def history_problems(data, device=0, limit=10):
             if addr not in live:
                 out.append(where + ": the block it frees is not there")
         elif act in ("segment_free", "segment_unmap"):
+            if ranges.overlaps(addr, size):  # the viewer would draw both: memory twice
+                out.append(where + ": puts back a range that is mapped already")
             ranges.add(addr, size, e["stream"])
         elif act in ("segment_alloc", "segment_map"):
             inside = blocks_in(addr, addr + size)

@@ -1,4 +1,4 @@
-/* snapshot_probe UNIT COUNT STITCH FAIL: the layouts a memory snapshot must draw right.
+/* snapshot_probe UNIT COUNT STITCH FAIL [free]: the layouts a memory snapshot must draw right.
  *
  * Allocates COUNT blocks of UNIT bytes (the device full, or nearly), frees every other one, asks
  * for STITCH bytes (more than any free block: stitched from the scattered free pages under the
@@ -6,7 +6,8 @@
  * under PyTorch's policy), then for FAIL bytes (more than the device: an out of memory, whose
  * final retry gives every free page back, leaving holes). Prints "LIVE <address> <size>" for each
  * block it holds, waits on stdin ("READY <pid>") while the test takes a snapshot, frees
- * everything and prints "RESULT status=ok". */
+ * everything and prints "RESULT status=ok". With "free", the STITCH block is freed before the
+ * FAIL request: its stitched range is then given back in the final retry. */
 #include "probe_common.h"
 
 #include <stdint.h>
@@ -14,8 +15,8 @@
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc != 5) {
-        fprintf(stderr, "usage: snapshot_probe UNIT COUNT STITCH FAIL (bytes)\n");
+    if (argc != 5 && !(argc == 6 && strcmp(argv[5], "free") == 0)) {
+        fprintf(stderr, "usage: snapshot_probe UNIT COUNT STITCH FAIL [free] (bytes)\n");
         return 2;
     }
     size_t unit = strtoull(argv[1], NULL, 0), count = strtoull(argv[2], NULL, 0);
@@ -35,6 +36,10 @@ int main(int argc, char **argv)
     if (e != cudaSuccess) {
         big = NULL;
         (void)cudaGetLastError();
+    }
+    if (big && argc == 6) {
+        CHECK(cudaFree(big));
+        big = NULL;
     }
     void *none = NULL;
     e = cudaMalloc(&none, fail);

@@ -425,7 +425,7 @@ class ProbeRun:
     taken while it waits (idle after its last out of memory), the blocks it held then
     {address: size}, its stats page's counters then, and its output."""
 
-    def __init__(self, case, policy):
+    def __init__(self, case, policy, free_stitched=False):
         conf, unit, count = POLICIES[policy]
         env_ = case.env
         tpl = os.path.join(env_.tmp, policy + "-oom-%n.pickle")
@@ -433,6 +433,7 @@ class ProbeRun:
                                     "snapshot_on_oom:" + tpl) if x)
         env = env_.base(memory="1G", conf=conf)
         argv = it.probe("snapshot_probe") + [str(unit), str(count), str(64 * MiB), str(2 << 30)]
+        argv += ["free"] if free_stitched else []
         p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         self.live, self.lines = {}, []
@@ -470,8 +471,8 @@ class SnapshotLayout(Base):
     here without a browser (snapcheck: the viewer's rules), and in the viewer by
     SnapshotViewer."""
 
-    def check_policy(self, policy):
-        run = ProbeRun(self, policy)
+    def check_policy(self, policy, free_stitched=False):
+        run = ProbeRun(self, policy, free_stitched)
         prog = os.path.realpath(it.probe("snapshot_probe")[0])
         live = self.check_layout(run.live_path)
         for path in [run.live_path] + run.ooms:
@@ -509,6 +510,19 @@ class SnapshotLayout(Base):
         self.assertEqual([(s["total_size"], len(s["blocks"])) for s in stitched], [(64 * MiB, 1)])
         # the freed blocks' pages went back or were lent: one segment per held 8 MiB block
         self.assertEqual(len(live["segments"]), 64 + 1)
+
+    def test_default_policy_stitched_range_given_back(self):
+        # the stitched block freed before the final retry: the range is given back, its pages
+        # return to the segments that lent them (a segment_map each), then go back too
+        run, live = self.check_policy("default", free_stitched=True)
+        self.assertIn("STITCH served", run.lines)
+        self.assertEqual(len(live["segments"]), 64)  # the held 8 MiB blocks alone
+        acts = [e["action"] for e in live["device_traces"][0]]
+        # 128 handles mapped (one per 8 MiB block); 8 of the freed ones lent (unmapped from
+        # their segment) and mapped at the range; the range unmapped, the 8 returned (mapped
+        # back), then the 64 free blocks' handles given back
+        self.assertEqual((acts.count("segment_map"), acts.count("segment_unmap")),
+                         (128 + 8 + 8, 8 + 8 + 64))
 
     def test_expandable_segments_given_back(self):
         run, live = self.check_policy("expandable_segments")
@@ -560,8 +574,8 @@ class SnapshotViewer(Base):
             self.skipTest(self.missing)
         super().setUp()
 
-    def view(self, policy):
-        run = ProbeRun(self, policy)
+    def view(self, policy, free_stitched=False):
+        run = ProbeRun(self, policy, free_stitched)
         paths = [run.live_path] + run.ooms
         lines, problems = viewcheck.check(paths, self.plan)
         self.assertEqual(problems, [])
@@ -570,6 +584,9 @@ class SnapshotViewer(Base):
 
     def test_default_policy(self):
         self.view("default")
+
+    def test_default_policy_stitched_range_given_back(self):
+        self.view("default", free_stitched=True)
 
     def test_expandable_segments(self):
         self.view("expandable_segments")
