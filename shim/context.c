@@ -121,9 +121,6 @@ static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
 
-/* Runs when the library is loaded, before main: no CUDA here, only the configuration. A bad
- * TESSERA_ALLOC_CONF stops a program linked with CUDA now; any other program keeps it for its
- * first hook (config_stop), so one that never uses CUDA runs untouched and silent. */
 /* snapshot_on_oom is checked when the configuration is: a directory it would be refused at the
  * out of memory is refused now, so that no snapshot is lost to it. TESSERA_ALLOC_CONF (strict):
  * like any bad key; the PyTorch variables (lenient): a warning, and no snapshots. Only a process
@@ -146,6 +143,9 @@ static bool snapshot_dir_refused(void)
     return false;
 }
 
+/* Runs when the library is loaded, before main: no CUDA here, only the configuration. A bad
+ * TESSERA_ALLOC_CONF stops a program linked with CUDA now; any other program keeps it for its
+ * first hook (config_stop), so one that never uses CUDA runs untouched and silent. */
 __attribute__((constructor)) static void shim_load(void)
 {
     ts_config_diag diag;

@@ -642,8 +642,18 @@ class SnapshotNeverLost(Base):
                           % (d, why), run.stderr)
             self.assertIn("stopping before the program starts", run.stderr)
             self.assertEqual(os.listdir(os.path.realpath(d)), [], d)
-        # lenient (the PyTorch variables): said, and the run goes on without snapshots
+        # a program that loads CUDA itself (not linked with it) stops at its first CUDA call
         shared = os.path.join(self.env.tmp, "shared")
+        code = ("import ctypes, sys; print('started', flush=True); "
+                "rt = ctypes.CDLL('libcudart.so.13'); p = ctypes.c_void_p(); "
+                "print('cudaMalloc', rt.cudaMalloc(ctypes.byref(p), 1 << 20), flush=True)")
+        run = self.env.run([sys.executable, "-c", code], memory="256M",
+                           conf="snapshot_on_oom:" + os.path.join(shared, "oom.pickle"))
+        self.assertEqual(run.rc, 1, run)
+        self.assertEqual(run.stdout, "started\n", run)
+        self.assertIn("key 'snapshot_on_oom': %s is writable by other users" % shared, run.stderr)
+        self.assertIn("stopping at the first CUDA call", run.stderr)
+        # lenient (the PyTorch variables): said, and the run goes on without snapshots
         run = self.oom_probe(os.path.join(shared, "oom-%n.pickle"), "1G", lenient=True)
         self.assertEqual(run.rc, 0, run)
         self.assertIn("OOM 1073741824", run.stdout)
