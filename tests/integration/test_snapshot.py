@@ -71,6 +71,12 @@ class Base(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         return [v for v in json.loads(out.stdout)[pids[0]].values() if isinstance(v, dict)][0]
 
+    def middle_oom(self, first, middle, last, request, memory, conf):
+        """seed_middle: three blocks, the middle one freed, then a request that fails."""
+        return self.env.run(it.prog("seed_middle", "--first", first, "--middle", middle,
+                                    "--last", last, "--request", request), memory=memory,
+                            conf=conf)
+
     def check_layout(self, path):
         """The pickle loads with snapshot2trace's restricted unpickler and has PyTorch's keys."""
         data = s2t.load_snapshot(path)
@@ -224,10 +230,8 @@ class SnapshotFromStat(Base):
 class SnapshotOnOom(Base):
     def test_oom_snapshot_round_trips_through_replay(self):
         tpl = os.path.join(self.env.tmp, "oom-%p-%n.pickle")
-        run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
-                                   "64M", "--request", "512M"), memory="256M",
-                           conf=f"expandable_segments:False,history_events:256,"
-                                f"snapshot_on_oom:{tpl}")
+        run = self.middle_oom("64M", "64M", "64M", "512M", "256M",
+                              f"expandable_segments:False,history_events:256,snapshot_on_oom:{tpl}")
         self.assertEqual(run.rc, 2, run)
         files = glob.glob(os.path.join(self.env.tmp, "oom-*-1.pickle"))
         self.assertEqual(len(files), 1, run)
@@ -290,10 +294,9 @@ class SnapshotOnOom(Base):
         # snapshot_on_oom keeps the frames as file offsets (no symbol tables read at a failure);
         # tessera-stat symbolize names them afterwards from the program's symbol table
         tpl = os.path.join(self.env.tmp, "oom-%n.pickle")
-        run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
-                                   "64M", "--request", "512M"), memory="256M",
-                           conf=f"expandable_segments:False,history_events:256,"
-                                f"history_frames:True,snapshot_on_oom:{tpl}")
+        run = self.middle_oom("64M", "64M", "64M", "512M", "256M",
+                              f"expandable_segments:False,history_events:256,"
+                              f"history_frames:True,snapshot_on_oom:{tpl}")
         self.assertEqual(run.rc, 2, run)
         raw_path = os.path.join(self.env.tmp, "oom-1.pickle")
         raw = self.check_layout(raw_path)
@@ -392,9 +395,7 @@ class SnapshotOnOom(Base):
         path = os.path.join(self.env.tmp, "taken.pickle")
         with open(path, "w") as f:
             f.write("keep me")
-        run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
-                                   "64M", "--request", "512M"), memory="256M",
-                           conf=f"snapshot_on_oom:{path}")
+        run = self.middle_oom("64M", "64M", "64M", "512M", "256M", f"snapshot_on_oom:{path}")
         self.assertEqual(run.rc, 2, run)
         with open(path) as f:
             self.assertEqual(f.read(), "keep me")
@@ -545,10 +546,8 @@ class SnapshotLayout(Base):
         # 20, 80 and 20 MiB, the middle freed, then a request no device has: the final retry
         # gives the middle's pages back; the snapshot lists the two mapped ranges apart
         tpl = os.path.join(self.env.tmp, "oom-%n.pickle")
-        run = self.env.run(it.prog("seed_middle", "--first", "20M", "--middle", "80M", "--last",
-                                   "20M", "--request", "2G"), memory="1G",
-                           conf=f"expandable_segments:True,history_events:1000,"
-                                f"snapshot_on_oom:{tpl}")
+        run = self.middle_oom("20M", "80M", "20M", "2G", "1G",
+                              f"expandable_segments:True,history_events:1000,snapshot_on_oom:{tpl}")
         self.assertEqual(run.rc, 2, run)
         data = self.check_layout(os.path.join(self.env.tmp, "oom-1.pickle"))
         self.assertEqual(snapcheck.history_problems(data), [])
