@@ -148,7 +148,8 @@ void ts_snap_set_settings(ts_snap *s, const ts_config *cfg, const char *conf)
                                                                  : (int64_t)cfg->max_split_size;
     s->settings.garbage_collection_threshold = cfg->garbage_collection_threshold;
     s->settings.expandable_segments = cfg->expandable_segments;
-    for (int k = 0; k < 16 && k < TS_ROUNDUP_INTERVALS; k++)
+    _Static_assert(TS_ROUNDUP_INTERVALS == 16, "PyTorch's table has 16 intervals, 1 .. 32768 MiB");
+    for (int k = 0; k < TS_ROUNDUP_INTERVALS; k++)
         s->settings.divisions[k] = cfg->roundup_power2_divisions[k];
 }
 

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "statspage/snapshot.h"
 
 #define MiB (1ull << 20)
@@ -203,6 +204,100 @@ static void test_snapshot_bound_counts_links(void **state)
     ts_snap_free(&s);
 }
 
+/* allocator_settings: the configuration's values, PyTorch's defaults without one. */
+static void test_snapshot_settings(void **state)
+{
+    (void)state;
+    ts_snap s;
+    ts_snap_init(&s);
+    assert_int_equal(s.settings.max_split_size, -1);
+    ts_config cfg;
+    assert_int_equal(ts_config_parse(&cfg, "max_split_size_mb:40,garbage_collection_threshold:0.5,"
+                                     "roundup_power2_divisions:[64:8,>:2],expandable_segments:True",
+                                     "T", TS_CONFIG_STRICT, NULL, NULL, NULL), 0);
+    ts_snap_set_settings(&s, &cfg, "max_split_size_mb:40,\x01\xff");
+    assert_int_equal(s.settings.max_split_size, 40 * MiB);
+    assert_true(s.settings.garbage_collection_threshold == 0.5);
+    assert_true(s.settings.expandable_segments);
+    for (int k = 0; k < 16; k++)
+        assert_int_equal(s.settings.divisions[k], k <= 6 ? 8 : 2);
+    assert_string_equal(s.conf, "max_split_size_mb:40,??"); /* printable ASCII only */
+    /* unlimited is -1, as PyTorch writes SIZE_MAX */
+    assert_int_equal(ts_config_parse(&cfg, "", "T", TS_CONFIG_STRICT, NULL, NULL, NULL), 0);
+    ts_snap_set_settings(&s, &cfg, "");
+    assert_int_equal(s.settings.max_split_size, -1);
+    assert_int_equal(s.settings.expandable_segments, cfg.expandable_segments);
+    /* a text that did not parse (a forged page): PyTorch's defaults, the text still shown */
+    ts_snap_set_settings(&s, NULL, "nonsense");
+    assert_int_equal(s.settings.max_split_size, -1);
+    assert_false(s.settings.expandable_segments);
+    assert_int_equal(s.settings.divisions[3], 0);
+    assert_string_equal(s.conf, "nonsense");
+    ts_snap_set_settings(&s, NULL, NULL);
+    assert_string_equal(s.conf, "");
+    ts_snap_free(&s);
+}
+
+/* The pickle of a snapshot, read back as bytes. */
+static char *pickle_of(ts_snap *s, size_t *n)
+{
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    ts_snap_link(s);
+    assert_int_equal(ts_snap_write_pickle(s, fileno(f)), 0);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)len + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+}
+
+static bool has(const char *buf, size_t n, const char *what)
+{
+    return memmem(buf, n, what, strlen(what)) != NULL;
+}
+
+/* Frames are named by the mapping they fall in, and only by one of the snapshot's mappings; an
+ * out of memory entry has device_free where others have addr; sizes are what was asked for. */
+static void test_snapshot_pickle(void **state)
+{
+    (void)state;
+    ts_snap s;
+    ts_snap_init(&s);
+    assert_int_equal(ts_snap_add_segment(&s, 0, 0, false, false), 0);
+    assert_int_equal(ts_snap_add_block(&s, A0, 4 * MiB, 2 * MiB, ALLOC), 0);
+    /* one mapping in the snapshot; the slot after it holds one that must never be read */
+    s.maps = calloc(2, sizeof *s.maps);
+    assert_non_null(s.maps);
+    s.nmaps = 1;
+    s.maps[0] = (ts_snap_mapping){0x1000, 0x2000, 0x100, "/opt/app/bin"};
+    s.maps[1] = (ts_snap_mapping){0x3000, 0x4000, 0, "/WRONG"};
+    tessera_history_event t[3] = {ev(TESSERA_EV_SEGMENT_ALLOC, A0, 4 * MiB, 1),
+                                  ev(TESSERA_EV_ALLOC, A0, 4 * MiB, 2),
+                                  ev(TESSERA_EV_OOM, 123456789, 64 * MiB, 3)};
+    t[1].requested = 3 * MiB;
+    t[1].frames[0] = 0x1010; /* in /opt/app/bin, offset 0x110 (the call: 0x10f) */
+    t[1].frames[1] = 0x3010; /* in no mapping of the snapshot */
+    assert_int_equal(ts_snap_add_trace(&s, 0, events(t, 3), 3), 0);
+    size_t n;
+    char *buf = pickle_of(&s, &n);
+    assert_true(has(buf, n, "/opt/app/bin"));
+    assert_true(has(buf, n, "0x110"));
+    assert_false(has(buf, n, "WRONG"));
+    assert_true(has(buf, n, "device_free"));
+    assert_true(has(buf, n, "pinned_num_register_threads"));
+    /* the alloc's size is the request (3 MiB: BININT 'J' 00 00 30 00), never the block's 4;
+     * nothing else in it is 3 MiB */
+    const char want[] = {'s', 'i', 'z', 'e', 'J', 0, 0, 0x30, 0};
+    assert_non_null(memmem(buf, n, want, sizeof want));
+    free(buf);
+    ts_snap_free(&s);
+}
+
 static char dir[64];
 
 static void path_in(char *out, size_t len, const char *name)
@@ -294,6 +389,8 @@ int main(void)
         cmocka_unit_test(test_snapshot_links),
         cmocka_unit_test(test_snapshot_bound_counts_links),
         cmocka_unit_test(test_snapshot_file_names),
+        cmocka_unit_test(test_snapshot_settings),
+        cmocka_unit_test(test_snapshot_pickle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
