@@ -274,19 +274,25 @@ static void test_snapshot_pickle(void **state)
     s.maps = calloc(2, sizeof *s.maps);
     assert_non_null(s.maps);
     s.nmaps = 1;
-    s.maps[0] = (ts_snap_mapping){0x1000, 0x2000, 0x100, "/opt/app/bin"};
+    s.maps[0] = (ts_snap_mapping){0x1000, 0x2000, 0x500, "/opt/app/bin"};
     s.maps[1] = (ts_snap_mapping){0x3000, 0x4000, 0, "/WRONG"};
     tessera_history_event t[3] = {ev(TESSERA_EV_SEGMENT_ALLOC, A0, 4 * MiB, 1),
                                   ev(TESSERA_EV_ALLOC, A0, 4 * MiB, 2),
                                   ev(TESSERA_EV_OOM, 123456789, 64 * MiB, 3)};
     t[1].requested = 3 * MiB;
-    t[1].frames[0] = 0x1010; /* in /opt/app/bin, offset 0x110 (the call: 0x10f) */
+    t[1].frames[0] = 0x1010; /* in /opt/app/bin at offset 0x510 */
     t[1].frames[1] = 0x3010; /* in no mapping of the snapshot */
+    t[1].frames[2] = 0x1000; /* a mapping's first byte: in it, offset 0x500 */
+    t[1].frames[3] = 0x2000; /* its end: not in it */
+    t[1].nframes = 4;
     assert_int_equal(ts_snap_add_trace(&s, 0, events(t, 3), 3), 0);
     size_t n;
     char *buf = pickle_of(&s, &n);
     assert_true(has(buf, n, "/opt/app/bin"));
-    assert_true(has(buf, n, "0x110"));
+    assert_true(has(buf, n, "0x510"));
+    assert_true(has(buf, n, "0x500"));
+    assert_true(has(buf, n, "0x2000")); /* unnamed: its address, file "??" */
+    assert_false(has(buf, n, "0x1500"));
     assert_false(has(buf, n, "WRONG"));
     assert_true(has(buf, n, "device_free"));
     assert_true(has(buf, n, "pinned_num_register_threads"));
