@@ -243,7 +243,8 @@ static char *pickle_of(ts_snap *s, size_t *n)
 {
     FILE *f = tmpfile();
     assert_non_null(f);
-    ts_snap_link(s);
+    if (!s->linked)
+        ts_snap_link(s);
     assert_int_equal(ts_snap_write_pickle(s, fileno(f)), 0);
     fseek(f, 0, SEEK_END);
     long len = ftell(f);
@@ -285,7 +286,21 @@ static void test_snapshot_pickle(void **state)
     t[1].frames[2] = 0x1000; /* a mapping's first byte: in it, offset 0x500 */
     t[1].frames[3] = 0x2000; /* its end: not in it */
     t[1].nframes = 4;
-    assert_int_equal(ts_snap_add_trace(&s, 0, events(t, 3), 3), 0);
+    /* a forged count of frames: only the 16 an event holds are read (the next event's first
+     * word, right after them, is a pc that must not be named) */
+    t[0].nframes = TESSERA_HISTORY_MAX_FRAMES + 1;
+    for (unsigned i = 0; i < TESSERA_HISTORY_MAX_FRAMES; i++)
+        t[0].frames[i] = 0x1800;
+    t[1].seq = 0x1abc;
+    /* one event more in memory than in the trace, which nothing may read */
+    tessera_history_event *e = malloc(4 * sizeof *e);
+    assert_non_null(e);
+    memcpy(e, t, 3 * sizeof *e);
+    e[3] = ev(TESSERA_EV_ALLOC, A0, 4 * MiB, 4);
+    e[3].frames[0] = 0x1abc;
+    assert_int_equal(ts_snap_add_trace(&s, 0, e, 3), 0);
+    ts_snap_link(&s);
+    s.blocks[0].origin = (ts_snap_origin){0, 3}; /* an origin past the trace: no frames */
     size_t n;
     char *buf = pickle_of(&s, &n);
     assert_true(has(buf, n, "/opt/app/bin"));
@@ -294,6 +309,7 @@ static void test_snapshot_pickle(void **state)
     assert_true(has(buf, n, "0x2000")); /* unnamed: its address, file "??" */
     assert_false(has(buf, n, "0x1500"));
     assert_false(has(buf, n, "WRONG"));
+    assert_false(has(buf, n, "0xfbc"));
     assert_true(has(buf, n, "device_free"));
     assert_true(has(buf, n, "pinned_num_register_threads"));
     /* the alloc's size is the request (3 MiB: BININT 'J' 00 00 30 00), never the block's 4;
