@@ -444,13 +444,12 @@ static void write_segment(pk *p, const ts_snap *s, const ts_snap_segment *g)
     pk_dict_end(p);
 }
 
-/* PyTorch's trace entry sizes: what the program asked for, for the block events (the ring
- * also has the block's size; rings of tessera 0.1 have no request: the size then). */
+/* PyTorch's trace entry sizes: what the program asked for (the ring's requested: block events
+ * and oom; the block events' size is the block's), else the event's size (segment events, and
+ * rings of tessera 0.1, which have no request). */
 static uint64_t event_size(const tessera_history_event *e)
 {
-    bool block_event = e->action == TESSERA_EV_ALLOC || e->action == TESSERA_EV_FREE_REQUESTED ||
-                       e->action == TESSERA_EV_FREE_COMPLETED;
-    return block_event && e->requested ? e->requested : e->size;
+    return e->requested ? e->requested : e->size;
 }
 
 static void write_event(pk *p, const ts_snap *s, const tessera_history_event *e)

@@ -51,6 +51,10 @@ SEGMENT_KEYS = {"device", "address", "total_size", "allocated_size", "active_siz
                 "frames", "blocks"}
 BLOCK_KEYS = {"address", "size", "requested_size", "state", "frames"}
 EVENT_KEYS = {"action", "addr", "size", "stream", "time_us", "frames"}
+SETTINGS_KEYS = {"PYTORCH_CUDA_ALLOC_CONF", "max_split_size", "garbage_collection_threshold",
+                 "expandable_segments", "pinned_num_register_threads",
+                 "release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
+                 "roundup_power2_divisions"}
 
 
 class Base(unittest.TestCase):
@@ -101,6 +105,10 @@ class Base(unittest.TestCase):
                 self.assertEqual(set(e), keys, e)
                 self.assertIn(e["action"], s2t.KNOWN_ACTIONS)
         self.assertEqual(snapcheck.layout_problems(data), [])
+        # allocator_settings: PyTorch's keys, its table of 16 intervals
+        self.assertEqual(set(data["allocator_settings"]), SETTINGS_KEYS)
+        self.assertEqual(list(data["allocator_settings"]["roundup_power2_divisions"]),
+                         [str(1 << k) for k in range(16)])
         # and its converter accepts it in both formats
         for fmt in ("csv", "dump"):
             out = subprocess.run([sys.executable, os.path.join(it.SOURCE, "scripts", "snapshot2trace"),

@@ -172,6 +172,31 @@ static void test_snapshot_links(void **state)
     ts_snap_free(&s);
 }
 
+/* Segments added out of address order (a page read slot by slot, say) are linked alike. */
+static void test_snapshot_links_out_of_order(void **state)
+{
+    (void)state;
+    ts_snap s;
+    ts_snap_init(&s);
+    for (int k = 3; k >= 0; k--) {
+        assert_int_equal(ts_snap_add_segment(&s, 0, 0, false, false), 0);
+        assert_int_equal(ts_snap_add_block(&s, A0 + (uint64_t)k * 20 * MiB, 20 * MiB, MiB, ALLOC),
+                         0);
+    }
+    tessera_history_event t[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = ev(TESSERA_EV_SEGMENT_ALLOC, A0 + (uint64_t)k * 20 * MiB, 20 * MiB, 1);
+        t[2 * k + 1] = ev(TESSERA_EV_ALLOC, A0 + (uint64_t)k * 20 * MiB, MiB, 2);
+    }
+    assert_int_equal(ts_snap_add_trace(&s, 0, events(t, 8), 8), 0);
+    ts_snap_link(&s);
+    for (int k = 0; k < 4; k++) { /* segment and block 3 - k are at A0 + k * 20 MiB */
+        ORIGIN(s.segs[3 - k].origin, 0, (size_t)(2 * k));
+        ORIGIN(s.blocks[3 - k].origin, 0, (size_t)(2 * k + 1));
+    }
+    ts_snap_free(&s);
+}
+
 /* The bound keeps the newest events and counts each linked block's frames. */
 static void test_snapshot_bound_counts_links(void **state)
 {
@@ -409,6 +434,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_runs),
         cmocka_unit_test(test_snapshot_links),
+        cmocka_unit_test(test_snapshot_links_out_of_order),
         cmocka_unit_test(test_snapshot_bound_counts_links),
         cmocka_unit_test(test_snapshot_file_names),
         cmocka_unit_test(test_snapshot_settings),
