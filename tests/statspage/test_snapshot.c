@@ -178,22 +178,27 @@ static void test_snapshot_links_out_of_order(void **state)
     (void)state;
     ts_snap s;
     ts_snap_init(&s);
-    for (int k = 3; k >= 0; k--) {
+    for (int k = 4; k >= 0; k--) {
         assert_int_equal(ts_snap_add_segment(&s, 0, 0, false, false), 0);
         assert_int_equal(ts_snap_add_block(&s, A0 + (uint64_t)k * 20 * MiB, 20 * MiB, MiB, ALLOC),
                          0);
     }
-    tessera_history_event t[8];
+    /* an older map over the first four (its end: the fifth's start), then each of them made */
+    tessera_history_event t[9];
+    t[0] = ev(TESSERA_EV_SEGMENT_MAP, A0, 80 * MiB, 1);
     for (int k = 0; k < 4; k++) {
-        t[2 * k] = ev(TESSERA_EV_SEGMENT_ALLOC, A0 + (uint64_t)k * 20 * MiB, 20 * MiB, 1);
-        t[2 * k + 1] = ev(TESSERA_EV_ALLOC, A0 + (uint64_t)k * 20 * MiB, MiB, 2);
+        t[1 + 2 * k] = ev(TESSERA_EV_SEGMENT_ALLOC, A0 + (uint64_t)k * 20 * MiB, 20 * MiB, 2);
+        t[2 + 2 * k] = ev(TESSERA_EV_ALLOC, A0 + (uint64_t)k * 20 * MiB, MiB, 3);
     }
-    assert_int_equal(ts_snap_add_trace(&s, 0, events(t, 8), 8), 0);
+    assert_int_equal(ts_snap_add_trace(&s, 0, events(t, 9), 9), 0);
     ts_snap_link(&s);
-    for (int k = 0; k < 4; k++) { /* segment and block 3 - k are at A0 + k * 20 MiB */
-        ORIGIN(s.segs[3 - k].origin, 0, (size_t)(2 * k));
-        ORIGIN(s.blocks[3 - k].origin, 0, (size_t)(2 * k + 1));
+    for (int k = 0; k < 4; k++) { /* segment and block 4 - k are at A0 + k * 20 MiB */
+        ORIGIN(s.segs[4 - k].origin, 0, (size_t)(1 + 2 * k)); /* the newest, not the older map */
+        ORIGIN(s.blocks[4 - k].origin, 0, (size_t)(2 + 2 * k));
     }
+    /* the fifth starts where the older map ends: not made by it */
+    assert_int_equal(s.segs[0].origin.trace, -1);
+    assert_int_equal(s.blocks[0].origin.trace, -1);
     ts_snap_free(&s);
 }
 
