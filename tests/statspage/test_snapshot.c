@@ -415,6 +415,13 @@ static void test_snapshot_file_names(void **state)
                      0);
     path_in(want, sizeof want, "a.d/oom-2");
     assert_string_equal(chosen, want);
+    /* a name that starts with its only dot has no extension either */
+    write_text("a.d/.oom", "keep");
+    path_in(path, sizeof path, "a.d/.oom");
+    assert_int_equal(ts_snap_write_new_file(&s, path, 100, chosen, sizeof chosen, err, sizeof err),
+                     0);
+    path_in(want, sizeof want, "a.d/.oom-2");
+    assert_string_equal(chosen, want);
     /* replacing: only when asked */
     path_in(path, sizeof path, "oom.pickle");
     assert_int_equal(ts_snap_replace_file(&s, path, err, sizeof err), 0);
