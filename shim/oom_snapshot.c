@@ -21,7 +21,7 @@
  * (ts_oom_snapshot_forget). Under it: */
 static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned oom_failures; /* out-of-memory failures seen */
-static unsigned oom_written;  /* snapshots that reached the disk, counting the last file once */
+static unsigned oom_written;  /* snapshots of the first OOM_SNAPSHOTS_MAX failures on the disk */
 static char last_path[4096];  /* the last file (OOM_SNAPSHOTS_MAX-th): who wrote it, and which */
 static dev_t last_dev;
 static ino_t last_ino;
@@ -186,8 +186,7 @@ void ts_oom_snapshot(const char *tpl, ts_allocator *a, ts_history *h)
 {
     pthread_mutex_lock(&snap_lock);
     unsigned n = ++oom_failures;
-    bool was_written = n > OOM_SNAPSHOTS_MAX && last_path[0];
-    if (write_one(tpl, n, a, h) && !was_written)
+    if (write_one(tpl, n, a, h) && n <= OOM_SNAPSHOTS_MAX)
         oom_written++;
     if (n == OOM_SNAPSHOTS_MAX) {
         if (oom_written == OOM_SNAPSHOTS_MAX)

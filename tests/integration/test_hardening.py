@@ -795,6 +795,10 @@ class Snapshots(Base):
         self.assertIsNotNone(m, run.stderr[-2000:])
         self.assertEqual(int(m.group(1)), len(os.listdir(full)))
         self.assertEqual(int(m.group(1)) + int(m.group(2)), 8)
+        # each of the first 8 says why it was not written; the later ones, once in all
+        errors = [l for l in run.stderr.splitlines() if "snapshot_on_oom: cannot" in l]
+        self.assertEqual(len([l for l in errors if "(said once)" not in l]), int(m.group(2)))
+        self.assertLessEqual(len([l for l in errors if "(said once)" in l]), 1)
 
 
 class TrustChecks(Base):

@@ -540,7 +540,8 @@ class SnapshotLayout(Base):
         # after the last, in four 20 MiB pages: 24 segments, the last one 100 MiB
         sizes = [s["total_size"] for s in sorted(live["segments"], key=lambda s: s["address"])]
         self.assertEqual(sizes, [20 * MiB] * 23 + [100 * MiB])
-        self.assertTrue(all(s["is_expandable"] for s in live["segments"]))
+        for data in (live, self.check_layout(run.ooms[-1])):
+            self.assertTrue(all(s["is_expandable"] for s in data["segments"]))
 
     def test_pytorch_policy(self):
         run, live = self.check_policy("pytorch")
@@ -548,7 +549,8 @@ class SnapshotLayout(Base):
         self.assertEqual(len(run.ooms), 2)
         # cudaMalloc'd segments: 50 of 20 MiB, each with its held block and free rest
         self.assertEqual([s["total_size"] for s in live["segments"]], [20 * MiB] * 50)
-        self.assertFalse(any(s["is_expandable"] for s in live["segments"]))
+        for data in (live, self.check_layout(run.ooms[-1])):
+            self.assertFalse(any(s["is_expandable"] for s in data["segments"]))
 
     def test_holes_of_a_given_back_middle(self):
         # 20, 80 and 20 MiB, the middle freed, then a request no device has: the final retry
