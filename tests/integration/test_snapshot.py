@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import pickle
+import re
 import shutil
 import stat
 import subprocess
@@ -119,7 +120,8 @@ class Base(unittest.TestCase):
 
 class SnapshotFromStat(Base):
     def test_snapshot_of_a_running_process(self):
-        env = self.env.base(conf="expandable_segments:False,history_events:1000")
+        env = self.env.base(conf="expandable_segments:False,history_events:1000,"
+                                 "max_split_size_mb:100,roundup_power2_divisions:[1:0,1024:8,>:2]")
         p = subprocess.Popen(it.probe("stats_probe"), env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -161,7 +163,10 @@ class SnapshotFromStat(Base):
         # settings in every snapshot (PyTorch's viewer shows them), and what the device had
         settings = data["allocator_settings"]
         self.assertIn("history_events:1000", settings["PYTORCH_CUDA_ALLOC_CONF"])
-        self.assertEqual((settings["max_split_size"], settings["expandable_segments"]), (-1, False))
+        self.assertEqual((settings["max_split_size"], settings["expandable_segments"]),
+                         (100 * MiB, False))
+        self.assertEqual([settings["roundup_power2_divisions"][str(1 << k)] for k in range(16)],
+                         [0] * 10 + [8] + [2] * 5)
         self.assertEqual(data["tessera"]["devices"],
                          [{"device": 0, "total_bytes": 512 * MiB, "memory_limit_bytes": 0}])
         events = data["device_traces"][0]
@@ -493,6 +498,10 @@ class SnapshotLayout(Base):
         # the failure that ended the run: the layout the process holds now
         self.assertEqual(check_layout_blocks(self.check_layout(run.ooms[-1])),
                          check_layout_blocks(live))
+        # the settings in force, from the page (live) and from the process (out of memory)
+        for data in (live, self.check_layout(run.ooms[-1])):
+            self.assertEqual(data["allocator_settings"]["expandable_segments"],
+                             policy != "pytorch", policy)
         # every block the program holds, where its address says, with the size it asked for
         allocated = active(live)
         self.assertEqual({a: b["requested_size"] for a, b in allocated.items()}, run.live)
@@ -727,9 +736,15 @@ class SnapshotNeverLost(Base):
         self.assertLess(len(lines), 40, lines)
         self.assertTrue([l for l in lines if "tried to allocate 8.00 GiB" in l], lines)
         self.assertIn("tried to allocate 1.50 GiB", lines[-1], lines)
-        if "suppressed; the last:" in lines[-1]:
-            self.assertRegex(lines[-1], r"tessera: \d+ more out-of-memory reports? suppressed; "
-                             r"the last: out of memory on device 0: tried to allocate 1.50 GiB")
+        m = re.match(r"tessera: (\d+) more out-of-memory (reports?) suppressed; the last: out of "
+                     r"memory on device 0: tried to allocate 1.50 GiB", lines[-1])
+        if m:  # held back: said at exit, with its count
+            self.assertEqual(m.group(2), "report" if m.group(1) == "1" else "reports", lines[-1])
+        # the last failure said when it happened: nothing is left to say at exit
+        run = self.env.run(it.probe("oom_probe") + ["1G"] * 40 + ["8G"], memory="256M")
+        lines = [l for l in run.stderr.splitlines() if l.startswith("tessera: ")]
+        self.assertIn("tried to allocate 8.00 GiB", lines[-1], lines)
+        self.assertNotIn("suppressed; the last", run.stderr)
 
     def test_symbolize_says_how_to_get_frames(self):
         d = os.path.join(self.env.tmp, "oom")
