@@ -11,7 +11,8 @@
 
 #include <stdlib.h>
 
-/* Sort keys: indices into s->segs or s->blocks, ordered by address. */
+/* Sort keys: indices into s->segs or s->blocks, ordered by address (one device's segments and
+ * blocks never share an address). */
 typedef struct link_key {
     uint64_t addr;
     size_t index;
@@ -20,9 +21,7 @@ typedef struct link_key {
 static int key_cmp(const void *x, const void *y)
 {
     const link_key *a = x, *b = y;
-    if (a->addr != b->addr)
-        return a->addr < b->addr ? -1 : 1;
-    return a->index < b->index ? -1 : (a->index > b->index);
+    return (a->addr > b->addr) - (a->addr < b->addr);
 }
 
 /* The first key at or above addr. */
