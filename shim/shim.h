@@ -274,6 +274,11 @@ TS_HIDDEN bool ts_pointer_attributes(unsigned int n, CUpointer_attribute *attrs,
 /* oom_snapshot.c: write the snapshot_on_oom snapshot of a (its history ring h may be NULL). */
 struct ts_history;
 TS_HIDDEN void ts_oom_snapshot(const char *path_template, ts_allocator *a, struct ts_history *h);
+/* At start: would a snapshot be written into the directory path_template names (created, mode
+ * 0700, when missing)? false with why when it would be refused at the out of memory. */
+TS_HIDDEN bool ts_oom_snapshot_check(const char *path_template, char *why, size_t len);
+/* In a fork child. */
+TS_HIDDEN void ts_oom_snapshot_forget(void);
 TS_HIDDEN void ts_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The same at most once per key per process (key: any stable pointer). */
 TS_HIDDEN void ts_log_once(const void *key, const char *fmt, ...)

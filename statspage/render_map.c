@@ -59,6 +59,7 @@ static int cell_of_block(const tessera_page_segment *s, uint32_t state)
     case TESSERA_BLOCK_ALLOCATED: return s->kind == TESSERA_SEGMENT_STITCHED ? C_STITCH : C_ALLOC;
     case TESSERA_BLOCK_PENDING: return C_PENDING;
     case TESSERA_BLOCK_FREE: return C_FREE;
+    case TESSERA_BLOCK_LENT: return C_ALLOC; /* in use, by the stitched segment it backs */
     default: return C_UNMAPPED;
     }
 }

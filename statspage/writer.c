@@ -525,6 +525,8 @@ static int map_block_cb(void *user, const ts_segment_info *seg, const ts_block_i
     case TESSERA_BLOCK_UNMAPPED:
         b->map.unmapped_bytes = sat_add(b->map.unmapped_bytes, size);
         break;
+    case TESSERA_BLOCK_LENT:
+        break; /* the stitched segment it backs counts those bytes */
     default:
         state = TESSERA_BLOCK_ALLOCATED; /* unknown: show as in use, the safe reading */
         break;

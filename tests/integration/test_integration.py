@@ -606,6 +606,47 @@ class Recording(Base):
         self.assertEqual(doc["skipped_frees"], 0)
 
 
+    # What RMM's replay benchmark accepts (its log parser and replay.cpp): the actions allocate,
+    # free and allocate failure (RMM 22.04 on); and, in the whole file, only the streams 0, 1
+    # (cudaStreamLegacy) and 2 (cudaStreamPerThread): one other stream and it replays nothing.
+    RMM_ACTIONS = ("allocate", "free", "allocate failure")
+    RMM_STREAMS = (0, 1, 2)
+
+    def rmm_refuses(self, path):
+        """The rows of a trace RMM's replay refuses."""
+        with open(path) as f:
+            rows = [r.split(",") for r in f.read().splitlines()[1:]]
+        return [r for r in rows if r[2] not in self.RMM_ACTIONS or
+                int(r[5], 16) not in self.RMM_STREAMS]
+
+    def test_what_rmm_replays(self):
+        # cudaMalloc/cudaFree and a failed request: RMM replays the whole trace
+        for argv, rc in ((prog("churn", "--iters", "200", "--max-size", "2M"), 0),
+                         (prog("seed_middle", "--first", "64M", "--middle", "64M", "--last", "64M",
+                               "--request", "512M"), 2)):
+            trace = os.path.join(self.env.tmp, "plain.csv")
+            run = self.env.run(argv, memory="256M", extra={"TESSERA_TRACE": trace})
+            self.assertEqual(run.rc, rc, run)
+            self.assertEqual(self.rmm_refuses(trace), [])
+        # cudaMallocAsync on the program's streams: those rows name them, and RMM refuses the
+        # file (README, docs/configuration.md); tessera-replay serves them per stream
+        trace = os.path.join(self.env.tmp, "async.csv")
+        run = self.env.run(prog("async_pool"), extra={"TESSERA_TRACE": trace})
+        self.ok(run)
+        refused = self.rmm_refuses(trace)
+        self.assertGreater(len(refused), 0)
+        self.assertEqual({r[2] for r in refused}, {"allocate", "free"})
+        # the documented way to give it to RMM: every row on the default stream
+        rmm = os.path.join(self.env.tmp, "rmm.csv")
+        subprocess.run(["awk", "-F,", "-v", "OFS=,", "NR>1{$6=0}1", trace], check=True,
+                       stdout=open(rmm, "w"))
+        self.assertEqual(self.rmm_refuses(rmm), [])
+        for path in (trace, rmm):
+            rep = subprocess.run([REPLAY, "--json", path], capture_output=True, text=True)
+            self.assertEqual(rep.returncode, 0, rep.stderr)
+            self.assertEqual(json.loads(rep.stdout)["allocations"],
+                             run.stats["allocation.all.allocated"], path)
+
     def test_trace_failed_allocation_in_rmm_form(self):
         trace = os.path.join(self.env.tmp, "oom.csv")
         run = self.env.run(prog("seed_middle", "--first", "64M", "--middle", "64M", "--last", "64M",
@@ -697,8 +738,10 @@ class Recording(Base):
         files = sorted(os.listdir(self.env.tmp))
         snaps = [f for f in files if f.startswith("oom-") and f.endswith(".pickle")]
         self.assertEqual(sorted(snaps), sorted(f"oom-{n}.pickle" for n in range(1, 9)), files)
-        self.assertEqual(run.stderr.count("snapshot_on_oom: 8 snapshots written; no more"), 1,
-                         run.stderr)
+        self.assertEqual(run.stderr.count("snapshot_on_oom: 8 snapshots written; each later out "
+                                          "of memory replaces the last one"), 1, run.stderr)
+        # and the eighth file holds the last failure's (SnapshotNeverLost has the sizes)
+        self.assertEqual(run.stderr.count("memory snapshot written to"), 8, run.stderr)
 
 
 class Capture(Base):
