@@ -5,6 +5,7 @@
 #include "statspage/render.h"
 
 #include "statspage/collect.h"
+#include "statspage/keys.h"
 #include "statspage/render_text.h"
 
 #include <inttypes.h>
@@ -751,23 +752,10 @@ void ts_render_json(FILE *f, const ts_proc_view *views, size_t n)
             const tessera_device_stats *st = &s->head.stats;
             fprintf(f, "\n      \"device\": %" PRId32 ",\n      \"context_id\": %" PRIu64, s->head.device,
                     s->head.context_id);
-            for (size_t x = 0; x < NFIELDS; x++) {
-                const struct field *fd = &FIELDS[x];
-                if (!field_present(h, fd))
-                    continue;
-                if (fd->kind == F_ARRAY) {
-                    for (int p = 0; p < TESSERA_POOL_COUNT; p++)
-                        for (int sub = 0; sub < 4; sub++)
-                            fprintf(f, ",\n      \"%s.%s.%s\": %" PRId64, fd->name, POOL_NAMES[p],
-                                    SUB_NAMES[sub], stat_word(st, stat_off(fd, p, sub)));
-                } else if (fd->kind == F_SINGLE) {
-                    for (int sub = 0; sub < 4; sub++)
-                        fprintf(f, ",\n      \"%s.%s\": %" PRId64, fd->name, SUB_NAMES[sub],
-                                stat_word(st, fd->offset + (size_t)sub * 8));
-                } else {
-                    fprintf(f, ",\n      \"%s\": %" PRId64, fd->name, stat_word(st, fd->offset));
-                }
-            }
+            /* key i is word i (statspage/keys.h); words past the writer's are not shown */
+            for (size_t w = 0; w < TS_STATS_KEYS && w < h->stats_words; w++)
+                fprintf(f, ",\n      \"%s\": %" PRId64, ts_stats_key_name(w),
+                        stat_word(st, w * sizeof(int64_t)));
             const tessera_page_map *m = &s->head.map;
             fprintf(f, ",\n      \"segment_map\": {\"published\": %s, \"ops\": %" PRIu64
                        ", \"segments\": %" PRIu32 ", \"blocks\": %" PRIu32 ", \"truncated\": %s"
