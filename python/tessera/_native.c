@@ -253,25 +253,33 @@ static PyObject *raise_page(int status, int pid, const char *fmt, ...)
 
 /* --- reading a slot -------------------------------------------------------------------------- */
 
-/* The slot to read: the given device's, else device 0's, else the lowest device in use. Peeks at
- * each slot's state and device (a mapped page: two loads each; else a full copy each): the
- * chosen slot is then copied and validated whole. -1 when no active slot matches. */
-static int slot_choose(ts_page *pg, int device)
+/* The slot to read: the given device's, else device 0's, else the lowest device in use. A mapped
+ * page (the process's own) is peeked at, each slot's state and device (two loads); another
+ * process's page is read slot by slot, and a slot that does not validate fails the call as it
+ * fails tessera-stat PID (*status, pg->error). The chosen slot is then copied and validated whole.
+ * -1 when no active slot matches, or on an error (*status not TS_PAGE_OK). */
+static int slot_choose(ts_page *pg, int device, int *status)
 {
     const tessera_page_header *h = &pg->hdr;
     int best = -1, best_dev = INT_MAX;
+    *status = TS_PAGE_OK;
     for (uint32_t k = 0; k < h->slot_count; k++) {
         uint32_t state;
         int32_t dev;
-        if (pg->mem) {
+        if (pg->mapped) {
             const tessera_page_slot_head *head =
                 (const void *)(pg->mem + h->header_size + (size_t)k * h->slot_size);
             state = __atomic_load_n(&head->state, __ATOMIC_ACQUIRE);
             dev = __atomic_load_n(&head->device, __ATOMIC_RELAXED);
         } else {
             tessera_page_slot_head head;
-            if (ts_page_snapshot(pg, k, &head, NULL, NULL) != TS_PAGE_OK)
+            int st = ts_page_snapshot(pg, k, &head, NULL, NULL);
+            if (st == TS_PAGE_EEMPTY)
                 continue;
+            if (st != TS_PAGE_OK) {
+                *status = st;
+                return -1;
+            }
             state = head.state;
             dev = head.device;
         }
@@ -289,7 +297,10 @@ static int slot_choose(ts_page *pg, int device)
 static PyObject *slot_read(ts_page *pg, int pid, int device, PyObject *state, PyObject *reason)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
-        int k = slot_choose(pg, device);
+        int choice;
+        int k = slot_choose(pg, device, &choice);
+        if (choice != TS_PAGE_OK)
+            return raise_page(choice, pid, "%s: %s", pg->path, pg->error);
         if (k < 0) {
             if (device >= 0)
                 return raise_page(TS_PAGE_EEMPTY, pid,
