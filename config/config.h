@@ -126,6 +126,12 @@ void ts_config_defaults(ts_config *cfg);
 int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_config_mode mode,
                     ts_config_diag *diag, ts_config_warn_fn warn, void *user);
 
+/* The configuration text a policy name stands for (config/names.c): "default" (tessera's default
+ * policy, what no configuration gives: "") and "pytorch" (PyTorch's caching allocator:
+ * "expandable_segments:False"); NULL when text is not a name. ts_config_parse takes a whole
+ * string that is a name as the text it stands for. */
+const char *ts_config_named_policy(const char *text);
+
 /* Read the environment with the precedence above. *source receives the variable used (NULL when
  * none is set). Returns 0, or -1 with *diag filled when TESSERA_ALLOC_CONF is invalid. */
 int ts_config_from_env(ts_config *out, const char **source, ts_config_diag *diag,

@@ -234,23 +234,46 @@ static void test_table_frag(ts_statspage *page, const char *dir)
     for (int i = 0; i < 10; i += 2)
         CHECK(ts_free(a, p[i]) == TS_OK, "free %d", i);
     table_row_of(dir, 1, row, sizeof row);
-    CHECK(strstr(row, " 1 10.00 MiB 20.00 MiB 10.00 MiB 80.0% 0 0") != NULL, "holes: '%s'", row);
+    CHECK(strstr(row, " 1 10.00 MiB 20.00 MiB 10.00 MiB 80.0% +0.0% 0 0") != NULL, "holes: '%s'",
+          row);
 
     /* everything freed: the segment is whole again and serves any request up to 20 MiB */
     for (int i = 1; i < 10; i += 2)
         CHECK(ts_free(a, p[i]) == TS_OK, "free %d", i);
     table_row_of(dir, 1, row, sizeof row);
-    CHECK(strstr(row, " 1 0 B 20.00 MiB 20.00 MiB 0.0% 0 0") != NULL, "idle cache: '%s'", row);
+    CHECK(strstr(row, " 1 0 B 20.00 MiB 20.00 MiB 0.0% +0.0% 0 0") != NULL, "idle cache: '%s'",
+          row);
 
     /* a damaged page: allocated above reserved */
     tessera_seq_write_begin(sink.seq);
     tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].current, 64 * (int64_t)MiB);
     tessera_seq_write_end(sink.seq);
     table_row_of(dir, 1, row, sizeof row);
-    const char *nums = strstr(row, " 1 20.00 MiB? 20.00 MiB? 0 B? ? 0 0");
+    const char *nums = strstr(row, " 1 20.00 MiB? 20.00 MiB? 0 B? ? +0.0% 0 0");
     CHECK(nums != NULL && !strchr(nums, '-'), "inconsistent: '%s'", row);
     tessera_seq_write_begin(sink.seq);
     tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].current, 0);
+    tessera_seq_write_end(sink.seq);
+
+    /* ABOVE FLOOR: peak reserved over peak allocated, in % of the latter (the floor); a peak
+     * reserved below the peak allocated is a damaged page: '?', and the row is marked */
+    tessera_seq_write_begin(sink.seq);
+    tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].peak, 16 * (int64_t)MiB);
+    tessera_seq_write_end(sink.seq);
+    table_row_of(dir, 1, row, sizeof row);
+    CHECK(strstr(row, " 1 0 B 20.00 MiB 20.00 MiB 0.0% +25.0% 0 0") != NULL, "floor: '%s'", row);
+    tessera_seq_write_begin(sink.seq);
+    tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].peak, 21 * (int64_t)MiB);
+    tessera_seq_write_end(sink.seq);
+    table_row_of(dir, 1, row, sizeof row);
+    CHECK(strstr(row, " 1 0 B? 20.00 MiB? 20.00 MiB? ? ? 0 0") != NULL, "floor damaged: '%s'", row);
+    tessera_seq_write_begin(sink.seq);
+    tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].peak, 0);
+    tessera_seq_write_end(sink.seq);
+    table_row_of(dir, 1, row, sizeof row);
+    CHECK(strstr(row, " 1 0 B 20.00 MiB 20.00 MiB 0.0% - 0 0") != NULL, "no floor yet: '%s'", row);
+    tessera_seq_write_begin(sink.seq);
+    tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].peak, 20 * (int64_t)MiB);
     tessera_seq_write_end(sink.seq);
 
     ts_allocator_destroy(a, true);

@@ -257,6 +257,13 @@ def test_prometheus(d, a, sleeper):
     check(abs(sample(fams, "tessera_utilization_ratio", pid=pa, device="0") - 0.75) < 1e-9,
           "utilization_ratio 900/1200")
     check(sample(fams, "tessera_utilization_ratio", pid=pa, device="1") == 1.0, "utilization 1")
+    # how far above the floor: peak reserved 1200 MiB, peak allocated 900 MiB
+    check(sample(fams, "tessera_peak_reserved_above_allocated_bytes", pid=pa, device="0")
+          == 300 * MiB, "above the floor, bytes")
+    check(abs(sample(fams, "tessera_peak_reserved_above_allocated_ratio", pid=pa, device="0")
+              - 1 / 3) < 1e-6, "above the floor, ratio")
+    check(sample(fams, "tessera_peak_reserved_above_allocated_ratio", pid=pa, device="1") == 0,
+          "above the floor, device 1")
     # every counter and gauge of the X-macros has its family, and pool labels where they belong
     for c in COUNTERS:
         check("tessera_%s_total" % re.sub(r"^num_", "", c) in fams, "family for %s" % c)
@@ -331,11 +338,14 @@ def main():
             r0 = " ".join(rows[0])
             # FRAG: the fixture records no holes (inactive_split_bytes 0): its 257 MiB of free
             # cache can serve one request whole
-            check("769.00 MiB 1.00 GiB 257.00 MiB 0.0% 3 1" in r0, "row device 0: %s" % r0)
+            # ABOVE FLOOR: peak reserved 1200 MiB over peak allocated 900 MiB
+            check("769.00 MiB 1.00 GiB 257.00 MiB 0.0% +33.3% 3 1" in r0, "row device 0: %s" % r0)
             r1 = " ".join(rows[1])
-            check(" 1 100.00 MiB 100.00 MiB 0 B 0.0% 0 0" in r1, "row device 1: %s" % r1)
+            check(" 1 100.00 MiB 100.00 MiB 0 B 0.0% +0.0% 0 0" in r1, "row device 1: %s" % r1)
         check(out.splitlines()[0].split() == ["PID", "COMMAND", "DEVICE", "ALLOCATED", "RESERVED",
-                                              "UNALLOCATED", "FRAG", "RETRIES", "OOMS"], "header")
+                                              "UNALLOCATED", "FRAG", "ABOVE", "FLOOR", "RETRIES",
+                                              "OOMS"], "header")
+        check("ABOVE FLOOR: how far peak reserved was above peak allocated" in out, "floor note")
         check(str(b.pid) in out and str(sleeper.pid) in out, "all live pids listed")
         check("stale" not in out and "unreadable" not in out, "nothing stale yet")
         rc2, out2, _ = run("--dir", d, env_dir="/nonexistent")
@@ -366,6 +376,8 @@ def main():
         check("device 0  context 0x1000  slot 0" in out and "device 1  context 0x2000  slot 1" in out,
               "detail slots")
         check("segment map: 4 segments, 10 blocks, taken at op 12345" in out, "detail map line")
+        check("peak reserved above peak allocated (the floor): %d bytes, +33.3%%" % (300 * MiB)
+              in out, "detail floor line")
 
         # ---- JSON ----
         rc, out, err = run("--json", env_dir=d)
@@ -385,6 +397,9 @@ def main():
             for k, v in known.items():
                 check(ja[dev].get(k) == v, "json %s %s = %s want %s" % (dev, k, ja[dev].get(k), v))
         check(ja["0"]["segment_map"]["largest_free_block"] == 16 * MiB, "json map summary")
+        check((ja["0"]["peak_reserved_above_allocated_bytes"],
+               round(ja["0"]["peak_reserved_above_allocated_percent"], 3)) == (300 * MiB, 33.333),
+              "json above the floor")
         check(data[str(sleeper.pid)]["command"] == 'evil "quoted" back\\slash\nnext line\x01\x1b[2J',
               "json escapes a newline command")
         rc, out, err = run("--json", str(b.pid), env_dir=d)
@@ -487,7 +502,7 @@ def main():
         # a readable stale page still shows the last numbers its process published, marked
         exited = [l for l in stale_part.splitlines()
                   if l.split()[:1] == [str(c.pid)] and "exited" in l]
-        check(len(exited) == 2 and "769.00 MiB 1.00 GiB 257.00 MiB 0.0% 3 1 exited"
+        check(len(exited) == 2 and "769.00 MiB 1.00 GiB 257.00 MiB 0.0% +33.3% 3 1 exited"
               in " ".join(exited[0].split()), "stale page's last numbers: %s" % out)
         live_part = out.split("stale pages")[0]
         check(str(a.pid) in live_part and str(c.pid) not in live_part, "live part")
