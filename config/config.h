@@ -156,7 +156,9 @@ typedef struct ts_config_device {
  * allocator uses and what verbose output and the stats page print:
  *  - stitching needs expandable segments (it lends their pages), so it turns them on;
  *  - on a device without the virtual-memory API (dev->vm_granularity 0) both are off;
- *  - with defragment, expandable pages default to the device's granularity.
+ *  - with defragment, expandable pages default to 2 MiB (every CUDA device's granularity), so
+ *    that the process's configuration is the one in force on its devices;
+ *  - on a device, an expandable page is whole granules of it (rounded up).
  * dev NULL applies the rules that need no device (ts_config_parse does, before returning).
  * Idempotent: resolving a resolved configuration changes nothing. */
 void ts_config_resolve(ts_config *cfg, const ts_config_device *dev);
