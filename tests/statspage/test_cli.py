@@ -429,9 +429,12 @@ def main():
               "map stitched line")
         check("largest free block 16.00 MiB: a request above it needs a new segment although "
               "21.00 MiB are free in 3 pieces" in out, "map sentence: %s" % out)
-        check("reserved 94.00 MiB in 4 segments (78.00 MiB mapped): allocated 55.00 MiB, "
-              "pending free 2.00 MiB, free 21.00 MiB in 3 blocks, unmapped 16.00 MiB" in out,
-              "map totals")
+        # reserved: mapped memory but the stitched range's 8 MiB (pages of the other segments)
+        check("reserved 70.00 MiB (mapped memory: what reserved_bytes counts) in 4 segments of "
+              "94.00 MiB address space: allocated 55.00 MiB, pending free 2.00 MiB, free 21.00 "
+              "MiB in 3 blocks, unmapped 16.00 MiB" in out, "map totals: %s" % out)
+        check("segments: 2 plain, 1 expandable, 1 stitched; segment.all.current counts the plain "
+              "ones only" in out, "map segment kinds")
         check("no segment map published yet" in out, "device 1 has no map")
         rc, out, err = run("map", str(a.pid), "--device", "0", "--width", "32", env_dir=d)
         bars = re.findall(r"\|([^|]*)\|", out)
