@@ -77,3 +77,14 @@ def run_script(body, stats_dir, under_tessera=True, pythonpath=None, timeout=120
         except ValueError:
             pass
     return p, facts
+
+
+def main(module):
+    """Run the named test classes of module (all without names); exit 0 only when they pass."""
+    import unittest
+    names = sys.argv[1:]
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite(loader.loadTestsFromName(n, module) for n in names) if names \
+        else loader.loadTestsFromModule(module)
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)

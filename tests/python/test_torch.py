@@ -207,10 +207,4 @@ class Site(Base):
 
 
 if __name__ == "__main__":
-    names = sys.argv[1:]
-    loader = unittest.TestLoader()
-    module = sys.modules[__name__]
-    suite = unittest.TestSuite(loader.loadTestsFromName(n, module) for n in names) if names \
-        else loader.loadTestsFromModule(module)
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    sys.exit(0 if result.wasSuccessful() else 1)
+    helpers.main(sys.modules[__name__])
