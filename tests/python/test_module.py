@@ -205,6 +205,22 @@ class Pages(Base):
         with self.assertRaises(OSError):
             tessera.processes(os.path.join(self.dir, "no-such-dir"))
 
+    def test_only_the_counters_the_writer_maintains(self):
+        """A page whose writer maintains fewer counter words (stats_words, an older tessera)
+        shows those and no more, in order, as tessera-stat does."""
+        sleeper = self.sleeper()
+        path = self.forge("valid", sleeper.pid)
+        with open(path, "r+b") as f:
+            f.seek(136)  # stats_words (docs/stats-page.md)
+            f.write((150).to_bytes(4, sys.byteorder))
+        s = tessera.stats(sleeper.pid, dir=self.dir)
+        self.assertEqual(len(s), 150)
+        self.assertEqual(list(s), list(tessera.KEYS[:150]))
+        for k in tessera.KEYS[150:]:
+            self.assertNotIn(k, s)
+            self.assertIsNone(s.get(k))
+        self.assertEqual(s["num_ops"], 12345)  # word 124: maintained
+
     def test_bad_arguments(self):
         gone = subprocess.Popen(["true"])
         gone.wait()
@@ -216,6 +232,8 @@ class Pages(Base):
         for bad in (-1, 65536):
             with self.assertRaises(ValueError):
                 tessera.stats(1, device=bad, dir=self.dir)
+        a = self.serve()
+        self.refused(a.pid, "empty", device=65535)  # the highest ordinal: asked, not in use
         with self.assertRaises(TypeError):
             tessera.stats("1", dir=self.dir)
 
@@ -341,6 +359,25 @@ class OwnPage(Base):
         self.assertEqual(facts["parent"], 2 * MiB, facts)
         self.assertEqual(facts["said"], "missing %d" % facts["child"], facts)
         self.assertEqual(facts["after"], 2 * MiB, facts)
+
+    def test_another_directory_then_its_own(self):
+        """stats(dir=D) reads the page of this process in D; a later stats() without a
+        directory reads the one in TESSERA_STATS_DIR again, not D's."""
+        elsewhere = os.path.join(self.dir, "elsewhere")
+        os.mkdir(elsewhere)
+        p, facts = run_script("""
+            a = malloc(3 << 20)
+            import subprocess
+            subprocess.run([os.environ["FIXTURE"], "forge", "valid", str(os.getpid())], check=True,
+                           env=dict(os.environ, TESSERA_STATS_DIR=os.environ["ELSEWHERE"]))
+            there = tessera.stats(dir=os.environ["ELSEWHERE"])["allocated_bytes.all.current"]
+            here = tessera.stats()["allocated_bytes.all.current"]
+            again = tessera.stats(dir=os.environ["ELSEWHERE"])["allocated_bytes.all.current"]
+            done(there=there, here=here, again=again)
+            """, self.dir, FIXTURE=FIXTURE, ELSEWHERE=elsewhere)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual((facts["there"], facts["here"], facts["again"]),
+                         (769 * MiB, 3 * MiB, 769 * MiB), facts)
 
     def test_no_page_yet(self):
         p, facts = run_script("""
