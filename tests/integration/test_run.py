@@ -191,6 +191,13 @@ class Summary(Base):
         self.assertEqual(proc.returncode, 0, err)
         self.assertEqual(summary_of(err)[0]["num_free_calls"], 5, err)
         self.assertEqual(os.listdir(self.pages), ["tessera.%d" % pid])  # as the user asked
+        # killed by a signal too: a page the user keeps is not collected
+        os.unlink(os.path.join(self.pages, "tessera.%d" % pid))
+        proc, pid = self.start_probe({"TESSERA_STATS_KEEP": "1"})
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 128 + signal.SIGKILL, err)
+        self.assertEqual(os.listdir(self.pages), ["tessera.%d" % pid])
 
     def test_killed_program_summarised(self):
         proc, pid = self.start_probe()
@@ -412,6 +419,27 @@ class Configuration(Base):
         for args in (["--sim", "--", CHURN, "--iters", "1"], ["--", STATIC]):
             p = self.run_tool(args)
             self.assertNotIn("static CUDA runtime", p.stderr, args)
+
+    def test_static_runtime_told_from_the_bytes(self):
+        """NVIDIA's runtime names without libcudart.so's: read in chunks, a name across two
+        chunks is found; a name of the shared runtime anywhere in the file clears it; only ELF
+        files are read."""
+        chunk = 1 << 20
+        runtime, shared = b"cudaErrorCudartUnloading", b"libcudart.so.13"
+        cases = {
+            "across": (b"\x7fELF" + b"\0" * (chunk - 14) + runtime + b"\0" * 64, True),
+            "shared later": (b"\x7fELF" + runtime + b"\0" * (2 * chunk) + shared, False),
+            "shared across": (b"\x7fELF" + runtime + b"\0" * (chunk - 40) + shared, False),
+            "not ELF": (b"#!/bin/sh\n" + runtime + b"\nexit 1\n", False),
+        }
+        for name, (data, said) in cases.items():
+            with self.subTest(case=name):
+                prog = os.path.join(self.tmp, name.replace(" ", "-"))
+                with open(prog, "wb") as f:
+                    f.write(data)
+                os.chmod(prog, 0o755)
+                p = self.run_tool(["--sim", "--", prog])
+                self.assertEqual("static CUDA runtime" in p.stderr, said, p.stderr)
 
     def test_ld_preload_kept(self):
         # the user's own preload (here the simulator's libcuda, any library would do) stays, after tessera
