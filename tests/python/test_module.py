@@ -18,6 +18,9 @@ import unittest
 import helpers
 from helpers import MiB, TOOLS, run_script
 
+sys.path.insert(0, os.path.join(helpers.SOURCE, "tests", "statspage"))
+import fixture_server  # noqa: E402
+
 import tessera
 
 FIXTURE = os.path.join(helpers.BUILD, "tests", "statspage", "statspage-fixture")
@@ -45,31 +48,13 @@ KNOWN1 = {"allocated_bytes.all.current": 100 * MiB, "reserved_bytes.all.current"
           "num_ops": 77, "max_split_size": 256 * MiB}
 
 
-class Server:
-    """A fixture process publishing the known page in directory d."""
-
-    def __init__(self, d):
-        env = dict(os.environ, TESSERA_STATS_DIR=d)
-        self.p = subprocess.Popen([FIXTURE, "serve"], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=env)
-        line = self.p.stdout.readline().split()
-        assert line and line[0] == "ready", line
-        self.pid = int(line[1])
-        self.path = line[2]
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.stdin.close()
-            self.p.wait(timeout=10)
-
-
 class Base(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tessera-py-")
         self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
 
     def serve(self):
-        s = Server(self.dir)
+        s = fixture_server.Server(FIXTURE, self.dir)
         self.addCleanup(s.stop)
         return s
 

@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+import fixture_server
+
 STAT, FIXTURE, SRC = sys.argv[1], sys.argv[2], sys.argv[3]
 PROM_ONLY = "--prometheus-only" in sys.argv
 MiB = 1 << 20
@@ -94,22 +96,9 @@ KNOWN1 = {"allocated_bytes.all.current": 100 * MiB, "reserved_bytes.all.current"
           "num_ops": 77, "max_split_size": 256 * MiB, "num_ooms": 0}
 
 
-class Server:
+def Server(d, *extra):
     """A fixture process publishing the known page."""
-
-    def __init__(self, d, *extra):
-        env = dict(os.environ, TESSERA_STATS_DIR=d)
-        self.p = subprocess.Popen([FIXTURE, "serve", *extra], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=env)
-        line = self.p.stdout.readline().split()
-        assert line and line[0] == "ready", line
-        self.pid = int(line[1])
-        self.path = line[2]
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.stdin.close()
-            self.p.wait(timeout=10)
+    return fixture_server.Server(FIXTURE, d, *extra)
 
 
 def forge(d, kind, pid):
