@@ -726,7 +726,8 @@ int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_co
 {
     parser p;
     memset(&p, 0, sizeof p);
-    p.text = text ? text : "";
+    const char *named = ts_config_named_policy(text);
+    p.text = named ? named : text ? text : "";
     p.var = varname ? varname : "config";
     p.mode = mode == TS_CONFIG_STRICT ? TS_CONFIG_STRICT : TS_CONFIG_LENIENT;
     p.diag = diag;

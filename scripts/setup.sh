@@ -30,6 +30,11 @@ if have_cmd dpkg-query; then
     have_cmd node || need_pkgs+=(nodejs)
     have_cmd npm || need_pkgs+=(npm)
   fi
+  # the Python module (import tessera: Python's headers) and the wheel (pyproject.toml, built
+  # by meson-python with python-build, installed into a venv by tests/python/test_wheel.py)
+  for p in python3-dev python3-venv python3-mesonpy python3-build; do
+    have_pkg "$p" || need_pkgs+=("$p")
+  done
   # prometheus: promtool checks the Prometheus output with the real parser, and the server
   # scrapes tessera-stat --serve in tests/integration/test_prometheus.py; optional.
   if [ "${TESSERA_SETUP_PROMTOOL:-1}" = 1 ] && { ! have_cmd promtool || ! have_cmd prometheus; }; then

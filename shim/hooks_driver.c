@@ -489,6 +489,16 @@ static CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
     return free_async(ts_real.cuMemFreeAsync_ptsz, dptr, s, true);
 }
 
+CUresult ts_driver_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return hook_cuMemAllocAsync(dptr, size, s);
+}
+
+CUresult ts_driver_free_async(CUdeviceptr dptr, CUstream s)
+{
+    return hook_cuMemFreeAsync(dptr, s);
+}
+
 void ts_meminfo_adjust(size_t *free_bytes, size_t *total)
 {
     /* The allocator is created here if need be: a program may size itself from

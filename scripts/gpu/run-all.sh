@@ -901,9 +901,13 @@ print(torch.__version__, torch.version.cuda, d, sep="\t")' 2>"$FDIR/import.err")
                 TESSERA_ALLOC_CONF=defragment:True ;;
             tessera-plan) printf '%s\n' PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" \
                 TESSERA_ALLOC_CONF=plan:True ;;
+            # PyTorch's pluggable allocator over the library (docs/python.md): PyTorch's cache
+            # is not switched off, it is replaced; the optional sitecustomize enables it
+            tessera-torch) printf '%s\n' TESSERA_TORCH=1 \
+                "PYTHONPATH=$BUILD_ABS/python/tessera/site:$BUILD_ABS/python${PYTHONPATH:+:$PYTHONPATH}" ;;
             esac
         }
-        TORCH_MODES=(native expandable nocache tessera tessera-defrag tessera-plan)
+        TORCH_MODES=(native expandable nocache tessera tessera-defrag tessera-plan tessera-torch)
         modes_left=${#TORCH_MODES[@]}
         for mode in "${TORCH_MODES[@]}"; do
             modes_left=$((modes_left - 1))
@@ -967,7 +971,7 @@ print(st + "\t" + why)' "$SCRIPT_DIR" "$js" "$mode" "$rc" "$cut" 2>/dev/null)
         "$PYTHON" "$GPULIB" torch-compare "$RECORDS" | sed 's/^/     /'
         # largest batch, most interesting modes first, while the step has time
         if ! skipped maxbatch; then
-            for mode in native tessera-defrag tessera expandable nocache; do
+            for mode in native tessera-defrag tessera-torch tessera expandable nocache; do
                 js="$FDIR/$mode/result.json"
                 mb="$FDIR/$mode/maxbatch.json"
                 base=(type=maxbatch "mode=$mode" "json=$mb")

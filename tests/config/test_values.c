@@ -513,8 +513,31 @@ static void test_expandable_page_and_handles(void **state)
 {
     (void)state;
     ts_config c;
+    assert_true(parse_ok("expandable_page_mb:0,expandable_segments:True", &c));
+    assert_true(c.expandable_page == 0); /* PyTorch's pages: 2 MiB small, 20 MiB large */
+    /* with defragment, 0 is every device's granularity, said as such before any device */
     assert_true(parse_ok("expandable_page_mb:0", &c));
-    assert_true(c.expandable_page == 0);
+    assert_true(c.defragment && c.expandable_page == 2 * MiB);
+    assert_true(parse_ok("defragment:True,expandable_page_mb:0", &c));
+    assert_true(c.expandable_page == 2 * MiB);
+    /* on a device, a page is whole granules of it, whatever was asked */
+    ts_config_device big = {4 * MiB}, none = {0};
+    ts_config_resolve(&c, &big);
+    assert_true(c.expandable_page == 4 * MiB);
+    assert_true(parse_ok("expandable_page_mb:6", &c));
+    ts_config_resolve(&c, &big);
+    assert_true(c.expandable_page == 8 * MiB);
+    assert_true(parse_ok("expandable_page_mb:8", &c));
+    ts_config_resolve(&c, &big);
+    assert_true(c.expandable_page == 8 * MiB);
+    ts_config_resolve(&c, &big); /* idempotent */
+    assert_true(c.expandable_page == 8 * MiB);
+    assert_true(parse_ok("expandable_page_mb:6,expandable_segments:False", &c));
+    ts_config_resolve(&c, &big); /* no expandable segments: the page is not used, not touched */
+    assert_true(c.expandable_page == 6 * MiB);
+    assert_true(parse_ok("expandable_page_mb:6", &c));
+    ts_config_resolve(&c, &none);
+    assert_false(c.expandable_segments);
     assert_true(parse_ok("expandable_page_mb:2", &c));
     assert_true(c.expandable_page == 2 * MiB);
     assert_true(parse_ok("expandable_page_mb:1024", &c));

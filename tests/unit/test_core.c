@@ -765,15 +765,33 @@ static void test_reuse_order_own_stream_needs_no_point(void **state)
     assert_int_equal(ts_malloc(f.a, 3 * MiB, s, &b), TS_OK);
     assert_int_equal(b, a);
     assert_int_equal(fx_stats(&f)->num_fences_recorded, 2);
+    /* as a pool reports: used is what was asked for; reserved the memory of the stream's
+     * segment (20 MiB for a 3 MiB request), cached blocks included; cudaMalloc's are not */
+    uintptr_t plain = fx_alloc(&f, 5 * MiB);
     ts_stream_usage u;
     ts_allocator_stream_usage(f.a, false, false, &u);
     assert_int_equal(u.used, 3 * MiB);
     assert_int_equal(u.used_high, 3 * MiB);
+    assert_int_equal(u.reserved, 20 * MiB);
+    assert_int_equal(u.reserved_high, 20 * MiB);
     assert_int_equal(ts_free_on_stream(f.a, b, s, NULL), TS_OK);
     ts_allocator_stream_usage(f.a, true, false, &u);
     assert_int_equal(u.used, 0);
     assert_int_equal(u.used_high, 0);
-    assert_int_equal(u.reserved_high, u.reserved + 3 * MiB); /* not reset: still the mark */
+    assert_int_equal(u.reserved, 20 * MiB); /* cached: still the pool's */
+    /* a second stream's segment adds its memory, and raises the high mark */
+    assert_int_equal(ts_malloc(f.a, 30 * MiB, s2, &b), TS_OK);
+    ts_allocator_stream_usage(f.a, false, false, &u);
+    assert_int_equal(u.reserved, 50 * MiB);
+    assert_int_equal(u.reserved_high, 50 * MiB);
+    assert_int_equal(ts_free_on_stream(f.a, b, s2, NULL), TS_OK);
+    fx_free(&f, plain);
+    ts_empty_cache(f.a); /* the memory goes back: reserved drops, the mark stays until reset */
+    ts_allocator_stream_usage(f.a, false, false, &u);
+    assert_int_equal(u.reserved, 0);
+    assert_int_equal(u.reserved_high, 50 * MiB);
+    ts_allocator_stream_usage(f.a, false, true, &u);
+    assert_int_equal(u.reserved_high, 0);
     fx_close(&f);
 }
 
