@@ -85,9 +85,11 @@ static inline int chan_get(int fd, char *buf, size_t cap) {
 struct chan_fd_msg {
   char byte;
   struct iovec iov;
+  /* Aligned as a cmsghdr is (size_t): the header itself cannot be a member, glibc's ends in
+   * a flexible array, which clang refuses inside a struct that goes on. */
   union {
     char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
+    size_t align;
   } ctl;
   struct msghdr msg;
 };
