@@ -38,8 +38,9 @@ Options:
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
                     plan (default: all)
-  --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
-                    GPU) instead of the published figures
+  --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h200, the
+                    default; a100, the published figures) or with FILE (tessera-costs writes it
+                    on a GPU)
   -h, --help
 USAGE
 }
@@ -58,8 +59,13 @@ while [ $# -gt 0 ]; do
     --skip-build) skip_build=1; shift ;;
     --only) only=$2; shift 2 ;;
     --only=*) only=${1#*=}; shift ;;
-    --driver-costs) [ -f "${2:-}" ] || { echo "bench.sh: --driver-costs: '${2:-}' is not a file" >&2; exit 2; }
-        costs=(--driver-costs "$(realpath "$2")"); shift 2 ;;
+    --driver-costs)
+        case "${2:-}" in
+        h200 | a100) costs=(--driver-costs "$2") ;;
+        *) [ -f "${2:-}" ] || { echo "bench.sh: --driver-costs: '${2:-}' is neither h200, a100 nor a file" >&2; exit 2; }
+            costs=(--driver-costs "$(realpath "$2")") ;;
+        esac
+        shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac

@@ -56,8 +56,8 @@ def main():
     bd, shown = sys.argv[1], sys.argv[2]
     global costs_source
     f = os.environ.get("TS_BENCH_DRIVER_COSTS")
-    costs_source = (f"latencies from {f}, --driver-costs" if f
-                    else "published A100 latencies, devmodel/costs.c")
+    costs_source = (f"latencies: {f} (--driver-costs)" if f
+                    else "latencies measured on an H200, tests/data/driver-costs/h200.txt")
     raw = os.path.join(bd, "bench-raw")
     cmds = commands(raw)
     machine = load_json(os.path.join(raw, "machine.json"))

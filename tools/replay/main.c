@@ -43,9 +43,13 @@ static void usage(FILE *f)
           "                     included) and a verdict for each configuration against the\n"
           "                     first\n"
           "  --json             one JSON object (an array with --compare)\n"
-          "  --driver-costs FILE  driver-call latencies for the estimated driver time: lines\n"
-          "                     'CALL US_PER_CALL [US_PER_MIB]' (cuMemCreate 193.32), '#'\n"
-          "                     comments; calls not named keep the published defaults\n"
+          "  --driver-costs NAME|FILE  driver-call latencies for the estimated driver time:\n"
+          "                     h200 (the default: measured on an NVIDIA H200) or a100 (the\n"
+          "                     published A100 figures), or a costs file (what tessera-costs\n"
+          "                     writes: lines 'CALL SIZE:US ...', e.g. 'cuMemSetAccess\n"
+          "                     2M:22.0 20M:20.5', or 'CALL US_PER_CALL [US_PER_MIB]'; '#'\n"
+          "                     comments) over the table so far: calls it does not name keep\n"
+          "                     their latencies\n"
           "  --repeat N         replay the trace as N consecutive steps: what it never frees is\n"
           "                     allocated once, in the first step; implies --steps N\n"
           "  --steps N          the trace is N steps of a loop (equal event counts): also report\n"
@@ -432,6 +436,10 @@ static int parse_options(int argc, char **argv, replay_args *a)
         case 'm': a->min_cap = true; break;
         case 'D': {
             char err[512];
+            if (ts_driver_costs_builtin(&a->costs, optarg) == 0) {
+                a->costs_file = optarg;
+                break;
+            }
             if (ts_driver_costs_load(&a->costs, optarg, err, sizeof err) != 0) {
                 fprintf(stderr, "tessera-replay: --driver-costs: %s\n", err);
                 return 2;
@@ -611,7 +619,9 @@ static void print_compare(const replay_args *a, const trace *t, const char *devi
     printf("drv calls: every driver call for memory (dev alloc and dev free are what tessera "
            "run --summary shows);\n  drv time: their estimated time; drv grow: until memory "
            "stopped growing; drv/step: per step after that (--steps);\n  latencies: %s\n",
-           a->costs_file ? a->costs_file : "the published A100 figures (--driver-costs FILE)");
+           a->costs_file ? a->costs_file
+                         : "h200, measured on an NVIDIA H200 (--driver-costs a100: the "
+                           "published A100 figures)");
     if (t->run_failures) {
         char size[32];
         print_size(size, sizeof size, (size_t)res[0].run_first_size);
