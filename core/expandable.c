@@ -110,7 +110,8 @@ static size_t es_handle_sizes(const ts_allocator *a, const ts_segment *seg, size
     return n;
 }
 
-/* Back [addr, addr + size) (whole pages, unmapped) with new memory. All or nothing. */
+/* Back [addr, addr + size) (whole pages, unmapped) with new memory: its handles created, then
+ * mapped and granted in one vm_map. All or nothing. */
 static bool es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size)
 {
     /* per page: exactly size / page handles; coarse: size / coarse + 1; geometric: about
@@ -125,44 +126,43 @@ static bool es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_
         return false;
     const size_t n = es_handle_sizes(a, seg, size, sizes, max);
     ts_handle_rec **recs = malloc(n * sizeof *recs);
-    if (!recs) {
+    ts_vm_piece *pieces = malloc(n * sizeof *pieces);
+    if (!recs || !pieces) {
+        free(pieces);
+        free(recs);
         free(sizes);
         return false;
     }
-    size_t made = 0, created = 0, mapped = 0;
+    size_t made = 0, created = 0;
     for (; made < n; made++)
         if (!(recs[made] = ts_slab_alloc(&a->handle_slab)))
             break;
     backend_enter(a);
     if (made == n)
-        for (; created < n; created++)
-            if (a->be.vm_create(a->be.ctx, sizes[created], &recs[created]->handle) != TS_OK)
+        for (; created < n; created++) {
+            pieces[created].size = sizes[created];
+            if (a->be.vm_create(a->be.ctx, sizes[created], &pieces[created].handle) != TS_OK)
                 break;
-    uintptr_t at = addr;
-    if (created == n) {
-        for (; mapped < n; mapped++) {
-            if (a->be.vm_map(a->be.ctx, at, sizes[mapped], recs[mapped]->handle) != TS_OK)
-                break;
-            recs[mapped]->addr = at;
-            recs[mapped]->size = sizes[mapped];
-            at += sizes[mapped];
         }
-    }
-    bool ok = mapped == n;
+    bool ok = created == n && a->be.vm_map(a->be.ctx, addr, pieces, n) == TS_OK;
     if (ok) {
-        for (size_t i = 0; i < n; i++) {
-            recs[i]->node.k0 = recs[i]->addr;
+        uintptr_t at = addr;
+        for (size_t i = 0; i < n; at += sizes[i++]) {
+            recs[i]->addr = at;
+            recs[i]->size = sizes[i];
+            recs[i]->handle = pieces[i].handle;
+            recs[i]->node.k0 = at;
             ts_tree_insert(&seg->handles, &recs[i]->node);
         }
     } else {
-        /* Undo this call completely: nothing is left mapped that the blocks do not say. */
-        for (size_t i = 0; i < mapped; i++)
-            a->be.vm_unmap(a->be.ctx, recs[i]->addr, recs[i]->size);
+        /* Undo this call completely: nothing is left mapped that the blocks do not say (vm_map
+         * maps all or nothing). */
         for (size_t i = 0; i < created; i++)
-            a->be.vm_destroy(a->be.ctx, recs[i]->handle);
+            a->be.vm_destroy(a->be.ctx, pieces[i].handle);
         for (size_t i = 0; i < made; i++)
             ts_slab_free(&a->handle_slab, recs[i]);
     }
+    free(pieces);
     free(recs);
     free(sizes);
     return ok;

@@ -177,20 +177,22 @@ static void meta_put(ts_allocator *a, stitch_meta *m, size_t kept)
     free(m->spare);
 }
 
-/* Map the taken handles, in run order, at va onwards, filling one alias record each. Returns how
- * many were mapped: all of them, unless the device refused one (the caller then unmaps those). */
+/* Map the taken handles, in run order, at va onwards, in one vm_map, filling one alias record
+ * each. Returns how many were mapped: all of them, or none when the device refused (vm_map maps
+ * all or nothing). */
 static size_t runs_map(ts_allocator *a, const stitch_runs *r, uintptr_t va, stitch_meta *m)
 {
-    size_t mapped = 0;
+    ts_vm_piece *pieces = malloc(m->nalias * sizeof *pieces);
+    if (!pieces)
+        return 0;
+    size_t k = 0;
     uintptr_t off = 0;
-    backend_enter(a);
     for (size_t i = 0; i < r->n; i++) {
         const handle_run *run = &r->v[i];
         ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&run->b->seg->handles, run->lo, 0, 0));
         for (; h && h->addr < run->take_hi; h = handle_of_node(ts_tree_next(&h->node))) {
-            if (a->be.vm_map(a->be.ctx, va + off, h->size, h->handle) != TS_OK)
-                return mapped;
-            ts_handle_rec *al = m->alias[mapped++];
+            ts_handle_rec *al = m->alias[k];
+            pieces[k++] = (ts_vm_piece){h->size, h->handle};
             al->addr = va + off;
             al->size = h->size;
             al->handle = h->handle;
@@ -198,7 +200,10 @@ static size_t runs_map(ts_allocator *a, const stitch_runs *r, uintptr_t va, stit
             off += h->size;
         }
     }
-    return mapped;
+    backend_enter(a);
+    const bool ok = k > 0 && a->be.vm_map(a->be.ctx, va, pieces, k) == TS_OK;
+    free(pieces);
+    return ok ? k : 0;
 }
 
 static void aliases_unmap(ts_allocator *a, stitch_meta *m, size_t mapped)

@@ -396,6 +396,22 @@ class Defragment(Base):
         self.ok(roomy)
         self.assertEqual(roomy.stats["num_stitches"], 0, roomy)
 
+    def test_one_grant_per_mapping(self):
+        # a growth maps its 2 MiB handles back to back and grants access to all of them in one
+        # cuMemSetAccess, and so does a stitch: as many grants as device allocations (growths
+        # and stitches), far fewer than the handles mapped
+        cases = [("220M", "defragment:True", ["seed_even", "--unit", "2M", "--count", "100",
+                                              "--request", "50M"]),
+                 ("512M", "defragment:True", ["seed_middle", "--first", "16M", "--middle", "32M",
+                                              "--last", "16M", "--request", "48M"])]
+        for memory, conf, argv in cases:
+            with self.subTest(program=argv[0]):
+                run = self.env.run(prog(*argv), memory=memory, conf=conf)
+                self.ok(run)
+                sim = run.sim[0]
+                self.assertEqual(sim["set_access_calls"], run.stats["num_device_alloc"], run)
+                self.assertGreater(sim["map_calls"], sim["set_access_calls"], run)
+
     def test_stitched_churn_data_integrity(self):
         run = self.env.run(prog("churn", "--threads", "4", "--iters", "300", "--max-size", "16M",
                                 "--large-pct", "60", "--live", "16", "--tolerate-oom"),

@@ -58,6 +58,9 @@ struct tessera_sim_counters {
     uint64_t live_allocations;      /* cuMemAlloc-class allocations alive now */
     uint64_t peak_live_allocations;
     uint64_t live_handles;          /* cuMemCreate handles whose memory is still alive */
+    uint64_t set_access_calls;      /* successful cuMemSetAccess (one per call, however many
+                                     * cuMemMap ranges it covers), counted for the device of the
+                                     * first range's handle */
 };
 
 typedef int (*tessera_sim_counters_fn)(int device, struct tessera_sim_counters *out);

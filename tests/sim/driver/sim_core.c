@@ -496,11 +496,12 @@ static void report_at_exit(void)
                          ",\"map_calls\":%" PRIu64 ",\"unmap_calls\":%" PRIu64
                          ",\"bytes_in_use\":%" PRIu64 ",\"peak_bytes_in_use\":%" PRIu64
                          ",\"live_allocations\":%" PRIu64 ",\"peak_live_allocations\":%" PRIu64
-                         ",\"live_handles\":%" PRIu64 "}\n",
+                         ",\"live_handles\":%" PRIu64 ",\"set_access_calls\":%" PRIu64 "}\n",
                          (long)getpid(), i, c.total_bytes, c.alloc_calls, c.free_calls,
                          c.implicit_frees, c.failed_allocs, c.create_calls, c.release_calls,
                          c.map_calls, c.unmap_calls, c.bytes_in_use, c.peak_bytes_in_use,
-                         c.live_allocations, c.peak_live_allocations, c.live_handles);
+                         c.live_allocations, c.peak_live_allocations, c.live_handles,
+                         c.set_access_calls);
         if (n > 0 && (size_t)n < sizeof line) {
             ssize_t w = write(fd, line, (size_t)n);
             (void)w;
