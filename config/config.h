@@ -76,6 +76,9 @@ typedef struct ts_config {
                                  * small pool, large_segment_size large pool; with defragment,
                                  * the device's granularity) */
     ts_handle_policy handle_policy;
+    size_t growth_batch;        /* bytes; with defragment's page handles, a segment growing at its
+                                 * end again maps ahead to whole batches of this (0: only what
+                                 * each growth needs) */
     bool defragment;            /* tessera's best combination: expandable + stitching */
     bool plan;                  /* learn the repeating step and serve it from a placement plan */
     bool verbose;               /* print the effective configuration at start-up */

@@ -173,6 +173,16 @@ const key_desc cfg_keys[KEY_COUNT] = {
                 "coarse: handles of large_segment_size_mb, the rest of a growth in one: about "
                 "PyTorch's driver calls with small pages, give-back and stitching by 20 MiB.",
     },
+    [KEY_GROWTH_BATCH_MB] = {
+        .name = "growth_batch_mb", .kind = KIND_MIB, .flags = F_TESSERA,
+        .offset = FIELD(growth_batch), .min = 0, .def.u = 20,
+        .range = "an integer number of MiB, 0 to map only what each growth needs",
+        .help = "With defragment (a handle per page), a segment that grows at its end right "
+                "where its last growth ended maps ahead to whole batches of this size: one "
+                "access grant per batch instead of one per growth, and the next requests served "
+                "with no driver call. Never within the last sixteenth of the cap or device; "
+                "released with the rest of the cache. 0: map only what each growth needs.",
+    },
     [KEY_DEFRAGMENT] = {
         .name = "defragment", .kind = KIND_BOOL, .flags = F_TESSERA,
         .offset = FIELD(defragment), .def.b = false,

@@ -74,6 +74,10 @@ struct ts_segment {
      * of address arithmetic; a handle covers one or more whole pages. */
     size_t page_size;
     ts_tree handles;
+    /* Expandable segments: where the last growth ended (the end of what it mapped). A growth that
+     * starts there is plainly sequential: the next one will most likely follow it, so it maps a
+     * batch ahead (expandable.c). */
+    uintptr_t grow_end;
     ts_block **lenders;
     size_t nlenders;
     /* Stitched segments: the virtual range reserved is [addr, addr + va_size); the blocks cover

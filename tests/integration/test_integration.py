@@ -399,7 +399,8 @@ class Defragment(Base):
     def test_one_grant_per_mapping(self):
         # a growth maps its 2 MiB handles back to back and grants access to all of them in one
         # cuMemSetAccess, and so does a stitch: as many grants as device allocations (growths
-        # and stitches), far fewer than the handles mapped
+        # and stitches), far fewer than the handles mapped (2 MiB requests one after another
+        # grow in batches of 20 MiB)
         cases = [("220M", "defragment:True", ["seed_even", "--unit", "2M", "--count", "100",
                                               "--request", "50M"]),
                  ("512M", "defragment:True", ["seed_middle", "--first", "16M", "--middle", "32M",
@@ -410,7 +411,7 @@ class Defragment(Base):
                 self.ok(run)
                 sim = run.sim[0]
                 self.assertEqual(sim["set_access_calls"], run.stats["num_device_alloc"], run)
-                self.assertGreater(sim["map_calls"], sim["set_access_calls"], run)
+                self.assertGreaterEqual(sim["map_calls"], 5 * sim["set_access_calls"], run)
 
     def test_stitched_churn_data_integrity(self):
         run = self.env.run(prog("churn", "--threads", "4", "--iters", "300", "--max-size", "16M",

@@ -5,7 +5,9 @@
 
 #include "tests/unit/fixture.h"
 
-/* The configuration a user gets from this string (strict parse; the allocator resolves it). */
+/* The configuration a user gets from this string (strict parse; the allocator resolves it).
+ * Tests that pin a layout of stitched ranges say growth_batch_mb:0: growth's batch ahead is a rule
+ * of its own (test_policy_growth_batches_ahead). */
 static ts_config conf_of(const char *text)
 {
     ts_config cfg;
@@ -37,7 +39,7 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
 {
     (void)state;
     enum { N = 4096, HOLES = 2 * N + 2 };
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
     assert_int_equal(cfg.stitch_max_ranges, N); /* the default bound: what a user gets */
     fixture f;
     fx_open(&f, 64 * GiB, &cfg, true, false);
@@ -119,7 +121,7 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
 static void test_policy_stitched_range_grows_in_place(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     uintptr_t hole[3], sep[3];
@@ -214,7 +216,7 @@ static void holes_close(fixture *f, const uintptr_t *sep, int n)
 static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, true);
     ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
@@ -282,7 +284,7 @@ static void test_policy_growth_in_place_stays_in_headroom(void **state)
 static void test_policy_stitch_min_block(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,stitch_min_block_mb:8");
+    ts_config cfg = conf_of("defragment:True,stitch_min_block_mb:8,growth_batch_mb:0");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     static const int mib[4] = {4, 4, 4, 4};
@@ -391,6 +393,180 @@ static void test_policy_coarse_handles_cost_like_pytorch_pages(void **state)
     assert_int_equal(fine.in_use_after_release, 30 * MiB);
 }
 
+/* Reserved bytes and access grants so far. */
+static int64_t reserved(fixture *f)
+{
+    return fx_stats(f)->reserved_bytes[TESSERA_POOL_ALL].current;
+}
+
+static uint64_t grants(const fixture *f)
+{
+    ts_devmodel_counters dc = fx_counters(f);
+    return dc.calls[TS_CALL_SET_ACCESS];
+}
+
+/* n allocations of 2 MiB (large pool requests of exactly a page). */
+static void alloc_2mib(fixture *f, uintptr_t *p, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = fx_alloc(f, 2 * MiB);
+}
+
+/* Rule: with defragment's page handles, a growth at a segment's unmapped tail, right where the
+ * last growth ended, maps ahead to whole batches of growth_batch_mb (20 MiB): one grant per batch,
+ * and the next requests served with no driver call. The first growth of a segment maps what it
+ * needs (nothing says more will follow); the cache's release gives the pages ahead back.
+ * Fragment (defragment:True, 1 GiB device): 2 MiB requests one after another: the first maps
+ * 2 MiB, the second 20 MiB (its page and 9 ahead, one grant), the next nine no call, the twelfth
+ * 20 MiB again. Larger requests grow by what the free tail lacks, rounded up to whole batches:
+ * 27 MiB with 16 MiB free grows 20 MiB, 47 MiB with 9 free grows 40 (one grant each). */
+static void test_policy_growth_batches_ahead(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True");
+    assert_int_equal(cfg.growth_batch, 20 * MiB);
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p[13];
+    alloc_2mib(&f, p, 1);
+    assert_int_equal(reserved(&f), 2 * MiB);
+    assert_int_equal(grants(&f), 1);
+    alloc_2mib(&f, p + 1, 1);
+    assert_int_equal(reserved(&f), 22 * MiB);
+    assert_int_equal(grants(&f), 2);
+    assert_int_equal(fx_counters(&f).vm_creates, 11); /* a handle a page all the same */
+    alloc_2mib(&f, p + 2, 9);
+    assert_int_equal(reserved(&f), 22 * MiB);
+    assert_int_equal(grants(&f), 2);
+    alloc_2mib(&f, p + 11, 2);
+    assert_int_equal(reserved(&f), 42 * MiB);
+    assert_int_equal(grants(&f), 3);
+    uintptr_t big = fx_alloc(&f, 27 * MiB); /* 16 MiB free ahead + 11 more: grows 20 */
+    assert_int_equal(reserved(&f), 62 * MiB);
+    assert_int_equal(grants(&f), 4);
+    uintptr_t bigger = fx_alloc(&f, 47 * MiB); /* 9 free + 38 more: grows 40, one grant */
+    assert_int_equal(reserved(&f), 102 * MiB);
+    assert_int_equal(grants(&f), 5);
+    fx_check(&f);
+    fx_free(&f, big);
+    fx_free(&f, bigger);
+    for (int i = 0; i < 13; i++)
+        fx_free(&f, p[i]);
+    ts_empty_cache(f.a); /* the pages ahead go back with the rest */
+    assert_int_equal(reserved(&f), 0);
+    assert_int_equal(fx_counters(&f).bytes_in_use, 0);
+    fx_close(&f);
+}
+
+/* Rule: the batch ahead is only taken while what the allocator holds stays within 15/16 of the
+ * cap (or of the device), and is dropped, never the growth, when the device cannot create it.
+ * Fragment: 2 MiB requests on a 64 MiB device, then under memory_limit:64M on a large one: the
+ * third growth (held 22 + 2 + 18 = 42 MiB <= 60) batches, the fourth (42 + 2 + 18 = 62 > 60)
+ * maps its one page. Then, with the device refusing the first handle ahead, the second growth
+ * maps its own page only and serves the request. */
+static void test_policy_growth_batch_bounded(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *conf;
+        size_t device;
+    } cases[] = {{"defragment:True", 64 * MiB}, {"defragment:True,memory_limit:64M", 1 * GiB}};
+    for (int c = 0; c < 2; c++) {
+        ts_config cfg = conf_of(cases[c].conf);
+        fixture f;
+        fx_open(&f, cases[c].device, &cfg, true, false);
+        uintptr_t p[23];
+        alloc_2mib(&f, p, 21);
+        assert_int_equal(reserved(&f), 42 * MiB);
+        alloc_2mib(&f, p + 21, 2);
+        assert_int_equal(reserved(&f), 46 * MiB); /* two pages, no batch */
+        for (int i = 0; i < 23; i++)
+            fx_free(&f, p[i]);
+        fx_close(&f);
+    }
+    ts_config cfg = conf_of("defragment:True");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p[2];
+    alloc_2mib(&f, p, 1);
+    ts_devmodel_fail_vm_create_after(f.dev, 2); /* its own page, then the first ahead */
+    alloc_2mib(&f, p + 1, 1);
+    assert_int_equal(reserved(&f), 4 * MiB);
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(dc.bytes_in_use, 4 * MiB); /* the handle that was made is given back */
+    assert_int_equal(dc.vm_creates, 2);
+    assert_true(ts_devmodel_is_backed(f.dev, p[1], 2 * MiB));
+    fx_free(&f, p[0]);
+    fx_free(&f, p[1]);
+    fx_close(&f);
+}
+
+/* Rule: a growth that is a whole number of batches maps no batch more, and a growth that
+ * continues into a hole between mapped pages batches only up to the hole's end.
+ * Fragment (defragment:True): 2 MiB, then 20 MiB (sequential, exactly a batch: 22 MiB reserved).
+ * Then a hole: A 2 MiB [0, 2), B 2 MiB [2, 4) with the batch to 22, C 18 MiB [4, 22), D 2 MiB
+ * [22, 24) with the batch to 42; B and C freed and the cache emptied leaves [2, 22) unmapped
+ * between A and D. E 4 MiB maps [2, 6) of it (not where the last growth ended: no batch), and
+ * F 2 MiB, right after E, batches to the hole's end: [6, 22), 16 MiB. */
+static void test_policy_growth_batch_whole_and_holes(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p = fx_alloc(&f, 2 * MiB), q = fx_alloc(&f, 20 * MiB);
+    assert_int_equal(reserved(&f), 22 * MiB);
+    fx_free(&f, p);
+    fx_free(&f, q);
+    ts_empty_cache(f.a);
+    fx_close(&f);
+
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t A = fx_alloc(&f, 2 * MiB), B = fx_alloc(&f, 2 * MiB), C = fx_alloc(&f, 18 * MiB);
+    uintptr_t D = fx_alloc(&f, 2 * MiB);
+    assert_int_equal(reserved(&f), 42 * MiB);
+    assert_true(B == A + 2 * MiB && C == A + 4 * MiB && D == A + 22 * MiB);
+    fx_free(&f, B);
+    fx_free(&f, C);
+    ts_empty_cache(f.a);
+    assert_int_equal(reserved(&f), 4 * MiB);
+    uintptr_t E = fx_alloc(&f, 4 * MiB);
+    assert_int_equal(E, A + 2 * MiB);
+    assert_int_equal(reserved(&f), 8 * MiB);
+    uintptr_t F = fx_alloc(&f, 2 * MiB);
+    assert_int_equal(F, A + 6 * MiB);
+    assert_int_equal(reserved(&f), 24 * MiB); /* up to D, not 20 MiB past E */
+    assert_true(ts_devmodel_is_backed(f.dev, A, 24 * MiB));
+    fx_free(&f, A);
+    fx_free(&f, D);
+    fx_free(&f, E);
+    fx_free(&f, F);
+    fx_close(&f);
+}
+
+/* Rule: PyTorch's expandable segments, coarse handles and growth_batch_mb:0 grow by what each
+ * request needs: with 2 MiB pages (the small pool's, or expandable_page_mb:2) and 2 MiB requests,
+ * each growth is a page. */
+static void test_policy_growth_batch_only_for_page_handles(void **state)
+{
+    (void)state;
+    static const char *const confs[] = {"defragment:True,growth_batch_mb:0",
+                                        "expandable_segments:True,expandable_page_mb:2",
+                                        "defragment:True,handle_policy:coarse"};
+    for (int c = 0; c < 3; c++) {
+        ts_config cfg = conf_of(confs[c]);
+        fixture f;
+        fx_open(&f, 1 * GiB, &cfg, true, false);
+        uintptr_t p[3];
+        alloc_2mib(&f, p, 3);
+        assert_int_equal(reserved(&f), 6 * MiB);
+        assert_int_equal(grants(&f), 3);
+        for (int i = 0; i < 3; i++)
+            fx_free(&f, p[i]);
+        fx_close(&f);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +577,10 @@ int main(void)
         cmocka_unit_test(test_policy_growth_in_place_stays_in_headroom),
         cmocka_unit_test(test_policy_stitch_min_block),
         cmocka_unit_test(test_policy_stitch_takes_smallest_runs_first),
+        cmocka_unit_test(test_policy_growth_batches_ahead),
+        cmocka_unit_test(test_policy_growth_batch_bounded),
+        cmocka_unit_test(test_policy_growth_batch_whole_and_holes),
+        cmocka_unit_test(test_policy_growth_batch_only_for_page_handles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
