@@ -177,6 +177,7 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
     else
         fences_drop_all(a);
     ts_hostcache_teardown(a, release_memory);
+    stitch_forget_retired(a, release_memory); /* their aliases first: the pages are others' */
     /* Remove each segment from the tree before freeing it: an in-order walk would climb
      * through parents already freed. */
     ts_node *n;
@@ -219,6 +220,7 @@ void ts_allocator_forget_all(ts_allocator *a)
     pthread_mutex_lock(&a->lock);
     fences_drop_all(a);
     plan_forget(a);
+    stitch_forget_retired(a, false);
     ts_node *n;
     while ((n = ts_tree_first(&a->segments)) != NULL) {
         ts_tree_remove(&a->segments, n);
@@ -270,6 +272,15 @@ size_t ts_allocator_cap(const ts_allocator *a)
 }
 
 /* --- the allocation path -------------------------------------------------------------------- */
+
+/* Stitched ranges found entirely free (by a free, or a fence that completed) give their pages
+ * back before anything is placed: a range never outlives the blocks it served, so the layout at
+ * the end of a repeated step does not depend on the ranges of the steps before it. */
+static void retire_free_ranges(ts_allocator *a)
+{
+    if (a->retire_queue)
+        stitch_retire_queued(a);
+}
 
 /* PyTorch's alloc_block: a new segment (or expandable mapping) for the request. */
 static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t alloc_size,
@@ -420,6 +431,7 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     }
 
     fences_process(a);
+    retire_free_ranges(a);
 
     const size_t rounded = ts_round_size(&a->cfg, size);
     ts_pool *p = rounded <= TS_SMALL_SIZE ? &a->small : &a->large;
@@ -447,14 +459,16 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     b = pool_find_best(a, p, rounded, stream);
     /* Blocks of this pool freed but still waiting for their fences could serve the request:
      * wait for the oldest fences, a few at most, before new memory is taken. */
-    for (int i = 0; !b && i < TS_MAX_PENDING_WAITS && fences_wait_oldest(a, p, rounded); i++)
+    for (int i = 0; !b && i < TS_MAX_PENDING_WAITS && fences_wait_oldest(a, p, rounded); i++) {
+        retire_free_ranges(a);
         b = pool_find_best(a, p, rounded, stream);
+    }
     /* The plan's range gives way before the normal policy grows past its peak (plan.c). */
     if (!b && a->plan && plan_yield(a, alloc_size))
         b = pool_find_best(a, p, rounded, stream);
     const bool stitch_first = a->cfg.stitch_when == TS_STITCH_ALWAYS;
     if (!b && stitch_first)
-        b = stitch_alloc(a, p, rounded, stream); /* free pages elsewhere, before new memory */
+        b = stitch_alloc(a, p, rounded, stream); /* free pages, before new memory */
     if (!b) {
         if (pool_gc_enabled(a))
             garbage_collect_cached_blocks(a);
@@ -463,6 +477,7 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         if (!b && !stitch_first)
             b = stitch_alloc(a, p, rounded, stream);
         if (!b && fences_wait_pending(a)) {
+            retire_free_ranges(a);
             b = pool_find_best(a, p, rounded, stream);
             if (!b)
                 b = stitch_alloc(a, p, rounded, stream);
@@ -562,6 +577,7 @@ static int free_on(ts_allocator *a, uintptr_t ptr, uintptr_t stream, size_t *req
     }
     if (a->plan)
         plan_note_free(a, plan_n, plan_requested);
+    retire_free_ranges(a);
     allocator_unlock(a);
     return TS_OK;
 }

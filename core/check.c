@@ -322,6 +322,14 @@ int allocator_check_locked(ts_allocator *a, char *why, size_t whylen)
         return check_fail(why, whylen, "stitching accounts disagree: %zu lent, %zu stitched, "
                           "gauge %lld", t.lent_bytes, t.stitched_bytes,
                           (long long)a->st->stitched_bytes);
+    size_t retired = 0;
+    for (const ts_segment *s = a->retired; s; s = s->retire_link, retired++)
+        if (s->kind != TS_SEGMENT_STITCHED || s->retire_state != 2 || s->nblocks || s->nlenders)
+            return check_fail(why, whylen, "retired range %#" PRIxPTR " still holds blocks",
+                              s->addr);
+    if (retired != a->retired_ranges)
+        return check_fail(why, whylen, "%zu ranges retired, %zu counted", retired,
+                          a->retired_ranges);
     if (reserved != a->total_allocated_memory)
         return check_fail(why, whylen, "segments hold %zu bytes, total_allocated_memory %zu",
                           reserved, a->total_allocated_memory);

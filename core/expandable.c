@@ -186,7 +186,8 @@ static size_t es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, siz
 /* How much more than needed a growth of b (unmapped) by mapped bytes maps ahead: on plainly
  * sequential growth (the last growth of the segment ended where b starts) with a handle a page
  * under defragment (PyTorch's expandable segments keep PyTorch's
- * growth), up to whole batches of growth_batch_mb (20 MiB). A grant costs about
+ * growth), in the large pool (a small-pool page holds hundreds of blocks: a batch there would sit
+ * idle), up to whole batches of growth_batch_mb (20 MiB). A grant costs about
  * the same for 2 MiB as for 20 MiB (tests/data/driver-costs/h200.txt), so growing 2 MiB at a time
  * pays a grant per page where a batch pays one per 20 MiB; the pages ahead serve the next
  * requests with no driver call, and go back with the rest of the cache (release). Bounded: never
@@ -196,8 +197,8 @@ static size_t es_ahead(const ts_allocator *a, const ts_block *b, size_t mapped)
 {
     const ts_segment *seg = b->seg;
     const size_t batch = a->cfg.growth_batch / seg->page_size * seg->page_size;
-    if (!a->cfg.defragment || !a->handle_per_page || batch == 0 || b->addr != seg->grow_end ||
-        mapped % batch == 0)
+    if (!a->cfg.defragment || !a->handle_per_page || seg->pool->small || batch == 0 ||
+        b->addr != seg->grow_end || mapped % batch == 0)
         return 0;
     size_t ahead = batch - mapped % batch; /* to whole batches: a grant's cost per 20 MiB */
     if (ahead > b->size - mapped)

@@ -88,6 +88,12 @@ struct ts_segment {
      * nothing. */
     size_t va_size;
     uint64_t stitch_serial;
+    /* Stitched segments: a range whose blocks are all free is queued (retire_state 1) and then
+     * retired (2): its pages go back to the segments they came from and it leaves the segment
+     * tree, its aliases still mapped until the next synchronised release unmaps them (stitch.c).
+     * retire_link chains the queue, then the retired list. */
+    ts_segment *retire_link;
+    uint8_t retire_state;
     /* The plan's range (plan.c), and only it: its FREE blocks are in this tree, keyed (addr, 0,
      * 0), instead of the pool's free index, so that only the plan hands them out. */
     ts_tree *plan_free;
@@ -178,8 +184,11 @@ struct ts_allocator {
     /* Expandable segments and stitching. */
     size_t vm_granularity;
     bool handle_per_page; /* PyTorch's way: one handle per page; else one per growth */
-    size_t stitched_segments;
+    size_t stitched_segments; /* live ranges (in the segment tree) */
     uint64_t stitch_serial;
+    ts_segment *retire_queue;   /* live ranges found entirely free, to retire (pool.c queues) */
+    ts_segment *retired;        /* retired ranges, their aliases still mapped */
+    size_t retired_ranges;
     uint64_t peer_devices; /* bit d: device d was granted access to every mapping (peer access) */
 
     /* Observer (stats page segment map). */

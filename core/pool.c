@@ -166,6 +166,13 @@ void block_free_complete(ts_allocator *a, ts_block *b)
         }
     }
     pool_insert_free(p, b);
+    if (b->seg->kind == TS_SEGMENT_STITCHED && !b->prev && !b->next && !b->seg->retire_state) {
+        /* a stitched range entirely free: queued, so that its pages go back where they came from
+         * before the next request is placed (stitch.c retires it) */
+        b->seg->retire_state = 1;
+        b->seg->retire_link = a->retire_queue;
+        a->retire_queue = b->seg;
+    }
     if (block_is_split(b)) {
         net_blocks += 1;
         net_bytes += (int64_t)b->size;

@@ -24,17 +24,15 @@ static ts_devmodel_counters fx_counters(const fixture *f)
     return dc;
 }
 
-/* Rule: stitching's live-range bound (stitch_max_ranges, 4096 by default) refuses only at the
- * bound, and there gives free ranges back before refusing.
+/* Rule: stitching's range bound (stitch_max_ranges, 4096 by default) counts live and retired
+ * ranges and refuses only at the bound; there it first unmaps the retired ones.
  *
- * Fragment (the shape of batch_drift's steps, in miniature): 2N + 2 holes of one 2 MiB page each,
- * kept apart by live 2 MiB blocks; then N times: ask for 4 MiB (no free block fits: two holes
- * are stitched), free it, ask for 3 MiB (served from that range, whose last MiB stays free and
- * is no whole page). N = 4096 ranges end up live and partly used, none entirely free. Below the
- * bound every request is stitched. At the bound, a 4 MiB request is refused by stitching
- * (nothing to give back) and grows the segment by 4 MiB instead, although two holes are free.
- * Then one range is freed: an 8 MiB request (no range grows to it: 4 MiB + 2 MiB of headroom) gives
- * that range back (one synchronise, its two pages unmapped) and stitches the four free holes. */
+ * Fragment: 2N + 2 holes of one 2 MiB page each, kept apart by live 2 MiB blocks; then N times
+ * 4 MiB, kept (no free block fits: two holes are stitched). N = 4096 ranges are live. At the
+ * bound a 4 MiB request is refused by stitching (nothing retired) and grows the segment by
+ * 4 MiB instead, although two holes are free. One range is freed: it retires at once (its two
+ * pages free again, no driver call); an 8 MiB request at the bound unmaps it (one synchronise,
+ * its two aliases) and stitches the four free holes. */
 static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
 {
     (void)state;
@@ -43,8 +41,7 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
     assert_int_equal(cfg.stitch_max_ranges, N); /* the default bound: what a user gets */
     fixture f;
     fx_open(&f, 64 * GiB, &cfg, true, false);
-    static uintptr_t hole[HOLES], sep[HOLES], part[N];
-    uintptr_t p = 0;
+    static uintptr_t hole[HOLES], sep[HOLES], range[N];
     /* ts_malloc without a heap check per step: the check walks every block, and this layout
      * has tens of thousands (checked once at the end of each phase instead). */
     for (int j = 0; j < HOLES; j++) {
@@ -55,14 +52,8 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
         assert_int_equal(ts_free(f.a, hole[j]), TS_OK);
     fx_check(&f);
     const size_t filled = (size_t)2 * HOLES * 2 * MiB; /* every page the fill mapped */
-    for (int i = 0; i < N; i++) {
-        uintptr_t r = 0;
-        assert_int_equal(ts_malloc(f.a, 4 * MiB, 0, &r), TS_OK);
-        assert_int_equal(ts_free(f.a, r), TS_OK);
-        assert_int_equal(ts_malloc(f.a, 3 * MiB, 0, &part[i]), TS_OK);
-        if (part[i] != r)
-            fail_msg("range %d: 3 MiB did not reuse the 4 MiB range", i);
-    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(ts_malloc(f.a, 4 * MiB, 0, &range[i]), TS_OK);
     fx_check(&f);
     const tessera_device_stats *st = fx_stats(&f);
     if (st->num_stitches != N || st->reserved_bytes[TESSERA_POOL_ALL].current != (int64_t)filled)
@@ -77,19 +68,22 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
     assert_int_equal(dc.vm_unmaps + dc.synchronizes, 0); /* nothing given back */
 
     /* At the bound, every range in use: refused, the segment grows instead. */
-    p = fx_alloc(&f, 4 * MiB);
+    uintptr_t p = fx_alloc(&f, 4 * MiB);
     st = fx_stats(&f);
     assert_int_equal(st->num_stitches, N);
     assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, (int64_t)(filled + 4 * MiB));
     assert_int_equal(fx_counters(&f).vm_reserves, 1 + N);
 
-    /* One range free: given back at the bound, and its pages stitched with the two free holes. */
-    fx_free(&f, part[0]);
+    /* One range freed: retired at once, no call; at the bound it is unmapped, and its pages are
+     * stitched with the two free holes. */
+    fx_free(&f, range[0]);
+    assert_int_equal(fx_stats(&f)->stitched_bytes, (int64_t)(N - 1) * 4 * MiB);
+    assert_int_equal(fx_counters(&f).vm_unmaps + fx_counters(&f).synchronizes, 0);
     uintptr_t q = fx_alloc(&f, 8 * MiB);
     st = fx_stats(&f);
     dc = fx_counters(&f);
     assert_int_equal(st->num_stitches, N + 1);
-    assert_int_equal(st->stitched_bytes, (int64_t)N * 4 * MiB + 4 * MiB); /* -4 +8 */
+    assert_int_equal(st->stitched_bytes, (int64_t)(N - 1) * 4 * MiB + 8 * MiB);
     assert_int_equal(dc.synchronizes, 1);
     assert_int_equal(dc.vm_unmaps, 2);
     assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, (int64_t)(filled + 4 * MiB));
@@ -97,87 +91,13 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
     fx_free(&f, q);
     fx_free(&f, p);
     for (int i = 1; i < N; i++)
-        assert_int_equal(ts_free(f.a, part[i]), TS_OK);
+        assert_int_equal(ts_free(f.a, range[i]), TS_OK);
     for (int j = 0; j < HOLES; j++)
         assert_int_equal(ts_free(f.a, sep[j]), TS_OK);
     ts_empty_cache(f.a);
     fx_check(&f);
     assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 0);
     assert_int_equal(fx_stats(&f)->stitched_bytes, 0);
-    fx_close(&f);
-}
-
-/* Rule: a freed stitched range that a slightly larger request outgrows grows in place, mapping
- * only the missing pages in the virtual headroom reserved after it (an eighth of the range), and
- * a range whose headroom is used up is not grown: a new range is stitched.
- *
- * Fragment (defragment:True, one handle per 2 MiB page): three 8 MiB holes h0, h1, h2 kept apart
- * by live 2 MiB blocks (15 pages mapped). 14 MiB: no hole fits, so h0 and the first 6 MiB of h1
- * are stitched into a range R of 14 MiB (7 maps), reserved with 2 MiB of headroom. R is freed,
- * then 16 MiB asked for: R grows in place by the one free page left of h1 (1 map, no reserve) and
- * serves the request at R's own address. R is freed again, then 18 MiB asked for: R's headroom is
- * used up, so a new range S takes h2's 4 pages and 5 of R's (9 maps, one reserve). Emptying the
- * cache gives both ranges, every lent page and every reservation back. */
-static void test_policy_stitched_range_grows_in_place(void **state)
-{
-    (void)state;
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
-    fixture f;
-    fx_open(&f, 1 * GiB, &cfg, true, false);
-    uintptr_t hole[3], sep[3];
-    for (int j = 0; j < 3; j++) {
-        hole[j] = fx_alloc(&f, 8 * MiB);
-        sep[j] = fx_alloc(&f, 2 * MiB);
-    }
-    for (int j = 0; j < 3; j++)
-        fx_free(&f, hole[j]);
-    const int64_t filled = 30 * MiB;
-
-    const uintptr_t r = fx_alloc(&f, 14 * MiB);
-    ts_devmodel_counters dc = fx_counters(&f);
-    assert_int_equal(fx_stats(&f)->num_stitches, 1);
-    assert_int_equal(dc.vm_maps, 15 + 7);
-    assert_int_equal(dc.vm_reserves, 2); /* the segment's, R's */
-    fx_free(&f, r);
-
-    const uintptr_t grown = fx_alloc(&f, 16 * MiB);
-    const tessera_device_stats *st = fx_stats(&f);
-    dc = fx_counters(&f);
-    if (grown != r || st->num_stitches != 1 || dc.vm_maps != 15 + 7 + 1 || dc.vm_reserves != 2)
-        fail_msg("16 MiB at %#lx (R at %#lx): %lld stitches, %llu maps, %llu reserves; want R "
-                 "grown in place: 1 stitch, 23 maps, 2 reserves", (unsigned long)grown,
-                 (unsigned long)r, (long long)st->num_stitches, (unsigned long long)dc.vm_maps,
-                 (unsigned long long)dc.vm_reserves);
-    assert_int_equal(st->stitched_bytes, 16 * MiB);
-    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled); /* nothing new */
-    assert_int_equal(dc.vm_creates, 15);
-    assert_true(ts_devmodel_is_backed(f.dev, grown, 16 * MiB));
-    fx_free(&f, grown);
-
-    const uintptr_t s = fx_alloc(&f, 18 * MiB);
-    st = fx_stats(&f);
-    dc = fx_counters(&f);
-    assert_true(s != r);
-    assert_int_equal(st->num_stitches, 2);
-    assert_int_equal(dc.vm_maps, 15 + 7 + 1 + 9);
-    assert_int_equal(dc.vm_reserves, 3);
-    assert_int_equal(st->stitched_bytes, (16 + 18) * MiB);
-    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled);
-    assert_true(ts_devmodel_is_backed(f.dev, s, 18 * MiB));
-    assert_int_equal(dc.vm_unmaps + dc.synchronizes, 0); /* nothing given back yet */
-
-    fx_free(&f, s);
-    for (int j = 0; j < 3; j++)
-        fx_free(&f, sep[j]);
-    ts_empty_cache(f.a);
-    fx_check(&f);
-    st = fx_stats(&f);
-    dc = fx_counters(&f);
-    assert_int_equal(st->stitched_bytes, 0);
-    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 0);
-    assert_int_equal(dc.bytes_in_use, 0);
-    assert_int_equal(dc.vm_unmaps, 15 + 8 + 9); /* every page, every alias */
-    assert_int_equal(dc.vm_releases, dc.vm_reserves); /* each range's headroom too */
     fx_close(&f);
 }
 
@@ -202,17 +122,153 @@ static void holes_close(fixture *f, const uintptr_t *sep, int n)
     fx_close(f);
 }
 
+/* Rule: a stitched range whose last block is free, and that a request outgrows, grows in place:
+ * only the missing pages are mapped, in the virtual headroom reserved after it (an eighth of the
+ * range); a range whose headroom is used up is not grown (a new range is stitched). A range
+ * whose blocks are all free retires, and so does, in turn, a range it lent its pages to.
+ *
+ * Fragment (defragment:True, one handle per 2 MiB page): two 8 MiB holes h0, h1 kept apart by
+ * live 2 MiB blocks (10 pages mapped). A = 13 MiB: no hole fits, so h0 and the first three pages
+ * of h1 are stitched into a range R of 14 MiB (7 maps), A at its start, 1 MiB free at its end,
+ * 2 MiB of headroom. B = 3 MiB: no free block holds it; R's free end and headroom do: R grows by
+ * h1's last page (1 map, no reserve) and B lands at R + 13 MiB. B is freed: R's end [13, 16) is
+ * free again, its last page whole. The first separator is freed too; D = 4 MiB: R's headroom is
+ * used up, so a new range S takes the separator's page and R's last page (2 maps, one reserve).
+ * Freeing A leaves R lent to S; freeing D retires S, which gives R its page back and retires R:
+ * no driver call until the cache is emptied, which unmaps both ranges' aliases. */
+static void test_policy_stitched_range_grows_in_place(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    static const int mib[2] = {8, 8};
+    uintptr_t hole[2], sep[2];
+    for (int j = 0; j < 2; j++) {
+        hole[j] = fx_alloc(&f, (size_t)mib[j] * MiB);
+        sep[j] = fx_alloc(&f, 2 * MiB);
+    }
+    for (int j = 0; j < 2; j++)
+        fx_free(&f, hole[j]);
+    const int64_t filled = 20 * MiB;
+
+    const uintptr_t r = fx_alloc(&f, 13 * MiB);
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(fx_stats(&f)->num_stitches, 1);
+    assert_int_equal(dc.vm_maps, 10 + 7);
+    assert_int_equal(dc.vm_reserves, 2); /* the segment's, R's */
+
+    const uintptr_t b = fx_alloc(&f, 3 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    dc = fx_counters(&f);
+    if (b != r + 13 * MiB || st->num_stitches != 1 || dc.vm_maps != 10 + 7 + 1 ||
+        dc.vm_reserves != 2)
+        fail_msg("3 MiB at %#lx (R at %#lx): %lld stitches, %llu maps, %llu reserves; want R "
+                 "grown in place: 1 stitch, 18 maps, 2 reserves", (unsigned long)b,
+                 (unsigned long)r, (long long)st->num_stitches, (unsigned long long)dc.vm_maps,
+                 (unsigned long long)dc.vm_reserves);
+    assert_int_equal(st->stitched_bytes, 16 * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled); /* nothing new */
+    assert_int_equal(dc.vm_creates, 10);
+    assert_true(ts_devmodel_is_backed(f.dev, r, 16 * MiB));
+    fx_free(&f, b);
+    fx_free(&f, sep[0]);
+
+    const uintptr_t d = fx_alloc(&f, 4 * MiB);
+    st = fx_stats(&f);
+    dc = fx_counters(&f);
+    assert_true(d < r || d >= r + 16 * MiB);
+    assert_int_equal(st->num_stitches, 2);
+    assert_int_equal(dc.vm_maps, 10 + 7 + 1 + 2);
+    assert_int_equal(dc.vm_reserves, 3);
+    assert_int_equal(st->stitched_bytes, (16 + 4) * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled);
+    assert_true(ts_devmodel_is_backed(f.dev, d, 4 * MiB));
+
+    fx_free(&f, r);
+    assert_int_equal(fx_stats(&f)->stitched_bytes, (16 + 4) * MiB); /* R still lends to S */
+    fx_free(&f, d);
+    st = fx_stats(&f);
+    dc = fx_counters(&f);
+    assert_int_equal(st->stitched_bytes, 0); /* both retired, in a cascade */
+    assert_int_equal(dc.vm_unmaps + dc.synchronizes, 0);
+    /* every page is free where it was made: an 8 MiB request is h0 itself, without a stitch */
+    const uintptr_t again = fx_alloc(&f, 8 * MiB);
+    assert_int_equal(again, hole[0]);
+    assert_int_equal(fx_stats(&f)->num_stitches, 2);
+    fx_free(&f, again);
+    fx_free(&f, sep[1]);
+    ts_empty_cache(f.a);
+    fx_check(&f);
+    st = fx_stats(&f);
+    dc = fx_counters(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(dc.bytes_in_use, 0);
+    assert_int_equal(dc.vm_unmaps, 10 + 8 + 2); /* every page, every alias */
+    assert_int_equal(dc.vm_releases, dc.vm_reserves); /* each range's headroom too */
+    assert_int_equal(dc.synchronizes, 1);
+    fx_close(&f);
+}
+
+/* Rule: a stitched range serves its blocks only: once they are all free it retires, its pages
+ * free again in the segments they came from (no driver call: the aliases stay mapped until the
+ * cache is released), so a step that repeats finds the same free pages at its start each time.
+ *
+ * Fragment (defragment:True): three 8 MiB holes apart by live 2 MiB blocks; a step of 14 MiB
+ * (stitched: no hole holds it) and 6 MiB (a hole), both freed, done three times. Each step stitches
+ * a range of its own at a new address and the 6 MiB lands at the same hole each time; the free
+ * pages are the same after every step. Emptying the cache unmaps the three retired ranges. */
+static void test_policy_freed_range_retires(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    static const int mib[3] = {8, 8, 8};
+    uintptr_t hole[3], sep[3];
+    holes_of(&f, mib, 3, hole, sep);
+    uintptr_t six0 = 0;
+    for (int step = 0; step < 3; step++) {
+        const uintptr_t big = fx_alloc(&f, 14 * MiB);
+        const uintptr_t six = fx_alloc(&f, 6 * MiB);
+        if (step == 0)
+            six0 = six;
+        assert_int_equal(six, six0);
+        assert_int_equal(fx_stats(&f)->num_stitches, step + 1);
+        fx_free(&f, big);
+        fx_free(&f, six);
+        const tessera_device_stats *st = fx_stats(&f);
+        assert_int_equal(st->stitched_bytes, 0);
+        ts_devmodel_counters dc = fx_counters(&f);
+        assert_int_equal(dc.vm_unmaps + dc.synchronizes, 0);
+        assert_int_equal(dc.vm_maps, 15 + 7 * (step + 1)); /* a new range's aliases each step */
+        /* the three holes are whole free blocks again */
+        for (int j = 0; j < 3; j++) {
+            const uintptr_t h = fx_alloc(&f, 8 * MiB);
+            assert_int_equal(h, hole[j]);
+        }
+        for (int j = 0; j < 3; j++)
+            fx_free(&f, hole[j]);
+    }
+    ts_empty_cache(f.a);
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(dc.synchronizes, 1);
+    assert_int_equal(dc.vm_unmaps, 12 + 3 * 7); /* the holes' pages and the aliases */
+    assert_int_equal(dc.vm_releases, 3);        /* each range's reservation */
+    holes_close(&f, sep, 3);
+}
+
 /* Rule (stream order): a stitched range is as recently freed as the latest of its lenders, so
  * handing it out right after its pages were freed makes an order point; so does growing a range
- * in place with a page freed since the last order point, even when the range itself was freed
- * before it.
+ * in place with a page freed since the last order point, even when the range's own free end was
+ * freed before it.
  *
- * Fragment (defragment:True, several streams, one handle per 2 MiB page): holes h0, h1, h2 of 8
- * MiB apart by live 2 MiB blocks s0, s1, s2, and a live 4 KiB block k in the small pool. 14 MiB:
- * stitched from h0 and three pages of h1, freed just now: order point 1. The range R is freed;
- * k is freed and taken back (order point 2: R is now older than the last order point). s0 is
- * freed, then 16 MiB asked for: R grows in place by s0's page (the smallest run, lowest address),
- * freed after order point 2: order point 3. */
+ * Fragment (defragment:True, several streams, one handle per 2 MiB page): holes h0, h1 of 8 MiB
+ * apart by live 2 MiB blocks s0, s1, and a live 4 KiB block k in the small pool. 13 MiB:
+ * stitched from h0 and three pages of h1, freed just now: order point 1 (the range R keeps 1 MiB
+ * free at its end). k is freed and taken back: order point 2. s0 is freed, then 3 MiB asked
+ * for: R grows in place by s0's page (the smallest run, lowest address), freed after order point
+ * 2: order point 3. */
 static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state)
 {
     (void)state;
@@ -220,29 +276,28 @@ static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, true);
     ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
-    static const int mib[3] = {8, 8, 8};
-    uintptr_t hole[3], sep[3];
-    holes_of(&f, mib, 3, hole, sep);
+    static const int mib[2] = {8, 8};
+    uintptr_t hole[2], sep[2];
+    holes_of(&f, mib, 2, hole, sep);
     uintptr_t k = fx_alloc(&f, 4 * KiB);
     assert_int_equal(fx_counters(&f).order_points, 0); /* fresh memory only so far */
 
-    const uintptr_t r = fx_alloc(&f, 14 * MiB);
+    const uintptr_t r = fx_alloc(&f, 13 * MiB);
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
     assert_int_equal(fx_counters(&f).order_points, 1);
-    fx_free(&f, r);
     fx_free(&f, k);
     assert_int_equal(fx_alloc(&f, 4 * KiB), k);
     assert_int_equal(fx_counters(&f).order_points, 2);
 
     fx_free(&f, sep[0]);
-    const uintptr_t grown = fx_alloc(&f, 16 * MiB);
-    assert_int_equal(grown, r);
+    const uintptr_t grown = fx_alloc(&f, 3 * MiB);
+    assert_int_equal(grown, r + 13 * MiB);
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
     assert_int_equal(fx_counters(&f).order_points, 3);
     fx_free(&f, grown);
+    fx_free(&f, r);
     fx_free(&f, k);
     fx_free(&f, sep[1]);
-    fx_free(&f, sep[2]);
     ts_empty_cache(f.a);
     fx_close(&f);
 }
@@ -250,32 +305,32 @@ static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state
 /* Rule: a range grows in place only by handles that fit its headroom. With handle_policy:coarse
  * the handles are 20 MiB while the headroom is counted in 2 MiB pages.
  *
- * Fragment (defragment:True,handle_policy:coarse): holes A, B, C of 40 MiB (two 20 MiB handles
- * each) apart by live 2 MiB blocks. 60 MiB: stitched from A and B's first handle: a range R of
- * 60 MiB with 8 MiB of headroom (60 / 8, in whole pages). R is freed, then 62 MiB asked for: R's
- * end plus headroom would hold it, but the smallest run, B's last handle, is 20 MiB, more than
- * the headroom: a new range S of 80 MiB (B's last handle, C, R's first handle) serves it. */
+ * Fragment (defragment:True,handle_policy:coarse): twelve 20 MiB holes (a handle each) apart by
+ * live 2 MiB blocks. 199 MiB: stitched from ten of them into a range R of 200 MiB with 26 MiB of
+ * headroom (200 / 8, in whole pages) and 1 MiB free at its end. 22 MiB: no free block holds it,
+ * and R's end plus headroom (27 MiB) would, but the missing 21 MiB take two 20 MiB handles, more
+ * than the headroom: a new range S of the last two holes serves it. */
 static void test_policy_growth_in_place_stays_in_headroom(void **state)
 {
     (void)state;
     ts_config cfg = conf_of("defragment:True,handle_policy:coarse");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
-    static const int mib[3] = {40, 40, 40};
-    uintptr_t hole[3], sep[3];
-    holes_of(&f, mib, 3, hole, sep);
-    const uintptr_t r = fx_alloc(&f, 60 * MiB);
+    static const int mib[12] = {20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20};
+    uintptr_t hole[12], sep[12];
+    holes_of(&f, mib, 12, hole, sep);
+    const uintptr_t r = fx_alloc(&f, 199 * MiB);
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
-    assert_int_equal(fx_stats(&f)->stitched_bytes, 60 * MiB);
-    fx_free(&f, r);
-    const uintptr_t s = fx_alloc(&f, 62 * MiB);
+    assert_int_equal(fx_stats(&f)->stitched_bytes, 200 * MiB);
+    const uintptr_t s = fx_alloc(&f, 22 * MiB);
     const tessera_device_stats *st = fx_stats(&f);
-    assert_true(s != r);
+    assert_true(s < r || s >= r + 226 * MiB);
     assert_int_equal(st->num_stitches, 2);
-    assert_int_equal(st->stitched_bytes, (60 + 80) * MiB);
-    assert_true(ts_devmodel_is_backed(f.dev, s, 62 * MiB));
+    assert_int_equal(st->stitched_bytes, (200 + 40) * MiB);
+    assert_true(ts_devmodel_is_backed(f.dev, s, 22 * MiB));
     fx_free(&f, s);
-    holes_close(&f, sep, 3);
+    fx_free(&f, r);
+    holes_close(&f, sep, 12);
 }
 
 /* Rule: stitch_min_block_mb: requests below it are never stitched, requests of exactly it are.
@@ -572,6 +627,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_range_bound_refuses_only_at_the_bound),
         cmocka_unit_test(test_policy_stitched_range_grows_in_place),
+        cmocka_unit_test(test_policy_freed_range_retires),
         cmocka_unit_test(test_policy_coarse_handles_cost_like_pytorch_pages),
         cmocka_unit_test(test_policy_stitched_range_is_ordered_after_its_lenders),
         cmocka_unit_test(test_policy_growth_in_place_stays_in_headroom),
