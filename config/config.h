@@ -80,7 +80,6 @@ typedef struct ts_config {
                                  * end again maps ahead to whole batches of this (0: only what
                                  * each growth needs) */
     bool defragment;            /* tessera's best combination: expandable + stitching */
-    bool plan;                  /* learn the repeating step and serve it from a placement plan */
     bool verbose;               /* print the effective configuration at start-up */
     uint32_t history_events;    /* events kept in the history ring per device; 0: no history */
     bool history_frames;        /* record native stack frames with each history event */

@@ -190,15 +190,6 @@ const key_desc cfg_keys[KEY_COUNT] = {
                 "sets them. Stitching needs expandable segments: a string that leaves stitching "
                 "on and sets expandable_segments:False is refused.",
     },
-    [KEY_PLAN] = {
-        .name = "plan", .kind = KIND_BOOL, .flags = F_TESSERA,
-        .offset = FIELD(plan), .def.b = false,
-        .help = "Detect a step the program repeats, place that step's short-lived blocks at "
-                "planned offsets of one range (packed by size and lifetime), and serve later "
-                "steps from the plan; requests it did not foresee take the normal policy. A range "
-                "is made only below the most memory the program has held. With no policy named, "
-                "the normal policy is the default with a handle a page (handle_policy:page).",
-    },
     [KEY_VERBOSE] = {
         .name = "verbose", .kind = KIND_BOOL, .flags = F_TESSERA,
         .offset = FIELD(verbose), .def.b = false,

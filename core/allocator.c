@@ -10,7 +10,6 @@
 #include "core/handles.h"
 #include "core/hostcache.h"
 #include "core/inspect.h"
-#include "core/plan.h"
 #include "core/pool.h"
 #include "core/release.h"
 #include "core/stitch.h"
@@ -97,13 +96,6 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
 
     a->st = sink.stats ? sink.stats : &a->own_stats;
     a->seq = sink.seq ? sink.seq : &a->own_seq;
-    if (cfg->plan && (a->plan = plan_create()) == NULL) {
-        ts_ptrmap_destroy(&a->live);
-        ts_ptrmap_destroy(&a->driver_live);
-        pthread_mutex_destroy(&a->lock);
-        free(a);
-        return NULL;
-    }
 
     size_t free_bytes = 0, total = 0;
     if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK)
@@ -197,7 +189,6 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
     }
     st_close(a);
     pthread_mutex_unlock(&a->lock);
-    plan_destroy(a->plan);
     ts_ptrmap_destroy(&a->live);
     ts_ptrmap_destroy(&a->driver_live);
     ts_slab_destroy(&a->block_slab);
@@ -219,7 +210,6 @@ void ts_allocator_forget_all(ts_allocator *a)
 {
     pthread_mutex_lock(&a->lock);
     fences_drop_all(a);
-    plan_forget(a);
     stitch_forget_retired(a, false);
     ts_node *n;
     while ((n = ts_tree_first(&a->segments)) != NULL) {
@@ -451,21 +441,13 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         return TS_ENOMEM;
     }
 
-    /* A request the plan foresaw (plan:True) is served at its planned offset; everything else,
-     * misses included, by the normal policy. */
-    ts_block *b = a->plan ? plan_take(a, rounded, size) : NULL;
-    if (b)
-        goto served;
-    b = pool_find_best(a, p, rounded, stream);
+    ts_block *b = pool_find_best(a, p, rounded, stream);
     /* Blocks of this pool freed but still waiting for their fences could serve the request:
      * wait for the oldest fences, a few at most, before new memory is taken. */
     for (int i = 0; !b && i < TS_MAX_PENDING_WAITS && fences_wait_oldest(a, p, rounded); i++) {
         retire_free_ranges(a);
         b = pool_find_best(a, p, rounded, stream);
     }
-    /* The plan's range gives way before the normal policy grows past its peak (plan.c). */
-    if (!b && a->plan && plan_yield(a, alloc_size))
-        b = pool_find_best(a, p, rounded, stream);
     const bool stitch_first = a->cfg.stitch_when == TS_STITCH_ALWAYS;
     if (!b && stitch_first)
         b = stitch_alloc(a, p, rounded, stream); /* free pages, before new memory */
@@ -507,11 +489,8 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
 
     bool split = pool_should_split(a, b, rounded);
     b = alloc_found_block(a, b, rounded, size, split, &spare);
-served:
     if (spare)
         a->spare = spare; /* unused: still zeroed (alloc_found_block touches it only to split) */
-    if (a->plan)
-        plan_note_alloc(a, b, rounded, stream);
     *out = b->addr;
     if (stream)
         stream_usage_add(&a->tagged, size, b->size);
@@ -552,8 +531,6 @@ static int free_on(ts_allocator *a, uintptr_t ptr, uintptr_t stream, size_t *req
     ts_pool *p = b->seg->pool;
     if (requested)
         *requested = b->requested;
-    const uint64_t plan_n = b->plan_n; /* b may be merged away below */
-    const size_t plan_requested = b->requested;
     counter_add(a, &st->num_free_calls, 1);
     counter_add(a, &st->num_ops, 1);
     stat_array_decrease(a, st->allocation, p, 1);
@@ -575,8 +552,6 @@ static int free_on(ts_allocator *a, uintptr_t ptr, uintptr_t stream, size_t *req
         b->free_epoch = stream && stream == b->stream ? 0 : a->order_epoch;
         block_free_complete(a, b);
     }
-    if (a->plan)
-        plan_note_free(a, plan_n, plan_requested);
     retire_free_ranges(a);
     allocator_unlock(a);
     return TS_OK;

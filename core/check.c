@@ -94,13 +94,8 @@ static int check_block_state(ts_allocator *a, ts_segment *seg, ts_block *b, bool
         if (b->next && b->next->state == TS_BLOCK_FREE)
             return check_fail(why, whylen, "free blocks %#" PRIxPTR " and %#" PRIxPTR
                               " not merged", b->addr, b->next->addr);
-        ts_node *n;
-        if (seg->plan_free) { /* the plan's range: its own free set (plan.c) */
-            n = ts_tree_floor(seg->plan_free, b->addr, UINT64_MAX, UINT64_MAX);
-        } else {
-            t->free_blocks[pi]++;
-            n = ts_freeidx_lower_bound(&p->free, b->stream, b->size, b->addr);
-        }
+        t->free_blocks[pi]++;
+        ts_node *n = ts_freeidx_lower_bound(&p->free, b->stream, b->size, b->addr);
         if (n != &b->node)
             return check_fail(why, whylen, "free block %#" PRIxPTR " not in its free set",
                               b->addr);

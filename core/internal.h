@@ -52,7 +52,6 @@ struct ts_block {
     uint64_t serial; /* ALLOCATED blocks: this allocation's number (a reused block gets a new one) */
     uint8_t state; /* ts_block_state */
     ts_segment *lent_to; /* LENT blocks: the stitched segment their pages back */
-    uint64_t plan_n; /* plan:True, ALLOCATED blocks: the allocation's number + 1 in plan.c's log */
 };
 
 /* A segment: one device allocation (or one virtual reservation for expandable segments).
@@ -94,9 +93,6 @@ struct ts_segment {
      * retire_link chains the queue, then the retired list. */
     ts_segment *retire_link;
     uint8_t retire_state;
-    /* The plan's range (plan.c), and only it: its FREE blocks are in this tree, keyed (addr, 0,
-     * 0), instead of the pool's free index, so that only the plan hands them out. */
-    ts_tree *plan_free;
 };
 
 /* One physical handle mapped at [addr, addr + size) of a segment. */
@@ -208,8 +204,6 @@ struct ts_allocator {
 
     /* Pinned host memory (core/hostcache.c); NULL until the first host allocation. */
     struct ts_hostcache *host;
-    /* Planned memory (core/plan.c); NULL unless plan:True. */
-    struct ts_plan *plan;
 };
 
 /* Record an allocator event in the history ring, when there is one: the only cost otherwise is

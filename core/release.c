@@ -1,8 +1,10 @@
 /* Giving memory back: whole free segments, oversize blocks, garbage collection. */
+#include <stdlib.h>
+
 #include "core/release.h"
 #include "core/expandable.h"
 #include "core/fence.h"
-#include "core/plan.h"
+#include "core/handles.h"
 #include "core/pool.h"
 #include "core/stitch.h"
 
@@ -120,7 +122,6 @@ void release_cached_blocks(ts_allocator *a)
     if (backend_capturing(a))
         return;
     fences_synchronize_all(a);
-    plan_release_idle(a); /* the plan's range, when nothing is in it */
     /* Free stitched ranges go first (their pages return to the segments they came from and can
      * then be unmapped in the same pass); one device synchronise covers both. */
     bool synced = stitch_release_free(a, false) > 0;

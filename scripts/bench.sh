@@ -25,9 +25,6 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      with its pinned cache and with pinned_cache:False
   7. the cudaMallocAsync + cudaFreeAsync pair through LD_PRELOAD (tests/bench/async_pair.py):
      without tessera, with its defaults and with expandable_segments:True
-  8. plan:True beside PyTorch's policy, expandable segments, defragment:True and tessera's
-     default (tests/bench/plan_bench.py): every trace repeated 8 times (tessera-replay --repeat
-     8) and every synthetic workload, with the targets of planned memory
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -36,8 +33,8 @@ Options:
   --build-dir DIR   build directory (default: build-bench at the repository root)
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
-  --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    plan (default: all)
+  --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async
+                    (default: all)
   --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h200, the
                     default; a100, the published figures) or with FILE (tessera-costs writes it
                     on a GPU)
@@ -49,7 +46,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,plan"
+only="core,replay,steady,shim,stream,pinned,async"
 costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -139,7 +136,7 @@ fi
 
 # --- 2. replays -------------------------------------------------------------------------------
 traces=(tests/data/traces/*.pickle)
-if want replay || want steady || want plan; then
+if want replay || want steady; then
     echo "bench.sh: generating the synthetic workloads ..." >&2
     note_cmd workloads "python3 tools/workloads/gen_workloads.py -o $B/workloads"
     python3 tools/workloads/gen_workloads.py -o "$bd/workloads" 2>"$raw/workloads.txt"
@@ -284,13 +281,6 @@ preload_part stream stream_order.py tight_loop "stream-ordered reuse"
 preload_part pinned pinned.py staging "pinned host memory"
 preload_part async async_pair.py staging "cudaMallocAsync/cudaFreeAsync pairs"
 
-# --- 8. planned memory ----------------------------------------------------------------------------
-if want plan; then
-    echo "bench.sh: plan:True beside the other policies ..." >&2
-    note_cmd plan "python3 tests/bench/plan_bench.py $B $B/bench-raw/plan --repeat 8"
-    python3 tests/bench/plan_bench.py "$bd" "$raw/plan" --repeat 8 >/dev/null
-fi
-
 # --- report -------------------------------------------------------------------------------------
 TS_BENCH_DRIVER_COSTS="${costs[1]:-}" python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
 # report_part PART TITLE: a part's Markdown, under its title and command
@@ -303,5 +293,4 @@ report_part() {
 report_part stream "Stream-ordered reuse through LD_PRELOAD (simulated device)"
 report_part pinned "Pinned host memory through LD_PRELOAD (simulated device)"
 report_part async "cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated device)"
-report_part plan "Planned memory: plan:True beside the other policies"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

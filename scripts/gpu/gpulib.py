@@ -37,8 +37,6 @@ TORCH_MODES = [
     ("tessera", "4", "PYTORCH_NO_CUDA_MEMORY_CACHING=1 + LD_PRELOAD=libtessera.so"),
     ("tessera-defrag", "5",
      "PYTORCH_NO_CUDA_MEMORY_CACHING=1 + LD_PRELOAD=libtessera.so + TESSERA_ALLOC_CONF=defragment:True"),
-    ("tessera-plan", "6",
-     "PYTORCH_NO_CUDA_MEMORY_CACHING=1 + LD_PRELOAD=libtessera.so + TESSERA_ALLOC_CONF=plan:True"),
 ]
 
 
@@ -134,9 +132,7 @@ def torch_checks(recs):
         return j.get("loss_checksum")
 
     base = cs("nocache")
-    for mode in ("tessera", "tessera-defrag", "tessera-plan"):
-        if mode == "tessera-plan" and mode not in tr:
-            continue  # a mode added later: absent from older runs and selftests
+    for mode in ("tessera", "tessera-defrag"):
         name = "loss checksum %s == nocache" % mode
         c = cs(mode)
         if base is None:
@@ -156,7 +152,32 @@ def torch_checks(recs):
             checks.append(("INFO", "loss checksum %s == nocache" % mode,
                            "identical" if c == base else "differs: %s vs %s%s" % (
                                c[:16], base[:16], first_diff(tr, mode, "nocache"))))
+    checks.extend(floor_checks(tr))
     return checks
+
+
+def floor_checks(tr):
+    """tessera's default at the floor (INFO): peak reserved against the no-cache run's (what the
+    program needs with no caching at all), target at most +1%, and the median step against
+    PyTorch's allocator's, target within 1%."""
+    def done(mode):
+        j = tr.get(mode, (None, None))[1]
+        return j if j and j.get("ok") and j.get("complete") else None
+    out = []
+    t, floor, native = done("tessera"), done("nocache"), done("native")
+    if t and floor and t.get("peak_reserved") and floor.get("peak_reserved"):
+        ratio = t["peak_reserved"] / floor["peak_reserved"]
+        out.append(("INFO", "tessera peak reserved <= nocache floor + 1%",
+                    "%s: %.2f GiB against %.2f GiB (%+.2f%%)" % (
+                        "met" if ratio <= 1.01 else "missed", t["peak_reserved"] / 2**30,
+                        floor["peak_reserved"] / 2**30, 100 * (ratio - 1))))
+    if t and native and t.get("step_ms_median") and native.get("step_ms_median"):
+        ratio = t["step_ms_median"] / native["step_ms_median"]
+        out.append(("INFO", "tessera median step within 1% of native",
+                    "%s: %.2f ms against %.2f ms (%+.2f%%)" % (
+                        "met" if abs(ratio - 1) <= 0.01 else "missed", t["step_ms_median"],
+                        native["step_ms_median"], 100 * (ratio - 1))))
+    return out
 
 
 def first_diff(tr, m1, m2):

@@ -889,11 +889,9 @@ print(torch.__version__, torch.version.cuda, d, sep="\t")' 2>"$FDIR/import.err")
             tessera) printf '%s\n' PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" ;;
             tessera-defrag) printf '%s\n' PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" \
                 TESSERA_ALLOC_CONF=defragment:True ;;
-            tessera-plan) printf '%s\n' PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" \
-                TESSERA_ALLOC_CONF=plan:True ;;
             esac
         }
-        TORCH_MODES=(native expandable nocache tessera tessera-defrag tessera-plan)
+        TORCH_MODES=(native expandable nocache tessera tessera-defrag)
         modes_left=${#TORCH_MODES[@]}
         for mode in "${TORCH_MODES[@]}"; do
             modes_left=$((modes_left - 1))

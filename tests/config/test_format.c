@@ -52,7 +52,7 @@ static void test_format_defaults(void **state)
                         "large_segment_size_mb:20,backend:native,caching:True,memory_limit:0,"
                         "stats:True,oom_report:True,reuse_fence:order,stitching:False,"
                         "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:4096,expandable_page_mb:0,handle_policy:page,"
-                        "growth_batch_mb:20,defragment:False,plan:False,verbose:False,history_events:0,"
+                        "growth_batch_mb:20,defragment:False,verbose:False,history_events:0,"
                         "history_frames:False,pinned_cache:True");
 
     /* snprintf contract */
@@ -381,7 +381,7 @@ static void test_describe(void **state)
         assert_non_null(strstr(buf, line));
         keys++;
     }
-    assert_int_equal(keys, 27 + TS_CONFIG_NOT_APPLICABLE_COUNT);
+    assert_int_equal(keys, 26 + TS_CONFIG_NOT_APPLICABLE_COUNT);
     assert_non_null(strstr(buf, "  max_split_size_mb\n      value:   an integer >= 20 MiB, or "
                                 "unlimited\n      default: unlimited\n"));
     assert_non_null(strstr(buf, "  reuse_fence\n      value:   order, events, sync or none\n      "

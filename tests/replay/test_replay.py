@@ -319,31 +319,6 @@ class Replay(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("--steps 2 disagrees", r.stderr)
 
-    def test_plan_on_real_traces(self):
-        # plan:True on the recorded traces repeated as a loop, beside the policy it falls back on
-        def both(name):
-            r = replay("--json", "--compare", "--repeat", "8", os.path.join(TRACES, name),
-                       "default", "plan:True")
-            self.assertEqual(r.returncode, 0, r.stderr)
-            return json.loads(r.stdout)
-
-        # a training step: its range is made at a step boundary, below the peak the normal
-        # policy reached while the step was learnt (the blocks left out fit the normal policy's
-        # free pieces): no more memory than that policy alone, and no driver call once planned
-        default, plan = both("cs336-ctx256-fullstep.pickle")
-        self.assertGreater(plan["plan_hits"], 10000)
-        self.assertEqual(plan["plan_misses"], 0)
-        self.assertGreater(plan["plan_range_bytes"], 0)
-        self.assertLessEqual(plan["peak_reserved_bytes"], default["peak_reserved_bytes"])
-        self.assertEqual(plan["device_calls_last_step"], 0)
-        # a loop whose later iterations hold more than the one learnt: the normal policy has
-        # to grow past the peak, and the range makes way instead of adding to it (it would add
-        # 24 MiB on 100): a few MiB of transitions at most
-        default, plan = both("eor-nn-snapshot.pickle")
-        self.assertGreater(plan["plan_hits"], 0)
-        self.assertLessEqual(plan["peak_reserved_bytes"], default["peak_reserved_bytes"] + (8 << 20))
-        self.assertEqual(plan["device_calls_last_step"], 0)
-
     def test_bad_driver_costs_and_steps(self):
         trace = os.path.join(TRACES, "eor-nn-snapshot.pickle")
         costs = self.csv("cuMemCreate 193\ncuMemMap fast\n")

@@ -294,12 +294,6 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
                 (unsigned long long)r->first_failed_size);
     if (min_cap)
         fprintf(f, ", \"min_capacity_bytes\": %zu", min_cap);
-    if (r->plan_hits || r->plan_misses || r->plan_range)
-        fprintf(f, ", \"plan_hits\": %llu, \"plan_misses\": %llu, \"plan_replans\": %llu, "
-                "\"plan_range_bytes\": %llu, \"plan_lower_bound_bytes\": %llu",
-                (unsigned long long)r->plan_hits, (unsigned long long)r->plan_misses,
-                (unsigned long long)r->plan_replans, (unsigned long long)r->plan_range,
-                (unsigned long long)r->plan_lower_bound);
     fprintf(f,
             ", \"driver_ms\": %.3f, \"driver_ms_growth\": %.3f, \"growth_events\": %zu, "
             "\"driver_ms_after_growth\": %.3f",

@@ -47,14 +47,12 @@ typedef struct replay_result {
     uint64_t device_calls_growth; /* driver calls up to the end of growth */
     double device_calls_per_step; /* with steps: per step after growth (as driver_ns_per_step) */
     /* With replay_opts.steps (2 or more): driver calls and time in the last step alone, the
-     * steady state once whatever happens once (growth, a plan being made) is over; time -1
+     * steady state once whatever happens once (growth) is over; time -1
      * otherwise. */
     uint64_t device_calls_last_step;
     double driver_ns_last_step;
     double ns_per_op_tail;      /* host time per operation over the last tail_steps steps, */
     size_t tail_steps;          /* the last quarter of them (at least one) */
-    /* plan:True (the stats page's plan fields) */
-    uint64_t plan_hits, plan_misses, plan_replans, plan_range, plan_lower_bound;
 } replay_result;
 
 typedef struct replay_opts {

@@ -206,11 +206,6 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
     r->num_alloc_retries = (uint64_t)st.num_alloc_retries;
     r->num_ooms = (uint64_t)st.num_ooms;
     r->num_stitches = (uint64_t)st.num_stitches;
-    r->plan_hits = (uint64_t)st.num_plan_hits;
-    r->plan_misses = (uint64_t)st.num_plan_misses;
-    r->plan_replans = (uint64_t)st.num_plan_replans;
-    r->plan_range = (uint64_t)st.plan_range_bytes;
-    r->plan_lower_bound = (uint64_t)st.plan_lower_bound_bytes;
     r->vm_maps = dc.vm_maps;
     r->vm_unmaps = dc.vm_unmaps;
     r->vm_creates = dc.vm_creates;
