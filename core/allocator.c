@@ -458,6 +458,11 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         /* Under pressure: gather free pages before anything that waits for the device. */
         if (!b && !stitch_first)
             b = stitch_alloc(a, p, rounded, stream);
+        /* defragment, memory short: a small request takes a free piece of the large pool
+         * (pieces smaller than a page are the large pool's waste, and a small-pool page taken
+         * now would be taken from the large pool's next step) */
+        if (!b && p->small && a->cfg.defragment)
+            b = pool_find_best(a, &a->large, rounded, stream);
         if (!b && fences_wait_pending(a)) {
             retire_free_ranges(a);
             b = pool_find_best(a, p, rounded, stream);
@@ -468,6 +473,11 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         }
         if (!b && release_available_cached_blocks(a, p, rounded, stream))
             b = alloc_block(a, p, rounded, alloc_size, stream, false);
+        /* defragment gives back only what the request lacks first, other pools' and streams'
+         * memory before its own segment's (release.c): pages the request's segment uses again
+         * are not unmapped only to be mapped again at its end */
+        if (!b && a->cfg.defragment && release_for_request(a, p, rounded, stream))
+            b = alloc_block(a, p, rounded, alloc_size, stream, true);
         if (!b && !backend_capturing(a)) {
             release_cached_blocks(a);
             b = alloc_block(a, p, rounded, alloc_size, stream, true);

@@ -339,6 +339,35 @@ void expandable_unmap_free_block(ts_allocator *a, ts_block *b)
     a->observe_now = true;
 }
 
+size_t expandable_page_of(const ts_allocator *a, const ts_pool *p)
+{
+    return es_page_size(a, p);
+}
+
+size_t expandable_unmap_free_end(ts_allocator *a, ts_block *b, size_t bytes)
+{
+    ts_segment *seg = b->seg;
+    uintptr_t lo, hi;
+    if (!segment_whole_handles(seg, b->addr, b->addr + b->size, &lo, &hi))
+        return 0;
+    /* whole handles from the run's end until bytes are covered */
+    uintptr_t cut = hi;
+    while (cut > lo && hi - cut < bytes)
+        cut = handle_of_node(ts_tree_floor(&seg->handles, cut - 1, 0, 0))->addr;
+    ts_block *front = cut > b->addr ? block_new(a) : NULL;
+    if (cut > b->addr && !front)
+        return 0; /* host memory exhausted: keep the pages, stay consistent */
+    if (front) {
+        ts_pool *p = seg->pool;
+        pool_remove_free(p, b);
+        block_split_front(b, front, cut - b->addr);
+        pool_insert_free(p, front);
+        pool_insert_free(p, b);
+    }
+    expandable_unmap_free_block(a, b); /* b starts at cut: its whole handles are [cut, hi) */
+    return hi - cut;
+}
+
 /* A segment that is one unmapped block gives its reservation back. */
 void expandable_release_segment_if_empty(ts_allocator *a, ts_segment *seg)
 {

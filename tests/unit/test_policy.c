@@ -622,6 +622,96 @@ static void test_policy_growth_batch_only_for_page_handles(void **state)
     }
 }
 
+/* Rule (defragment, memory short): a small request that neither the small pool nor growth can
+ * serve takes a free piece of the large pool before anything is released; PyTorch's expandable
+ * segments keep their pools apart.
+ * Fragment (8 MiB device): the small pool's page full (two 1 MiB blocks), a 5 MiB block in the
+ * large pool (three pages, 1 MiB free at its end): the device is full. 512 KiB: no small block,
+ * no growth, no stitch (below 2 MiB): the default serves it from the large pool's free MiB, with
+ * no retry and no driver call; with expandable_segments:True (2 MiB pages) it runs out of
+ * memory. */
+static void test_policy_small_request_takes_a_large_piece(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *conf;
+        bool served;
+    } cases[] = {{"defragment:True,stitch_when:pressure", true},
+                 {"expandable_segments:True,expandable_page_mb:2", false}};
+    for (int c = 0; c < 2; c++) {
+        ts_config cfg = conf_of(cases[c].conf);
+        fixture f;
+        fx_open(&f, 8 * MiB, &cfg, true, false);
+        const uintptr_t s1 = fx_alloc(&f, 1 * MiB), s2 = fx_alloc(&f, 1 * MiB);
+        const uintptr_t big = fx_alloc(&f, 5 * MiB);
+        assert_int_equal(reserved(&f), 8 * MiB);
+        const uint64_t creates = fx_counters(&f).vm_creates;
+        uintptr_t q = 0;
+        const int rc = ts_malloc(f.a, 512 * KiB, 0, &q);
+        if (cases[c].served) {
+            assert_int_equal(rc, TS_OK);
+            assert_int_equal(q, big + 5 * MiB); /* the large pool's free end */
+            assert_int_equal(fx_stats(&f)->num_alloc_retries, 0);
+            assert_int_equal(fx_counters(&f).vm_creates, creates); /* no new memory */
+            assert_int_equal(reserved(&f), 8 * MiB);
+            assert_int_equal(fx_counters(&f).vm_unmaps, 0);
+            fx_free(&f, q);
+        } else {
+            assert_int_equal(rc, TS_ENOMEM);
+        }
+        fx_free(&f, s1);
+        fx_free(&f, s2);
+        fx_free(&f, big);
+        fx_close(&f);
+    }
+}
+
+/* Rule (defragment, memory short): the retry gives back only what the request lacks, from
+ * other pools' free memory first and from the request's own segment last, never the free end
+ * that its growth maps again.
+ * Fragment (20 MiB device, the default policy): eight 1 MiB blocks in the small pool (four
+ * pages), the last six freed (three whole pages free at its end); large blocks a 4 MiB,
+ * h 4 MiB, c 2 MiB, d 2 MiB, with h and d freed: a 4 MiB hole between a and c, and a free 2 MiB
+ * end. The device is full, and the large pool's free pages (6 MiB) are too few to stitch 8 MiB.
+ * 8 MiB: the free end holds 2 of it, 6 MiB are missing: the retry unmaps the small pool's three
+ * free pages, keeps the hole mapped and the free end in place, and the request grows from the
+ * free end: one synchronise, three unmaps, no full release. */
+static void test_policy_retry_gives_back_only_what_lacks(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True,stitch_when:pressure");
+    fixture f;
+    fx_open(&f, 20 * MiB, &cfg, true, false);
+    uintptr_t s[8];
+    for (int i = 0; i < 8; i++)
+        s[i] = fx_alloc(&f, 1 * MiB);
+    const uintptr_t a = fx_alloc(&f, 4 * MiB), h = fx_alloc(&f, 4 * MiB);
+    const uintptr_t c = fx_alloc(&f, 2 * MiB), d = fx_alloc(&f, 2 * MiB);
+    assert_int_equal(reserved(&f), 20 * MiB);
+    assert_true(h == a + 4 * MiB && c == a + 8 * MiB && d == a + 10 * MiB);
+    for (int i = 2; i < 8; i++)
+        fx_free(&f, s[i]);
+    fx_free(&f, h);
+    fx_free(&f, d);
+    const uintptr_t r = fx_alloc(&f, 8 * MiB);
+    assert_int_equal(r, d); /* grown from the free end */
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(dc.synchronizes, 1);
+    assert_int_equal(dc.vm_unmaps, 3); /* the small pool's free pages */
+    assert_int_equal(fx_stats(&f)->num_stitches, 0);
+    assert_int_equal(fx_stats(&f)->num_alloc_retries, 1);
+    assert_true(ts_devmodel_is_backed(f.dev, h, 4 * MiB));
+    assert_false(ts_devmodel_is_backed(f.dev, s[2], 2 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, r, 8 * MiB));
+    fx_check(&f);
+    fx_free(&f, r);
+    fx_free(&f, a);
+    fx_free(&f, c);
+    fx_free(&f, s[0]);
+    fx_free(&f, s[1]);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -637,6 +727,8 @@ int main(void)
         cmocka_unit_test(test_policy_growth_batch_bounded),
         cmocka_unit_test(test_policy_growth_batch_whole_and_holes),
         cmocka_unit_test(test_policy_growth_batch_only_for_page_handles),
+        cmocka_unit_test(test_policy_small_request_takes_a_large_piece),
+        cmocka_unit_test(test_policy_retry_gives_back_only_what_lacks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
