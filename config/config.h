@@ -51,6 +51,9 @@ typedef enum ts_stitch_when {
                             * release of the cache that needs a device synchronise */
 } ts_stitch_when;
 
+/* The least stitch_min_block_mb accepts: a stitched range is made of whole 2 MiB pages. */
+#define TS_CONFIG_STITCH_MIN_BLOCK_LEAST_MB 2
+
 typedef struct ts_config {
     /* --- PyTorch keys, PyTorch's meaning --- */
     size_t max_split_size;              /* bytes; SIZE_MAX: unlimited (default) */

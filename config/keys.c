@@ -147,7 +147,8 @@ const key_desc cfg_keys[KEY_COUNT] = {
     },
     [KEY_STITCH_MIN_BLOCK_MB] = {
         .name = "stitch_min_block_mb", .kind = KIND_MIB, .flags = F_TESSERA,
-        .offset = FIELD(stitch_min_block), .min = 2, .def.u = 2,
+        .offset = FIELD(stitch_min_block), .min = TS_CONFIG_STITCH_MIN_BLOCK_LEAST_MB,
+        .def.u = TS_CONFIG_STITCH_MIN_BLOCK_LEAST_MB,
         .help = "Requests below this size are never stitched.",
     },
     [KEY_STITCH_MAX_RANGES] = {

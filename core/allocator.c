@@ -376,6 +376,8 @@ static void oom_fill(ts_allocator *a, ts_oom_info *oom, size_t orig, size_t roun
     oom->limit_reached = !cap_allows(a, alloc_size);
     oom->expandable_segments = a->cfg.expandable_segments;
     oom->stitching = a->cfg.stitching;
+    oom->vm_available = ts_backend_has_vm(&a->be);
+    oom->stitch_min_block = a->cfg.stitch_min_block;
     oom->max_split_size = a->cfg.max_split_size;
 }
 

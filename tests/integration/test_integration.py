@@ -314,6 +314,21 @@ class OutOfMemory(Base):
         self.assertEqual(run.stats["num_ooms"], 1, run)
         self.assertIn("tessera: out of memory on device 0: tried to allocate 512.00 MiB", run.stderr)
         self.assertEqual(run.stderr.count("out of memory on device"), 1)
+        # under the default (defragment, stitch_min_block_mb at its least) the advice names no
+        # key: the device is what is too small
+        self.assertIn("the device is full: the program needs less memory or a larger device",
+                      run.stderr)
+        self.assertNotIn("stitch_min_block_mb", run.stderr)
+        # a cap below the device: raising it is advice that can be followed
+        run = self.env.run(prog("seed_middle", "--first", "64M", "--middle", "64M", "--last", "64M",
+                                "--request", "160M"), memory="512M", conf="memory_limit:256M")
+        self.ok(run, status="oom", rc=2)
+        self.assertIn("raise memory_limit or per_process_memory_fraction", run.stderr)
+        # the same cap as large as the device: the device is full
+        run = self.env.run(prog("seed_middle", "--first", "64M", "--middle", "64M", "--last", "64M",
+                                "--request", "160M"), memory="256M", conf="memory_limit:256M")
+        self.ok(run, status="oom", rc=2)
+        self.assertNotIn("memory_limit", run.stderr.split("out of memory on device")[1])
 
     def test_memory_limit(self):
         run = self.env.run(prog("meminfo", "--unit", "16M", "--count", "2"), conf="memory_limit:64M")

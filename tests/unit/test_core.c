@@ -420,7 +420,8 @@ static void test_oom_advice(void **state)
     char line[512];
     const char *advice;
     ts_oom_info base = {.requested = 12 * MiB, .rounded = 12 * MiB, .segment_size = 12 * MiB,
-                        .capacity = 1 * GiB, .device_free = 900 * MiB};
+                        .capacity = 1 * GiB, .device_free = 900 * MiB, .vm_available = true,
+                        .stitch_min_block = 2 * MiB};
 
     /* Under a cap: 33 MiB reserved but unallocated, largest piece 11 MiB: fragmentation. */
     ts_oom_info o = base;
@@ -463,15 +464,45 @@ static void test_oom_advice(void **state)
     assert_non_null(strstr(advice, "defragment:True"));
     assert_null(strstr(advice, "expandable_segments:True"));
 
-    /* defragment already on and still fragmented: the pieces are below the stitching minimum. */
-    o.stitching = true;
+    /* Fragmented, but the device has no virtual memory: nothing to turn on. */
+    o.vm_available = false, o.expandable_segments = false;
     advice = oom_advice_of(&o, line, sizeof line);
-    assert_non_null(strstr(advice, "stitch_min_block_mb"));
+    assert_null(strstr(advice, "defragment"));
+    assert_non_null(strstr(advice, "no virtual-memory API"));
+    o.vm_available = true, o.expandable_segments = true;
+
+    /* defragment on, the request (12 MiB) below stitch_min_block_mb (16): lower it. */
+    o.stitching = true, o.stitch_min_block = 16 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "lower stitch_min_block_mb"));
+    /* at exactly the minimum the request was stitched: nothing to lower */
+    o.stitch_min_block = 12 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
+    /* the key at its least value (2 MiB) cannot be lowered */
+    o.stitch_min_block = 2 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
+    assert_non_null(strstr(advice, "cannot be joined"));
+    assert_non_null(strstr(advice, "larger device"));
+    /* a request below the least value is never stitched, whatever the key says */
+    o.requested = o.rounded = o.segment_size = 1 * MiB, o.stitch_min_block = 16 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
+    assert_non_null(strstr(advice, "cannot be joined"));
 
     /* No cap, nothing cached: the device is full. */
     o = base;
     o.allocated = o.reserved = 1 * GiB;
     advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "the device is full"));
+
+    /* A cap as large as the device: raising it gains nothing. */
+    o = base;
+    o.limit = 1 * GiB, o.limit_reached = true;
+    o.allocated = o.reserved = 1 * GiB - 4 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_null(strstr(advice, "memory_limit"));
     assert_non_null(strstr(advice, "the device is full"));
 }
 
@@ -483,7 +514,7 @@ static void test_oom_advice_fragmented_cap(void **state)
     ts_config cfg;
     ts_config_defaults(&cfg);
     cfg.memory_limit = 60 * MiB;
-    fx_open(&f, 1 * GiB, &cfg, false, false);
+    fx_open(&f, 1 * GiB, &cfg, true, false); /* a device with virtual memory, PyTorch's policy */
     /* Three 20 MiB segments, two 9 MiB blocks each; free one block of each. */
     uintptr_t p[6];
     for (int i = 0; i < 6; i++)
@@ -501,6 +532,39 @@ static void test_oom_advice_fragmented_cap(void **state)
     assert_non_null(strstr(advice, "defragment:True"));
     assert_null(strstr(advice, "memory_limit"));
     for (int i = 1; i < 6; i += 2)
+        fx_free(&f, p[i]);
+    fx_close(&f);
+}
+
+/* End to end: with defragment on and stitch_min_block_mb at its least value, a request that the
+ * free pieces cannot serve gets no advice to lower the key (it cannot go lower). Fragment
+ * (defragment:True, 16 MiB device): 1 MiB blocks fill the device, every other one freed: 8 MiB
+ * free in pieces of 1 MiB, none a whole page; 3 MiB asked for. */
+static void test_oom_advice_at_the_floor(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.expandable_segments = cfg.stitching = cfg.defragment = true;
+    cfg.growth_batch = 0;
+    fx_open(&f, 16 * MiB, &cfg, true, false);
+    uintptr_t p[16], q = 0;
+    int n = 0;
+    while (n < 16 && ts_malloc(f.a, 1 * MiB + 512 * KiB, 0, &p[n]) == TS_OK)
+        n++;
+    for (int i = 0; i < n; i += 2)
+        fx_free(&f, p[i]);
+    ts_oom_info oom;
+    assert_int_equal(ts_malloc_ex(f.a, 3 * MiB, 0, &q, &oom), TS_ENOMEM);
+    assert_true(oom.stitching && oom.vm_available);
+    assert_int_equal(oom.stitch_min_block, 2 * MiB);
+    char line[512];
+    const char *advice = oom_advice_of(&oom, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
+    assert_null(strstr(advice, "defragment"));
+    assert_non_null(strstr(advice, "larger device"));
+    for (int i = 1; i < n; i += 2)
         fx_free(&f, p[i]);
     fx_close(&f);
 }
@@ -1303,6 +1367,7 @@ int main(void)
         cmocka_unit_test(test_cap_bounds_reserved_memory),
         cmocka_unit_test(test_oom_advice),
         cmocka_unit_test(test_oom_advice_fragmented_cap),
+        cmocka_unit_test(test_oom_advice_at_the_floor),
         cmocka_unit_test(test_gc_frees_oldest_blocks_above_threshold),
         cmocka_unit_test(test_gc_threshold_measured_against_capacity),
         cmocka_unit_test(test_gc_age_threshold_is_inclusive),
