@@ -103,6 +103,17 @@ class Replay(unittest.TestCase):
         short = replay("--json", "--capacity", str(cap - (2 << 20)), trace)
         self.assertEqual(short.returncode, 3)  # did not fit the given device
         self.assertGreater(json.loads(short.stdout)["num_ooms"], 0)
+        # the answer is checked, not assumed monotone: every capacity it names as checked runs
+        chk = r["min_capacity_checked"]
+        self.assertGreater(chk["steps"], 0)
+        self.assertEqual(chk["raised"], 0)
+        self.assertGreater(chk["to_bytes"], cap)
+        for above in range(cap + (2 << 20), cap + (chk["steps"] + 1) * (2 << 20), 2 << 20):
+            self.assertEqual(json.loads(replay("--json", "--capacity", str(above), trace).stdout)
+                             ["num_ooms"], 0, above)
+        text = replay("--min-capacity", trace).stdout
+        self.assertIn("checked, not assumed: %d capacities 2 MiB apart above it" % chk["steps"],
+                      text)
 
     def test_csv_log(self):
         with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:

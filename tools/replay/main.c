@@ -293,7 +293,10 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
         fprintf(f, ", \"first_oom_allocation\": %zu, \"first_oom_bytes\": %llu", r->first_failed,
                 (unsigned long long)r->first_failed_size);
     if (min_cap)
-        fprintf(f, ", \"min_capacity_bytes\": %zu", min_cap);
+        fprintf(f, ", \"min_capacity_bytes\": %zu, \"min_capacity_checked\": {\"steps\": %zu, "
+                "\"samples\": %zu, \"to_bytes\": %zu, \"raised\": %zu}",
+                min_cap, r->min_check.steps, r->min_check.samples, r->min_check.checked_to,
+                r->min_check.raised);
     fprintf(f,
             ", \"driver_ms\": %.3f, \"driver_ms_growth\": %.3f, \"growth_events\": %zu, "
             "\"driver_ms_after_growth\": %.3f",
@@ -349,8 +352,16 @@ static void print_report(const trace *t, const char *conf, const char *device,
            r->failed_allocs ? first : "");
     if (min_cap) {
         print_size(m, sizeof m, min_cap);
+        char to[32];
+        print_size(to, sizeof to, r->min_check.checked_to);
         printf("min capacity       %s (%.2f%% above peak allocated)\n", m,
                r->peak_allocated ? 100.0 * ((double)min_cap / (double)r->peak_allocated - 1) : 0);
+        printf("                   checked, not assumed: %zu capacities 2 MiB apart above it and "
+               "%zu more up to %s run too", r->min_check.steps, r->min_check.samples, to);
+        if (r->min_check.raised)
+            printf("; a capacity above the bisection's answer failed, so the answer was moved "
+                   "above it (%zu time%s)", r->min_check.raised, plural(r->min_check.raised));
+        printf("\n");
     }
     char step[64];
     step_text(step, sizeof step, r);
@@ -544,7 +555,7 @@ static int replay_all(const replay_args *a, const trace *t, const ts_config *cfg
             replay_result unlimited = res[i];
             if ((a->capacity || limit) && replay_run(t, &cfgs[i], 0, &a->ro, &unlimited) != 0)
                 return 1;
-            mins[i] = replay_min_capacity(t, &cfgs[i], &unlimited);
+            mins[i] = replay_min_capacity(t, &cfgs[i], &unlimited, &res[i].min_check);
         }
     }
     return 0;
@@ -629,9 +640,16 @@ static void print_compare(const replay_args *a, const trace *t, const char *devi
                    "these verdicts may be too hopeful)\n",
                    t->preexisting_blocks, plural(t->preexisting_blocks));
     }
-    if (a->nconf > 1)
+    if (a->nconf > 1) {
         printf("verdict (min capacity: the smallest device that runs the trace, in 2 MiB "
-               "steps):\n");
+               "steps;\n  checked, not assumed monotone: the capacities right above it and some "
+               "up to the unlimited peak run too):\n");
+        for (int i = 0; i < a->nconf; i++)
+            if (res[i].min_check.raised)
+                printf("%s: a capacity above the bisection's answer failed; the answer was moved "
+                       "above it (%zu time%s)\n", a->confs[i], res[i].min_check.raised,
+                       plural(res[i].min_check.raised));
+    }
     for (int i = 1; i < a->nconf; i++)
         print_verdict(a->confs[i], &res[i], mins[i], a->confs[0], &res[0], mins[0], a->capacity);
 }

@@ -8,6 +8,7 @@
 
 #include "config/config.h"
 #include "devmodel/costs.h"
+#include "tools/replay/search.h"
 #include "tools/replay/trace.h"
 
 typedef struct replay_result {
@@ -53,6 +54,7 @@ typedef struct replay_result {
     double driver_ns_last_step;
     double ns_per_op_tail;      /* host time per operation over the last tail_steps steps, */
     size_t tail_steps;          /* the last quarter of them (at least one) */
+    replay_min_check min_check; /* with --min-capacity: how its answer was checked */
 } replay_result;
 
 typedef struct replay_opts {
@@ -67,9 +69,12 @@ typedef struct replay_opts {
 int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const replay_opts *o,
                replay_result *r);
 
-/* Smallest capacity (a multiple of 2 MiB) on which t runs without an out-of-memory error, by
- * bisection between 2 MiB and the peak reserved of an unlimited run. */
-size_t replay_min_capacity(const trace *t, const ts_config *cfg, const replay_result *unlimited);
+/* Smallest capacity (a multiple of 2 MiB) on which t runs without an out-of-memory error, between
+ * the program's peak and the peak reserved of an unlimited run: replay_min_search, checked
+ * rather than assumed monotone. chk (may be NULL) says what was checked (checked_to in
+ * bytes). */
+size_t replay_min_capacity(const trace *t, const ts_config *cfg, const replay_result *unlimited,
+                           replay_min_check *chk);
 
 /* The PyTorch fidelity check of a snapshot (see check.c). Prints the summary line; returns 0
  * only when every allocation and segment matched. */
