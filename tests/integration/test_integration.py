@@ -723,6 +723,19 @@ class DefaultPolicy(Base):
                 run = self.env.run(prog(name, *args), memory=mem)
                 self.ok(run)
 
+    def test_repeated_step_at_the_floor(self):
+        # the choice at the floor: the loop of tests/programs/repeat_step runs 30 steps on a
+        # 214 MiB device under the default; the former default (coarse handles) runs out of
+        # memory in its first step there, and PyTorch's expandable segments too
+        args = ["--steps", "30"]
+        run = self.env.run(prog("repeat_step", *args), memory="214M")
+        self.ok(run)
+        for conf in ("defragment:True,handle_policy:coarse,stitch_when:pressure",
+                     "expandable_segments:True"):
+            with self.subTest(conf=conf):
+                other = self.env.run(prog("repeat_step", *args), memory="214M", conf=conf)
+                self.ok(other, status="oom", rc=2)
+
     def test_pytorch_variable_alone_keeps_the_default(self):
         # a PyTorch string that names no policy key: tessera's default all the same
         run = self.env.run(prog("seed_even", "--unit", "2M", "--count", "100", "--request", "50M"),
@@ -732,6 +745,50 @@ class DefaultPolicy(Base):
                            memory="220M",
                            extra={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"})
         self.ok(run, status="oom", rc=2)  # PyTorch's policy, asked for by name
+
+
+class Steady(Base):
+    """A loop that repeats one training-like step (tests/programs/repeat_step: parameters once;
+    workspaces, activations and gradients every step), near the edge of the device, under the
+    default: a step that ran once runs every time after, and a device that runs the loop makes
+    every larger one run it too; the replay of its trace says the same at every capacity."""
+
+    STEPS = "30"
+
+    def run_at(self, mib, conf=None, extra=None):
+        run = self.env.run(prog("repeat_step", "--steps", self.STEPS), memory=f"{mib}M", conf=conf,
+                           extra=extra)
+        self.assertIn(run.rc, (0, 2), run)
+        return run
+
+    def test_every_step_after_the_first_and_every_larger_device(self):
+        runs = {mib: self.run_at(mib) for mib in range(208, 226, 2)}
+        ok = [mib for mib, run in runs.items() if run.rc == 0]
+        self.assertTrue(ok and ok[0] < 224, runs)  # the edge is inside the range checked
+        for mib, run in runs.items():
+            if run.rc == 2:
+                # out of memory: only in the first step, never after one ran
+                self.assertEqual(run.result.get("step"), "1", (mib, run))
+                self.assertLess(mib, ok[0], "a device larger than one that ran failed")
+            else:
+                self.assertEqual(run.result.get("steps"), self.STEPS, run)
+
+        # the replay of the loop's trace, at every capacity around the edge, 2 MiB apart
+        trace = os.path.join(self.env.tmp, "steps.csv")
+        run = self.run_at(1024, extra={"TESSERA_TRACE": trace})
+        self.assertEqual(run.rc, 0, run)
+        first_ok = None
+        for mib in range(200, 240, 2):
+            out = subprocess.run([REPLAY, "--json", "--capacity", f"{mib}M", trace],
+                                 capture_output=True, text=True)
+            d = json.loads(out.stdout)
+            if d["failed_allocations"] == 0:
+                first_ok = first_ok or mib
+            else:
+                self.assertIsNone(first_ok, f"{mib} MiB fails above {first_ok} MiB, which runs")
+            if mib in runs:  # and the replay says what the live run did
+                self.assertEqual(d["failed_allocations"] == 0, runs[mib].rc == 0, (mib, d))
+        self.assertEqual(first_ok, ok[0])
 
 
 class Pitched(Base):

@@ -287,6 +287,38 @@ static void test_oom_path_releases_one_block_when_one_is_enough(void **state)
     fx_close(&f);
 }
 
+/* PyTorch's release_available_cached_blocks reports success only when it released at least
+ * the request: releasing less is a failure even when a new segment would now fit, so the caller
+ * goes on to the full release and counts a retry, as PyTorch does. max_split_size_mb:24,
+ * memory_limit:100M: O 30 MiB (oversize) and a 20 MiB segment K (not oversize) cached, X 30 MiB
+ * live. 40 MiB: O goes (30 < 40 released), then the whole cache (K too) and the retry: 70 MiB
+ * reserved, one retry. Reporting success after O alone would have served it with K still
+ * cached (90 MiB) and no retry. */
+static void test_oom_path_partial_oversize_release_is_no_success(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.max_split_size = 24 * MiB;
+    cfg.memory_limit = 100 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, false, false);
+    uintptr_t o = fx_alloc(&f, 30 * MiB);
+    uintptr_t k = fx_alloc(&f, 4 * MiB); /* a 20 MiB segment */
+    uintptr_t x = fx_alloc(&f, 30 * MiB);
+    fx_free(&f, o);
+    fx_free(&f, k);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 80 * MiB);
+    uintptr_t r = fx_alloc(&f, 40 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_alloc_retries, 1);
+    assert_int_equal(st->num_device_free, 2);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 70 * MiB);
+    fx_free(&f, x);
+    fx_free(&f, r);
+    fx_close(&f);
+}
+
 /* A block of exactly max_split_size is oversize (PyTorch compares with >=): a smaller request
  * does not take it (rule A), a request of exactly that size is oversize too and takes it whole
  * (rule B), and both count in the oversize stats. max_split_size_mb:40. */
@@ -1361,6 +1393,7 @@ int main(void)
         cmocka_unit_test(test_oversize_rule_b_refuses_block_beyond_rounding),
         cmocka_unit_test(test_oom_path_releases_oversize_blocks_largest_first),
         cmocka_unit_test(test_oom_path_releases_one_block_when_one_is_enough),
+        cmocka_unit_test(test_oom_path_partial_oversize_release_is_no_success),
         cmocka_unit_test(test_best_fit_at_exactly_max_split_size),
         cmocka_unit_test(test_oom_path_empties_cache_retries_then_fails),
         cmocka_unit_test(test_huge_request_is_oom_not_overflow),
