@@ -14,7 +14,8 @@ costs_source = "published A100 latencies, devmodel/costs.c"
 GiB = float(1 << 30)
 MiB = float(1 << 20)
 
-# "pytorch": PyTorch's policy; tessera's default is the last line (docs/BENCHMARKS.md)
+# "pytorch": PyTorch's policy; tessera's default is defragment:True,stitch_when:pressure, the last
+# line the former default (docs/BENCHMARKS.md)
 CONFS = ["pytorch", "expandable_segments:False,max_split_size_mb:128",
          "expandable_segments:False,max_split_size_mb:512", "expandable_segments:True",
          "defragment:True", "defragment:True,handle_policy:geometric",
