@@ -26,6 +26,8 @@ run() { # memory conf program args...
 }
 printf '| program | device | no tessera |'
 printf ' %s |' "${confs[@]}"
+printf '\n|---|---|---:|'
+for _ in "${confs[@]}"; do printf -- '---:|'; done
 printf '\n'
 while read -r mem prog args; do
     printf '| %s %s | %s |' "$prog" "$args" "$mem"
