@@ -192,6 +192,9 @@ static int check_stitched_segment(const ts_segment *seg, char *why, size_t whyle
     if (lent != seg->size)
         return check_fail(why, whylen, "stitched segment %#" PRIxPTR ": %zu bytes lent, "
                           "%zu mapped", seg->addr, lent, seg->size);
+    if (seg->nblocks == 1 && seg->first->state == TS_BLOCK_FREE)
+        return check_fail(why, whylen, "stitched segment %#" PRIxPTR " entirely free but not "
+                          "retired", seg->addr);
     return 0;
 }
 
@@ -317,6 +320,9 @@ int allocator_check_locked(ts_allocator *a, char *why, size_t whylen)
         return check_fail(why, whylen, "stitching accounts disagree: %zu lent, %zu stitched, "
                           "gauge %lld", t.lent_bytes, t.stitched_bytes,
                           (long long)a->st->stitched_bytes);
+    if (a->retire_queue) /* every call retires what it queued before it returns */
+        return check_fail(why, whylen, "range %#" PRIxPTR " still queued to retire",
+                          a->retire_queue->addr);
     size_t retired = 0;
     for (const ts_segment *s = a->retired; s; s = s->retire_link, retired++)
         if (s->kind != TS_SEGMENT_STITCHED || s->retire_state != 2 || s->nblocks || s->nlenders)

@@ -57,8 +57,8 @@ static const char *oom_advice(const ts_oom_info *o)
     if (fragmented && !o->stitching)
         return "reserved but unallocated memory could serve it (fragmentation): set "
                "TESSERA_ALLOC_CONF=defragment:True to stitch its free pages together";
-    if (fragmented && o->rounded < o->stitch_min_block && o->stitch_min_block > least &&
-        o->rounded >= least)
+    /* (a request of at least the least value below the key: the key is above its least value) */
+    if (fragmented && o->rounded >= least && o->rounded < o->stitch_min_block)
         return "the request is below stitch_min_block_mb, so its free pages were not stitched: "
                "lower stitch_min_block_mb (2 is the least)";
     if (fragmented && unallocated >= o->rounded)

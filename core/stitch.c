@@ -301,6 +301,9 @@ static void stitch_retire(ts_allocator *a, ts_segment *s)
     a->observe_now = true;
 }
 
+/* Invariant: nothing is placed between a range's queueing and this call (the allocator calls it
+ * after every free and fence completion, before any request is placed), so a queued range is
+ * still entirely free. */
 void stitch_retire_queued(ts_allocator *a)
 {
     while (a->retire_queue) {
@@ -308,9 +311,7 @@ void stitch_retire_queued(ts_allocator *a)
         a->retire_queue = s->retire_link;
         s->retire_link = NULL;
         s->retire_state = 0;
-        /* still entirely free? (a request may have taken its block since it was queued) */
-        if (s->nblocks == 1 && s->first->state == TS_BLOCK_FREE)
-            stitch_retire(a, s);
+        stitch_retire(a, s);
     }
 }
 

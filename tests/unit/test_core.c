@@ -570,8 +570,8 @@ static void test_oom_advice_fragmented_cap(void **state)
 
 /* End to end: with defragment on and stitch_min_block_mb at its least value, a request that the
  * free pieces cannot serve gets no advice to lower the key (it cannot go lower). Fragment
- * (defragment:True, 16 MiB device): 1 MiB blocks fill the device, every other one freed: 8 MiB
- * free in pieces of 1 MiB, none a whole page; 3 MiB asked for. */
+ * (defragment:True, 16 MiB device): 1.5 MiB blocks fill the device, every other one freed:
+ * pieces of 1.5 MiB, none a whole page; 3 MiB asked for. */
 static void test_oom_advice_at_the_floor(void **state)
 {
     (void)state;
@@ -595,6 +595,25 @@ static void test_oom_advice_at_the_floor(void **state)
     const char *advice = oom_advice_of(&oom, line, sizeof line);
     assert_null(strstr(advice, "stitch_min_block_mb"));
     assert_null(strstr(advice, "defragment"));
+    assert_non_null(strstr(advice, "larger device"));
+    for (int i = 1; i < n; i += 2)
+        fx_free(&f, p[i]);
+    fx_close(&f);
+
+    /* A request below the least value never stitches, whatever the key: lowering the key would
+     * not serve it (1 MiB holes, a 1.5 MiB request, stitch_min_block_mb:4). */
+    cfg.stitch_min_block = 4 * MiB;
+    fx_open(&f, 16 * MiB, &cfg, true, false);
+    n = 0;
+    while (n < 16 && ts_malloc(f.a, 1 * MiB, 0, &p[n]) == TS_OK)
+        n++;
+    assert_int_equal(n, 16);
+    for (int i = 0; i < n; i += 2)
+        fx_free(&f, p[i]);
+    assert_int_equal(ts_malloc_ex(f.a, 1 * MiB + 512 * KiB, 0, &q, &oom), TS_ENOMEM);
+    assert_int_equal(oom.stitch_min_block, 4 * MiB);
+    advice = oom_advice_of(&oom, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
     assert_non_null(strstr(advice, "larger device"));
     for (int i = 1; i < n; i += 2)
         fx_free(&f, p[i]);

@@ -599,9 +599,9 @@ static void test_policy_growth_batch_whole_and_holes(void **state)
     fx_close(&f);
 }
 
-/* Rule: PyTorch's expandable segments, coarse handles and growth_batch_mb:0 grow by what each
- * request needs: with 2 MiB pages (the small pool's, or expandable_page_mb:2) and 2 MiB requests,
- * each growth is a page. */
+/* Rule: PyTorch's expandable segments, coarse handles, growth_batch_mb:0 and the small pool grow
+ * by what each request needs: with 2 MiB pages (the small pool's, or expandable_page_mb:2) and
+ * 2 MiB requests (1 MiB in the small pool), each growth is a page. */
 static void test_policy_growth_batch_only_for_page_handles(void **state)
 {
     (void)state;
@@ -620,6 +620,17 @@ static void test_policy_growth_batch_only_for_page_handles(void **state)
             fx_free(&f, p[i]);
         fx_close(&f);
     }
+    /* the small pool: a page holds hundreds of blocks, its growth is never batched */
+    ts_config cfg = conf_of("defragment:True");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p[5];
+    for (int i = 0; i < 5; i++)
+        p[i] = fx_alloc(&f, 1 * MiB);
+    assert_int_equal(reserved(&f), 6 * MiB); /* three pages, each its own growth */
+    for (int i = 0; i < 5; i++)
+        fx_free(&f, p[i]);
+    fx_close(&f);
 }
 
 /* Rule (defragment, memory short): a small request that neither the small pool nor growth can
@@ -669,46 +680,48 @@ static void test_policy_small_request_takes_a_large_piece(void **state)
 /* Rule (defragment, memory short): the retry gives back only what the request lacks, from
  * other pools' free memory first and from the request's own segment last, never the free end
  * that its growth maps again.
- * Fragment (20 MiB device, the default policy): eight 1 MiB blocks in the small pool (four
- * pages), the last six freed (three whole pages free at its end); large blocks a 4 MiB,
- * h 4 MiB, c 2 MiB, d 2 MiB, with h and d freed: a 4 MiB hole between a and c, and a free 2 MiB
- * end. The device is full, and the large pool's free pages (6 MiB) are too few to stitch 8 MiB.
- * 8 MiB: the free end holds 2 of it, 6 MiB are missing: the retry unmaps the small pool's three
- * free pages, keeps the hole mapped and the free end in place, and the request grows from the
- * free end: one synchronise, three unmaps, no full release. */
+ * Fragment (22 MiB device, the default policy): eight 1 MiB blocks in the small pool (four
+ * pages), the last four freed (two whole pages free at its end); large blocks a 4 MiB, h 6 MiB,
+ * c 2 MiB, d 2 MiB, with h and d freed: a 6 MiB hole between a and c, and a free 2 MiB end. The
+ * device is full, and the large pool's free pages (8 MiB) are too few to stitch 10 MiB. 10 MiB:
+ * the free end holds 2 of it, 8 MiB are missing: the retry unmaps the small pool's two free pages
+ * (4 MiB) before the hole, then the hole's last two pages, keeps h's first page mapped and the
+ * free end in place, and the request grows from the free end: one synchronise, four unmaps, no
+ * full release. */
 static void test_policy_retry_gives_back_only_what_lacks(void **state)
 {
     (void)state;
     ts_config cfg = conf_of("defragment:True,stitch_when:pressure");
     fixture f;
-    fx_open(&f, 20 * MiB, &cfg, true, false);
+    fx_open(&f, 22 * MiB, &cfg, true, false);
     uintptr_t s[8];
     for (int i = 0; i < 8; i++)
         s[i] = fx_alloc(&f, 1 * MiB);
-    const uintptr_t a = fx_alloc(&f, 4 * MiB), h = fx_alloc(&f, 4 * MiB);
+    const uintptr_t a = fx_alloc(&f, 4 * MiB), h = fx_alloc(&f, 6 * MiB);
     const uintptr_t c = fx_alloc(&f, 2 * MiB), d = fx_alloc(&f, 2 * MiB);
-    assert_int_equal(reserved(&f), 20 * MiB);
-    assert_true(h == a + 4 * MiB && c == a + 8 * MiB && d == a + 10 * MiB);
-    for (int i = 2; i < 8; i++)
+    assert_int_equal(reserved(&f), 22 * MiB);
+    assert_true(h == a + 4 * MiB && c == a + 10 * MiB && d == a + 12 * MiB);
+    for (int i = 4; i < 8; i++)
         fx_free(&f, s[i]);
     fx_free(&f, h);
     fx_free(&f, d);
-    const uintptr_t r = fx_alloc(&f, 8 * MiB);
+    const uintptr_t r = fx_alloc(&f, 10 * MiB);
     assert_int_equal(r, d); /* grown from the free end */
     ts_devmodel_counters dc = fx_counters(&f);
     assert_int_equal(dc.synchronizes, 1);
-    assert_int_equal(dc.vm_unmaps, 3); /* the small pool's free pages */
+    assert_int_equal(dc.vm_unmaps, 4); /* the small pool's two free pages, the hole's last two */
     assert_int_equal(fx_stats(&f)->num_stitches, 0);
     assert_int_equal(fx_stats(&f)->num_alloc_retries, 1);
-    assert_true(ts_devmodel_is_backed(f.dev, h, 4 * MiB));
-    assert_false(ts_devmodel_is_backed(f.dev, s[2], 2 * MiB));
-    assert_true(ts_devmodel_is_backed(f.dev, r, 8 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, h, 2 * MiB));
+    assert_false(ts_devmodel_is_backed(f.dev, h + 2 * MiB, 4 * MiB));
+    assert_false(ts_devmodel_is_backed(f.dev, s[4], 4 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, r, 10 * MiB));
     fx_check(&f);
     fx_free(&f, r);
     fx_free(&f, a);
     fx_free(&f, c);
-    fx_free(&f, s[0]);
-    fx_free(&f, s[1]);
+    for (int i = 0; i < 4; i++)
+        fx_free(&f, s[i]);
     fx_close(&f);
 }
 
