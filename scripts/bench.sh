@@ -29,6 +29,8 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      and the former default (coarse handles) with the default's targets checked, on every trace
      and workload (tests/bench/floor.py); loops that repeat one step, replayed on every device
      size around their edge (tests/bench/edge.py); and the programs of tests/bench/live_fit.sh
+  9. the counters read from Python (tests/bench/py_stats.py): tessera.stats() in a process
+     under tessera run --sim, beside tessera.stats(pid) and tessera-stat --json run and parsed
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -38,7 +40,7 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    floor (default: all)
+                    floor,python (default: all)
   --traces DIR      part 8 also replays the *.pickle of DIR (those not already in the run)
   --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h200, the
                     default; a100, the published figures) or with FILE (tessera-costs writes it
@@ -51,7 +53,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,floor"
+only="core,replay,steady,shim,stream,pinned,async,floor,python"
 traces_extra=()
 costs=()
 while [ $# -gt 0 ]; do
@@ -306,6 +308,19 @@ if want floor; then
     fi
 fi
 
+# --- 9. the counters from Python -------------------------------------------------------------------
+if want python; then
+    if [ -d "$bd/python/tessera" ] && [ -x "$bd/tools/tessera" ] && [ -d "$bd/tests/sim" ]; then
+        echo "bench.sh: tessera.stats() from Python ..." >&2
+        pyargs=()
+        [ "$quick" -eq 1 ] && pyargs+=(--quick)
+        note_cmd python "python3 tests/bench/py_stats.py $B $B/bench-raw/python ${pyargs[*]}"
+        python3 tests/bench/py_stats.py "$bd" "$raw/python" "${pyargs[@]}" >/dev/null
+    else
+        echo "bench.sh: the Python module, tessera or the simulator is not built: skipping" >&2
+    fi
+fi
+
 # --- report -------------------------------------------------------------------------------------
 TS_BENCH_DRIVER_COSTS="${costs[1]:-}" python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
 # report_part PART TITLE: a part's Markdown, under its title and command
@@ -321,4 +336,5 @@ report_part async "cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated
 report_part floor "The default at the floor: targets on every trace and workload"
 report_part edge "At the edge: loops that repeat one step, on every device size around their edge"
 report_part live_fit "Programs that fit the simulated device without tessera"
+report_part python "The counters from Python: tessera.stats() every step"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

@@ -93,6 +93,8 @@ static void test_report_and_logging(void)
         CHECK(strstr(line, "\"live_allocations\":1,"));
         CHECK(strstr(line, "\"peak_live_allocations\":2,"));
         CHECK(strstr(line, "\"live_handles\":1,"));
+        CHECK(strstr(line, "\"imported_frees\":0,"));
+        CHECK(strstr(line, "\"races\":0,"));
         CHECK(strstr(line, "\"set_access_calls\":0}"));
     }
     CHECK_EQ(lines, 6);
