@@ -51,6 +51,9 @@ typedef enum ts_stitch_when {
                             * release of the cache that needs a device synchronise */
 } ts_stitch_when;
 
+/* The least stitch_min_block_mb accepts: a stitched range is made of whole 2 MiB pages. */
+#define TS_CONFIG_STITCH_MIN_BLOCK_LEAST_MB 2
+
 typedef struct ts_config {
     /* --- PyTorch keys, PyTorch's meaning --- */
     size_t max_split_size;              /* bytes; SIZE_MAX: unlimited (default) */
@@ -76,8 +79,10 @@ typedef struct ts_config {
                                  * small pool, large_segment_size large pool; with defragment,
                                  * the device's granularity) */
     ts_handle_policy handle_policy;
+    size_t growth_batch;        /* bytes; with defragment's page handles, a segment growing at its
+                                 * end again maps ahead to whole batches of this (0: only what
+                                 * each growth needs) */
     bool defragment;            /* tessera's best combination: expandable + stitching */
-    bool plan;                  /* learn the repeating step and serve it from a placement plan */
     bool verbose;               /* print the effective configuration at start-up */
     uint32_t history_events;    /* events kept in the history ring per device; 0: no history */
     bool history_frames;        /* record native stack frames with each history event */

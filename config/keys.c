@@ -147,7 +147,8 @@ const key_desc cfg_keys[KEY_COUNT] = {
     },
     [KEY_STITCH_MIN_BLOCK_MB] = {
         .name = "stitch_min_block_mb", .kind = KIND_MIB, .flags = F_TESSERA,
-        .offset = FIELD(stitch_min_block), .min = 2, .def.u = 2,
+        .offset = FIELD(stitch_min_block), .min = TS_CONFIG_STITCH_MIN_BLOCK_LEAST_MB,
+        .def.u = TS_CONFIG_STITCH_MIN_BLOCK_LEAST_MB,
         .help = "Requests below this size are never stitched.",
     },
     [KEY_STITCH_MAX_RANGES] = {
@@ -173,21 +174,22 @@ const key_desc cfg_keys[KEY_COUNT] = {
                 "coarse: handles of large_segment_size_mb, the rest of a growth in one: about "
                 "PyTorch's driver calls with small pages, give-back and stitching by 20 MiB.",
     },
+    [KEY_GROWTH_BATCH_MB] = {
+        .name = "growth_batch_mb", .kind = KIND_MIB, .flags = F_TESSERA,
+        .offset = FIELD(growth_batch), .min = 0, .def.u = 20,
+        .range = "an integer number of MiB, 0 to map only what each growth needs",
+        .help = "With defragment (a handle per page), a segment that grows at its end right "
+                "where its last growth ended maps ahead to whole batches of this size: one "
+                "access grant per batch instead of one per growth, and the next requests served "
+                "with no driver call. Never within the last sixteenth of the cap or device; "
+                "released with the rest of the cache. 0: map only what each growth needs.",
+    },
     [KEY_DEFRAGMENT] = {
         .name = "defragment", .kind = KIND_BOOL, .flags = F_TESSERA,
         .offset = FIELD(defragment), .def.b = false,
         .help = "True also turns on expandable_segments and stitching unless the same string "
                 "sets them. Stitching needs expandable segments: a string that leaves stitching "
                 "on and sets expandable_segments:False is refused.",
-    },
-    [KEY_PLAN] = {
-        .name = "plan", .kind = KIND_BOOL, .flags = F_TESSERA,
-        .offset = FIELD(plan), .def.b = false,
-        .help = "Detect a step the program repeats, place that step's short-lived blocks at "
-                "planned offsets of one range (packed by size and lifetime), and serve later "
-                "steps from the plan; requests it did not foresee take the normal policy. A range "
-                "is made only below the most memory the program has held. With no policy named, "
-                "the normal policy is the default with a handle a page (handle_policy:page).",
     },
     [KEY_VERBOSE] = {
         .name = "verbose", .kind = KIND_BOOL, .flags = F_TESSERA,

@@ -700,14 +700,11 @@ static int walk(parser *p)
 }
 
 /* tessera's default policy, for a string (or no string) that says nothing about expandable
- * segments, stitching or defragment: defragment with coarse handles, stitching only under
- * pressure, chosen by the rule in docs/BENCHMARKS.md ("The default, after IPC"). Any of those
- * three keys, in any variable, gives the policy it names instead: expandable_segments:False is
- * PyTorch's policy, expandable_segments:True PyTorch's expandable segments. With plan:True the
- * handles stay a page each: what the normal policy cached goes back to the device page by page
- * when a range is made, so the range replaces it instead of adding to it, and the plan serves
- * the steady state without the driver calls finer handles cost (docs/BENCHMARKS.md, "Planned
- * memory", has the three settings side by side). */
+ * segments, stitching or defragment: defragment (a handle per 2 MiB page, growth in batches) with
+ * stitching only under pressure, chosen by the rule in docs/BENCHMARKS.md ("The default at the
+ * floor"). Any of those three keys, in any variable, gives the policy it names instead:
+ * expandable_segments:False is PyTorch's policy, expandable_segments:True PyTorch's expandable
+ * segments. */
 static void default_policy(parser *p)
 {
     const uint64_t names_policy = (UINT64_C(1) << KEY_EXPANDABLE_SEGMENTS) |
@@ -715,8 +712,6 @@ static void default_policy(parser *p)
     if (p->given & names_policy)
         return;
     p->cfg.defragment = p->cfg.expandable_segments = p->cfg.stitching = true;
-    if (!(p->given & (UINT64_C(1) << KEY_HANDLE_POLICY)) && !p->cfg.plan)
-        p->cfg.handle_policy = TS_HANDLES_COARSE;
     if (!(p->given & (UINT64_C(1) << KEY_STITCH_WHEN)))
         p->cfg.stitch_when = TS_STITCH_PRESSURE;
 }

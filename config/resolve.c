@@ -47,6 +47,7 @@ bool ts_config_equal(const ts_config *a, const ts_config *b)
            a->stitch_min_block == b->stitch_min_block &&
            a->stitch_max_ranges == b->stitch_max_ranges && a->defragment == b->defragment &&
            a->expandable_page == b->expandable_page && a->handle_policy == b->handle_policy &&
+           a->growth_batch == b->growth_batch &&
            a->verbose == b->verbose && a->history_events == b->history_events &&
            a->history_frames == b->history_frames &&
            strncmp(a->snapshot_on_oom, b->snapshot_on_oom, TS_CONFIG_PATH_MAX) == 0 &&

@@ -10,7 +10,6 @@
 #include "core/handles.h"
 #include "core/hostcache.h"
 #include "core/inspect.h"
-#include "core/plan.h"
 #include "core/pool.h"
 #include "core/release.h"
 #include "core/stitch.h"
@@ -97,13 +96,6 @@ ts_allocator *ts_allocator_create(const ts_config *cfg, const ts_backend *backen
 
     a->st = sink.stats ? sink.stats : &a->own_stats;
     a->seq = sink.seq ? sink.seq : &a->own_seq;
-    if (cfg->plan && (a->plan = plan_create()) == NULL) {
-        ts_ptrmap_destroy(&a->live);
-        ts_ptrmap_destroy(&a->driver_live);
-        pthread_mutex_destroy(&a->lock);
-        free(a);
-        return NULL;
-    }
 
     size_t free_bytes = 0, total = 0;
     if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK)
@@ -177,6 +169,7 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
     else
         fences_drop_all(a);
     ts_hostcache_teardown(a, release_memory);
+    stitch_forget_retired(a, release_memory); /* their aliases first: the pages are others' */
     /* Remove each segment from the tree before freeing it: an in-order walk would climb
      * through parents already freed. */
     ts_node *n;
@@ -196,7 +189,6 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
     }
     st_close(a);
     pthread_mutex_unlock(&a->lock);
-    plan_destroy(a->plan);
     ts_ptrmap_destroy(&a->live);
     ts_ptrmap_destroy(&a->driver_live);
     ts_slab_destroy(&a->block_slab);
@@ -218,7 +210,7 @@ void ts_allocator_forget_all(ts_allocator *a)
 {
     pthread_mutex_lock(&a->lock);
     fences_drop_all(a);
-    plan_forget(a);
+    stitch_forget_retired(a, false);
     ts_node *n;
     while ((n = ts_tree_first(&a->segments)) != NULL) {
         ts_tree_remove(&a->segments, n);
@@ -270,6 +262,15 @@ size_t ts_allocator_cap(const ts_allocator *a)
 }
 
 /* --- the allocation path -------------------------------------------------------------------- */
+
+/* Stitched ranges found entirely free (by a free, or a fence that completed) give their pages
+ * back before anything is placed: a range never outlives the blocks it served, so the layout at
+ * the end of a repeated step does not depend on the ranges of the steps before it. */
+static void retire_free_ranges(ts_allocator *a)
+{
+    if (a->retire_queue)
+        stitch_retire_queued(a);
+}
 
 /* PyTorch's alloc_block: a new segment (or expandable mapping) for the request. */
 static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t alloc_size,
@@ -375,6 +376,8 @@ static void oom_fill(ts_allocator *a, ts_oom_info *oom, size_t orig, size_t roun
     oom->limit_reached = !cap_allows(a, alloc_size);
     oom->expandable_segments = a->cfg.expandable_segments;
     oom->stitching = a->cfg.stitching;
+    oom->vm_available = ts_backend_has_vm(&a->be);
+    oom->stitch_min_block = a->cfg.stitch_min_block;
     oom->max_split_size = a->cfg.max_split_size;
 }
 
@@ -420,6 +423,7 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     }
 
     fences_process(a);
+    retire_free_ranges(a);
 
     const size_t rounded = ts_round_size(&a->cfg, size);
     ts_pool *p = rounded <= TS_SMALL_SIZE ? &a->small : &a->large;
@@ -439,22 +443,16 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         return TS_ENOMEM;
     }
 
-    /* A request the plan foresaw (plan:True) is served at its planned offset; everything else,
-     * misses included, by the normal policy. */
-    ts_block *b = a->plan ? plan_take(a, rounded, size) : NULL;
-    if (b)
-        goto served;
-    b = pool_find_best(a, p, rounded, stream);
+    ts_block *b = pool_find_best(a, p, rounded, stream);
     /* Blocks of this pool freed but still waiting for their fences could serve the request:
      * wait for the oldest fences, a few at most, before new memory is taken. */
-    for (int i = 0; !b && i < TS_MAX_PENDING_WAITS && fences_wait_oldest(a, p, rounded); i++)
+    for (int i = 0; !b && i < TS_MAX_PENDING_WAITS && fences_wait_oldest(a, p, rounded); i++) {
+        retire_free_ranges(a);
         b = pool_find_best(a, p, rounded, stream);
-    /* The plan's range gives way before the normal policy grows past its peak (plan.c). */
-    if (!b && a->plan && plan_yield(a, alloc_size))
-        b = pool_find_best(a, p, rounded, stream);
+    }
     const bool stitch_first = a->cfg.stitch_when == TS_STITCH_ALWAYS;
     if (!b && stitch_first)
-        b = stitch_alloc(a, p, rounded, stream); /* free pages elsewhere, before new memory */
+        b = stitch_alloc(a, p, rounded, stream); /* free pages, before new memory */
     if (!b) {
         if (pool_gc_enabled(a))
             garbage_collect_cached_blocks(a);
@@ -462,7 +460,13 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         /* Under pressure: gather free pages before anything that waits for the device. */
         if (!b && !stitch_first)
             b = stitch_alloc(a, p, rounded, stream);
+        /* defragment, memory short: a small request takes a free piece of the large pool
+         * (pieces smaller than a page are the large pool's waste, and a small-pool page taken
+         * now would be taken from the large pool's next step) */
+        if (!b && p->small && a->cfg.defragment)
+            b = pool_find_best(a, &a->large, rounded, stream);
         if (!b && fences_wait_pending(a)) {
+            retire_free_ranges(a);
             b = pool_find_best(a, p, rounded, stream);
             if (!b)
                 b = stitch_alloc(a, p, rounded, stream);
@@ -471,6 +475,11 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
         }
         if (!b && release_available_cached_blocks(a, p, rounded, stream))
             b = alloc_block(a, p, rounded, alloc_size, stream, false);
+        /* defragment gives back only what the request lacks first, other pools' and streams'
+         * memory before its own segment's (release.c): pages the request's segment uses again
+         * are not unmapped only to be mapped again at its end */
+        if (!b && a->cfg.defragment && release_for_request(a, p, rounded, stream))
+            b = alloc_block(a, p, rounded, alloc_size, stream, true);
         if (!b && !backend_capturing(a)) {
             release_cached_blocks(a);
             b = alloc_block(a, p, rounded, alloc_size, stream, true);
@@ -492,11 +501,8 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
 
     bool split = pool_should_split(a, b, rounded);
     b = alloc_found_block(a, b, rounded, size, split, &spare);
-served:
     if (spare)
         a->spare = spare; /* unused: still zeroed (alloc_found_block touches it only to split) */
-    if (a->plan)
-        plan_note_alloc(a, b, rounded, stream);
     *out = b->addr;
     if (stream)
         stream_usage_add(&a->tagged, size, b->size);
@@ -537,8 +543,6 @@ static int free_on(ts_allocator *a, uintptr_t ptr, uintptr_t stream, size_t *req
     ts_pool *p = b->seg->pool;
     if (requested)
         *requested = b->requested;
-    const uint64_t plan_n = b->plan_n; /* b may be merged away below */
-    const size_t plan_requested = b->requested;
     counter_add(a, &st->num_free_calls, 1);
     counter_add(a, &st->num_ops, 1);
     stat_array_decrease(a, st->allocation, p, 1);
@@ -560,8 +564,7 @@ static int free_on(ts_allocator *a, uintptr_t ptr, uintptr_t stream, size_t *req
         b->free_epoch = stream && stream == b->stream ? 0 : a->order_epoch;
         block_free_complete(a, b);
     }
-    if (a->plan)
-        plan_note_free(a, plan_n, plan_requested);
+    retire_free_ranges(a);
     allocator_unlock(a);
     return TS_OK;
 }

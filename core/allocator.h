@@ -55,6 +55,8 @@ typedef struct ts_oom_info {
     bool limit_reached;        /* the cap, not the device, refused the request */
     bool expandable_segments;
     bool stitching;
+    bool vm_available;         /* the device has the virtual-memory API (expandable, stitching) */
+    size_t stitch_min_block;   /* bytes; requests below it are never stitched */
     size_t max_split_size;
 } ts_oom_info;
 
@@ -63,10 +65,12 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
                  ts_oom_info *oom);
 
 /* One line (no prefix, no newline): sizes, capacity, free, allocated, reserved but unallocated,
- * largest free block, and the configuration key that would help: defragment:True or
+ * largest free block, and advice that can be followed in this configuration: defragment:True or
  * expandable_segments:True when memory already reserved could serve the request (or, under a cap,
- * allocated + request fits it), the cap only when allocated + request exceeds it. Returns
- * snprintf's value. */
+ * allocated + request fits it) and they are off and the device has virtual memory; a lower
+ * stitch_min_block_mb only when the request is below it and the key is above its least value;
+ * the cap only when allocated + request exceeds it and the device is larger than the cap;
+ * otherwise less memory or a larger device. Returns snprintf's value. */
 int ts_format_oom(const ts_oom_info *oom, char *buf, size_t len);
 
 /* Free a pointer returned by ts_malloc. TS_OK; TS_ENOTFOUND when ptr is not inside any of this

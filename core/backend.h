@@ -37,6 +37,12 @@ typedef enum ts_status {
 /* Opaque handle to a recorded fence (events on every stream the backend tracks). */
 typedef uint64_t ts_fence;
 
+/* One physical handle for vm_map: mapped whole, over size bytes. */
+typedef struct ts_vm_piece {
+    size_t size;
+    uint64_t handle;
+} ts_vm_piece;
+
 typedef struct ts_backend {
     void *ctx;
 
@@ -72,21 +78,24 @@ typedef struct ts_backend {
      * capture too): any of those could invalidate the capture. */
     int (*capture_active)(void *ctx);
 
-    /* Virtual memory (optional; all or none). vm_map maps a whole physical handle at va and
-     * grants read-write access to the owning device. */
+    /* Virtual memory (optional; all or none). vm_map maps n whole physical handles back to
+     * back from va (pieces[i].handle over pieces[i].size bytes), then grants read-write access
+     * to the owning device (and the devices of vm_peer_add) over the whole range in one grant:
+     * a grant costs about as much for one handle as for twenty, so the core maps what it can
+     * in one call. All or nothing: when it fails, nothing it mapped stays mapped. */
     int (*vm_granularity)(void *ctx, size_t *granularity);
     int (*vm_reserve)(void *ctx, size_t size, uintptr_t *va_out);
     int (*vm_release)(void *ctx, uintptr_t va, size_t size);
     int (*vm_create)(void *ctx, size_t size, uint64_t *handle_out);
     int (*vm_destroy)(void *ctx, uint64_t handle);
-    int (*vm_map)(void *ctx, uintptr_t va, size_t size, uint64_t handle);
+    int (*vm_map)(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t n);
     int (*vm_unmap)(void *ctx, uintptr_t va, size_t size);
 
     /* Peer access to virtual memory (optional; both or none). Memory from seg_alloc is visible to
      * every device the program enabled peer access for, but a mapping only to the devices named
      * when its access was set (CUDA's rule for cuMemMap). vm_peer_add: every later vm_map grants
-     * device read-write too. vm_access: grant every such device on [va, va + size), one whole
-     * earlier vm_map mapping. */
+     * device read-write too. vm_access: grant every such device on [va, va + size), whole
+     * earlier mappings back to back. */
     int (*vm_peer_add)(void *ctx, int device);
     int (*vm_access)(void *ctx, uintptr_t va, size_t size);
 

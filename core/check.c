@@ -94,13 +94,8 @@ static int check_block_state(ts_allocator *a, ts_segment *seg, ts_block *b, bool
         if (b->next && b->next->state == TS_BLOCK_FREE)
             return check_fail(why, whylen, "free blocks %#" PRIxPTR " and %#" PRIxPTR
                               " not merged", b->addr, b->next->addr);
-        ts_node *n;
-        if (seg->plan_free) { /* the plan's range: its own free set (plan.c) */
-            n = ts_tree_floor(seg->plan_free, b->addr, UINT64_MAX, UINT64_MAX);
-        } else {
-            t->free_blocks[pi]++;
-            n = ts_freeidx_lower_bound(&p->free, b->stream, b->size, b->addr);
-        }
+        t->free_blocks[pi]++;
+        ts_node *n = ts_freeidx_lower_bound(&p->free, b->stream, b->size, b->addr);
         if (n != &b->node)
             return check_fail(why, whylen, "free block %#" PRIxPTR " not in its free set",
                               b->addr);
@@ -197,6 +192,9 @@ static int check_stitched_segment(const ts_segment *seg, char *why, size_t whyle
     if (lent != seg->size)
         return check_fail(why, whylen, "stitched segment %#" PRIxPTR ": %zu bytes lent, "
                           "%zu mapped", seg->addr, lent, seg->size);
+    if (seg->nblocks == 1 && seg->first->state == TS_BLOCK_FREE)
+        return check_fail(why, whylen, "stitched segment %#" PRIxPTR " entirely free but not "
+                          "retired", seg->addr);
     return 0;
 }
 
@@ -322,6 +320,17 @@ int allocator_check_locked(ts_allocator *a, char *why, size_t whylen)
         return check_fail(why, whylen, "stitching accounts disagree: %zu lent, %zu stitched, "
                           "gauge %lld", t.lent_bytes, t.stitched_bytes,
                           (long long)a->st->stitched_bytes);
+    if (a->retire_queue) /* every call retires what it queued before it returns */
+        return check_fail(why, whylen, "range %#" PRIxPTR " still queued to retire",
+                          a->retire_queue->addr);
+    size_t retired = 0;
+    for (const ts_segment *s = a->retired; s; s = s->retire_link, retired++)
+        if (s->kind != TS_SEGMENT_STITCHED || s->retire_state != 2 || s->nblocks || s->nlenders)
+            return check_fail(why, whylen, "retired range %#" PRIxPTR " still holds blocks",
+                              s->addr);
+    if (retired != a->retired_ranges)
+        return check_fail(why, whylen, "%zu ranges retired, %zu counted", retired,
+                          a->retired_ranges);
     if (reserved != a->total_allocated_memory)
         return check_fail(why, whylen, "segments hold %zu bytes, total_allocated_memory %zu",
                           reserved, a->total_allocated_memory);

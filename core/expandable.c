@@ -110,8 +110,13 @@ static size_t es_handle_sizes(const ts_allocator *a, const ts_segment *seg, size
     return n;
 }
 
-/* Back [addr, addr + size) (whole pages, unmapped) with new memory. All or nothing. */
-static bool es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size)
+/* Back [addr, addr + size) (whole pages, unmapped) with new memory: its handles created, then
+ * mapped and granted in one vm_map. ahead: bytes more (whole pages, a handle each) mapped after
+ * it, when the device gives them: a handle of them that cannot be created drops them all, never
+ * the growth. Returns the bytes mapped (size, or size + ahead), 0 when the growth failed: all or
+ * nothing. */
+static size_t es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_t size,
+                           size_t ahead)
 {
     /* per page: exactly size / page handles; coarse: size / coarse + 1; geometric: about
      * log2(size / page) + 1, fewer than 64 + 2 for any size_t, so a table of 128 never fills
@@ -120,52 +125,90 @@ static bool es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, size_
                        : a->cfg.handle_policy == TS_HANDLES_COARSE
                            ? size / es_coarse_handle(a, seg->page_size) + 1
                            : 128;
-    size_t *sizes = malloc(max * sizeof *sizes);
+    const size_t nahead = ahead / seg->page_size; /* ahead is only asked with a handle a page */
+    size_t *sizes = malloc((max + nahead) * sizeof *sizes);
     if (!sizes)
-        return false;
-    const size_t n = es_handle_sizes(a, seg, size, sizes, max);
+        return 0;
+    const size_t need = es_handle_sizes(a, seg, size, sizes, max);
+    for (size_t i = 0; i < nahead; i++)
+        sizes[need + i] = seg->page_size;
+    size_t n = need + nahead;
     ts_handle_rec **recs = malloc(n * sizeof *recs);
-    if (!recs) {
+    ts_vm_piece *pieces = malloc(n * sizeof *pieces);
+    if (!recs || !pieces) {
+        free(pieces);
+        free(recs);
         free(sizes);
-        return false;
+        return 0;
     }
-    size_t made = 0, created = 0, mapped = 0;
+    size_t made = 0, created = 0;
     for (; made < n; made++)
         if (!(recs[made] = ts_slab_alloc(&a->handle_slab)))
             break;
     backend_enter(a);
     if (made == n)
-        for (; created < n; created++)
-            if (a->be.vm_create(a->be.ctx, sizes[created], &recs[created]->handle) != TS_OK)
+        for (; created < n; created++) {
+            pieces[created].size = sizes[created];
+            if (a->be.vm_create(a->be.ctx, sizes[created], &pieces[created].handle) != TS_OK)
                 break;
-    uintptr_t at = addr;
-    if (created == n) {
-        for (; mapped < n; mapped++) {
-            if (a->be.vm_map(a->be.ctx, at, sizes[mapped], recs[mapped]->handle) != TS_OK)
-                break;
-            recs[mapped]->addr = at;
-            recs[mapped]->size = sizes[mapped];
-            at += sizes[mapped];
         }
+    if (created < n && created >= need) {
+        /* the device gave what the growth needs but not the batch ahead: none of it, so that
+         * memory short stays exactly as short as without batching */
+        for (size_t i = need; i < created; i++)
+            a->be.vm_destroy(a->be.ctx, pieces[i].handle);
+        created = n = need;
     }
-    bool ok = mapped == n;
+    bool ok = created == n && a->be.vm_map(a->be.ctx, addr, pieces, n) == TS_OK;
+    size_t bytes = 0;
     if (ok) {
-        for (size_t i = 0; i < n; i++) {
-            recs[i]->node.k0 = recs[i]->addr;
+        for (size_t i = 0; i < n; bytes += sizes[i++]) {
+            recs[i]->addr = addr + bytes;
+            recs[i]->size = sizes[i];
+            recs[i]->handle = pieces[i].handle;
+            recs[i]->node.k0 = addr + bytes;
             ts_tree_insert(&seg->handles, &recs[i]->node);
         }
     } else {
-        /* Undo this call completely: nothing is left mapped that the blocks do not say. */
-        for (size_t i = 0; i < mapped; i++)
-            a->be.vm_unmap(a->be.ctx, recs[i]->addr, recs[i]->size);
+        /* Undo this call completely: nothing is left mapped that the blocks do not say (vm_map
+         * maps all or nothing). */
         for (size_t i = 0; i < created; i++)
-            a->be.vm_destroy(a->be.ctx, recs[i]->handle);
-        for (size_t i = 0; i < made; i++)
-            ts_slab_free(&a->handle_slab, recs[i]);
+            a->be.vm_destroy(a->be.ctx, pieces[i].handle);
     }
+    for (size_t i = ok ? n : 0; i < made; i++)
+        ts_slab_free(&a->handle_slab, recs[i]);
+    free(pieces);
     free(recs);
     free(sizes);
-    return ok;
+    return bytes;
+}
+
+/* How much more than needed a growth of b (unmapped) by mapped bytes maps ahead: on plainly
+ * sequential growth (the last growth of the segment ended where b starts) with a handle a page
+ * under defragment (PyTorch's expandable segments keep PyTorch's
+ * growth), in the large pool (a small-pool page holds hundreds of blocks: a batch there would sit
+ * idle), up to whole batches of growth_batch_mb (20 MiB). A grant costs about
+ * the same for 2 MiB as for 20 MiB (tests/data/driver-costs/h200.txt), so growing 2 MiB at a time
+ * pays a grant per page where a batch pays one per 20 MiB; the pages ahead serve the next
+ * requests with no driver call, and go back with the rest of the cache (release). Bounded: never
+ * past b (a hole between mapped pages, or the reservation's end), and only while what the allocator holds stays below 15/16 of the cap (or
+ * of the device), so that batching never takes the last memory a request elsewhere needs. */
+static size_t es_ahead(const ts_allocator *a, const ts_block *b, size_t mapped)
+{
+    const ts_segment *seg = b->seg;
+    const size_t batch = a->cfg.growth_batch / seg->page_size * seg->page_size;
+    if (!a->cfg.defragment || !a->handle_per_page || seg->pool->small || batch == 0 ||
+        b->addr != seg->grow_end || mapped % batch == 0)
+        return 0;
+    size_t ahead = batch - mapped % batch; /* to whole batches: a grant's cost per 20 MiB */
+    if (ahead > b->size - mapped)
+        ahead = b->size - mapped; /* a hole between mapped pages: up to its end */
+    /* (no limit known, a device that did not say its size: no batch either) */
+    const size_t limit = a->set_fraction ? a->allowed_memory_maximum : a->device_total;
+    const size_t held = a->total_allocated_memory + a->driver_bytes + mapped + ahead;
+    if (held > limit - limit / 16)
+        return 0;
+    return ahead;
 }
 
 /* PyTorch's map_block: back the first size bytes (rounded up to pages) of an UNMAPPED block,
@@ -175,20 +218,27 @@ static bool es_map_block(ts_allocator *a, ts_block *b, size_t size)
     ts_segment *seg = b->seg;
     ts_pool *p = seg->pool;
     const size_t page = seg->page_size;
-    size_t mapped = (size + page - 1) / page * page;
-    ts_block *rest = mapped < b->size ? block_new(a) : NULL;
-    if (mapped < b->size && !rest)
+    const size_t need = (size + page - 1) / page * page;
+    const size_t ahead = es_ahead(a, b, need);
+    /* the rest's record is taken before any device call (the batch ahead may be dropped, so
+     * whenever the growth itself leaves a rest) */
+    ts_block *rest = need < b->size ? block_new(a) : NULL;
+    if (need < b->size && !rest)
         return false;
-    if (!es_map_range(a, seg, b->addr, mapped)) {
+    const size_t mapped = es_map_range(a, seg, b->addr, need, ahead);
+    if (mapped == 0) {
         if (rest)
             block_delete(a, rest);
         return false;
     }
     pool_remove_unmapped(p, b);
-    if (rest) {
+    if (mapped < b->size) {
         block_split_back(b, rest, b->size - mapped);
         pool_insert_unmapped(p, rest);
+    } else if (rest) {
+        block_delete(a, rest);
     }
+    seg->grow_end = b->addr + mapped;
     b->state = TS_BLOCK_FREE;
     block_merge(a, b, b->prev);
     block_merge(a, b, b->next);
@@ -287,6 +337,35 @@ void expandable_unmap_free_block(ts_allocator *a, ts_block *b)
     stat_array_decrease(a, a->st->reserved_bytes, p, (int64_t)(hi - lo));
     counter_add(a, &a->st->num_device_free, 1);
     a->observe_now = true;
+}
+
+size_t expandable_page_of(const ts_allocator *a, const ts_pool *p)
+{
+    return es_page_size(a, p);
+}
+
+size_t expandable_unmap_free_end(ts_allocator *a, ts_block *b, size_t bytes)
+{
+    ts_segment *seg = b->seg;
+    uintptr_t lo, hi;
+    if (!segment_whole_handles(seg, b->addr, b->addr + b->size, &lo, &hi))
+        return 0;
+    /* whole handles from the run's end until bytes are covered */
+    uintptr_t cut = hi;
+    while (cut > lo && hi - cut < bytes)
+        cut = handle_of_node(ts_tree_floor(&seg->handles, cut - 1, 0, 0))->addr;
+    ts_block *front = cut > b->addr ? block_new(a) : NULL;
+    if (cut > b->addr && !front)
+        return 0; /* host memory exhausted: keep the pages, stay consistent */
+    if (front) {
+        ts_pool *p = seg->pool;
+        pool_remove_free(p, b);
+        block_split_front(b, front, cut - b->addr);
+        pool_insert_free(p, front);
+        pool_insert_free(p, b);
+    }
+    expandable_unmap_free_block(a, b); /* b starts at cut: its whole handles are [cut, hi) */
+    return hi - cut;
 }
 
 /* A segment that is one unmapped block gives its reservation back. */

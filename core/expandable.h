@@ -7,6 +7,11 @@
 /* A FREE block of at least size bytes on stream from p's expandable segments (mapping pages at
  * the end of one, or a new reservation), out of every tree; NULL when the device has no room. */
 ts_block *expandable_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
+/* The page of p's expandable segments: the unit a growth maps. */
+size_t expandable_page_of(const ts_allocator *a, const ts_pool *p);
+/* Give back whole handles at the end of free block b, at least bytes of them when it holds as
+ * many (device synchronised); the rest of b stays mapped and free. Returns the bytes given back. */
+size_t expandable_unmap_free_end(ts_allocator *a, ts_block *b, size_t bytes);
 /* PyTorch's unmap_block: give back every whole handle inside free block b (device synchronised). */
 void expandable_unmap_free_block(ts_allocator *a, ts_block *b);
 /* A segment that is one unmapped block gives its reservation back. */

@@ -36,14 +36,20 @@ void segment_unmap_handles(ts_allocator *a, ts_segment *seg, uintptr_t lo, uintp
     }
 }
 
-/* Grant the backend's peer devices access to every handle mapped in seg (vm_access). */
+/* Grant the backend's peer devices access to every handle mapped in seg (vm_access): one grant
+ * per run of handles mapped back to back. */
 int segment_grant_handles(ts_allocator *a, ts_segment *seg)
 {
     int rc = TS_OK;
     backend_enter(a);
-    for (ts_handle_rec *h = handle_of_node(ts_tree_first(&seg->handles)); h;
-         h = handle_of_node(ts_tree_next(&h->node))) {
-        int r = a->be.vm_access(a->be.ctx, h->addr, h->size);
+    ts_handle_rec *h = handle_of_node(ts_tree_first(&seg->handles));
+    while (h) {
+        const uintptr_t lo = h->addr;
+        uintptr_t hi = h->addr + h->size;
+        for (h = handle_of_node(ts_tree_next(&h->node)); h && h->addr == hi;
+             h = handle_of_node(ts_tree_next(&h->node)))
+            hi += h->size;
+        int r = a->be.vm_access(a->be.ctx, lo, hi - lo);
         if (r != TS_OK && rc == TS_OK)
             rc = r;
     }

@@ -151,12 +151,14 @@ static int w_seg_free(void *ctx, uintptr_t ptr, size_t size)
     return h->inner.seg_free(h->inner.ctx, ptr, size);
 }
 
-static int w_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
+static int w_vm_map(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t n)
 {
     ts_history *h = ctx;
-    int rc = h->inner.vm_map(h->inner.ctx, va, size, handle);
-    if (rc == TS_OK)
-        ts_history_note(h, TESSERA_EV_SEGMENT_MAP, va, size, 0, 0);
+    int rc = h->inner.vm_map(h->inner.ctx, va, pieces, n);
+    if (rc == TS_OK) {
+        for (size_t i = 0; i < n; va += pieces[i++].size) /* an event per handle, as before */
+            ts_history_note(h, TESSERA_EV_SEGMENT_MAP, va, pieces[i].size, 0, 0);
+    }
     return rc;
 }
 

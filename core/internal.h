@@ -52,7 +52,6 @@ struct ts_block {
     uint64_t serial; /* ALLOCATED blocks: this allocation's number (a reused block gets a new one) */
     uint8_t state; /* ts_block_state */
     ts_segment *lent_to; /* LENT blocks: the stitched segment their pages back */
-    uint64_t plan_n; /* plan:True, ALLOCATED blocks: the allocation's number + 1 in plan.c's log */
 };
 
 /* A segment: one device allocation (or one virtual reservation for expandable segments).
@@ -74,6 +73,10 @@ struct ts_segment {
      * of address arithmetic; a handle covers one or more whole pages. */
     size_t page_size;
     ts_tree handles;
+    /* Expandable segments: where the last growth ended (the end of what it mapped). A growth that
+     * starts there is plainly sequential: the next one will most likely follow it, so it maps a
+     * batch ahead (expandable.c). */
+    uintptr_t grow_end;
     ts_block **lenders;
     size_t nlenders;
     /* Stitched segments: the virtual range reserved is [addr, addr + va_size); the blocks cover
@@ -84,9 +87,12 @@ struct ts_segment {
      * nothing. */
     size_t va_size;
     uint64_t stitch_serial;
-    /* The plan's range (plan.c), and only it: its FREE blocks are in this tree, keyed (addr, 0,
-     * 0), instead of the pool's free index, so that only the plan hands them out. */
-    ts_tree *plan_free;
+    /* Stitched segments: a range whose blocks are all free is queued (retire_state 1) and then
+     * retired (2): its pages go back to the segments they came from and it leaves the segment
+     * tree, its aliases still mapped until the next synchronised release unmaps them (stitch.c).
+     * retire_link chains the queue, then the retired list. */
+    ts_segment *retire_link;
+    uint8_t retire_state;
 };
 
 /* One physical handle mapped at [addr, addr + size) of a segment. */
@@ -174,8 +180,11 @@ struct ts_allocator {
     /* Expandable segments and stitching. */
     size_t vm_granularity;
     bool handle_per_page; /* PyTorch's way: one handle per page; else one per growth */
-    size_t stitched_segments;
+    size_t stitched_segments; /* live ranges (in the segment tree) */
     uint64_t stitch_serial;
+    ts_segment *retire_queue;   /* live ranges found entirely free, to retire (pool.c queues) */
+    ts_segment *retired;        /* retired ranges, their aliases still mapped */
+    size_t retired_ranges;
     uint64_t peer_devices; /* bit d: device d was granted access to every mapping (peer access) */
 
     /* Observer (stats page segment map). */
@@ -195,8 +204,6 @@ struct ts_allocator {
 
     /* Pinned host memory (core/hostcache.c); NULL until the first host allocation. */
     struct ts_hostcache *host;
-    /* Planned memory (core/plan.c); NULL unless plan:True. */
-    struct ts_plan *plan;
 };
 
 /* Record an allocator event in the history ring, when there is one: the only cost otherwise is

@@ -26,20 +26,30 @@ static const char *size_text(size_t v, char *buf, size_t len)
     return buf;
 }
 
-/* The advice names what would have served this request, in the order that costs least:
+/* The advice names what would have served this request, in the order that costs least, and
+ * only what this configuration and device can still do (a test pins each line):
  * - fragmentation first: the request is no larger than the memory reserved but unallocated (it
  *   exists, in pieces or on another stream), or, under a cap, allocated + request fits under the
  *   cap and only the new segment's rounding (a 20 MiB segment for an 11 MiB request) crossed
  *   it. Raising the cap would hide this, at the price of more memory; expandable segments and
- *   stitching use the memory already reserved.
- * - the cap, only when allocated + request really exceeds it;
+ *   stitching use the memory already reserved, where the device has virtual memory and they are
+ *   off. With stitching on, a request below stitch_min_block_mb is not stitched: lowering the key
+ *   helps only when it is above its least value and the request is at least that least value.
+ *   Otherwise the free memory is in pieces no setting can join (smaller than a page, or on
+ *   other streams and pools);
+ * - the cap, only when allocated + request really exceeds it, and the device is larger;
  * - otherwise the device itself is full. */
 static const char *oom_advice(const ts_oom_info *o)
 {
+    static const size_t least = (size_t)TS_CONFIG_STITCH_MIN_BLOCK_LEAST_MB << 20;
     size_t unallocated = o->reserved > o->allocated ? o->reserved - o->allocated : 0;
     /* allocated + rounded <= limit, written so a huge request cannot wrap around. */
     bool fits_cap = o->limit && o->allocated <= o->limit && o->rounded <= o->limit - o->allocated;
     bool fragmented = unallocated >= o->rounded || (o->limit_reached && fits_cap);
+    if (fragmented && !o->vm_available)
+        return "reserved but unallocated memory could serve it (fragmentation), but this device "
+               "has no virtual-memory API to join its pieces: the program needs less memory or a "
+               "larger device";
     if (fragmented && !o->expandable_segments)
         return "reserved but unallocated memory could serve it (fragmentation): set "
                "TESSERA_ALLOC_CONF=defragment:True (expandable segments and stitching) or "
@@ -47,10 +57,14 @@ static const char *oom_advice(const ts_oom_info *o)
     if (fragmented && !o->stitching)
         return "reserved but unallocated memory could serve it (fragmentation): set "
                "TESSERA_ALLOC_CONF=defragment:True to stitch its free pages together";
+    /* (a request of at least the least value below the key: the key is above its least value) */
+    if (fragmented && o->rounded >= least && o->rounded < o->stitch_min_block)
+        return "the request is below stitch_min_block_mb, so its free pages were not stitched: "
+               "lower stitch_min_block_mb (2 is the least)";
     if (fragmented && unallocated >= o->rounded)
-        return "free memory is in pieces smaller than the stitching minimum: lower "
-               "stitch_min_block_mb";
-    if (o->limit_reached)
+        return "free memory is in pieces that cannot be joined (smaller than a page, or held by "
+               "other streams): the program needs less memory or a larger device";
+    if (o->limit_reached && o->limit < o->capacity)
         return "allocated memory plus this request exceeds the allocator's cap: raise "
                "memory_limit or per_process_memory_fraction";
     return "the device is full: the program needs less memory or a larger device";

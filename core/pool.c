@@ -1,13 +1,8 @@
 /* Pools: the free sets and the best-fit search with PyTorch's acceptance rules. */
 #include "core/pool.h"
-#include "core/plan.h"
 
 void pool_insert_free(ts_pool *p, ts_block *b)
 {
-    if (b->seg->plan_free) {
-        plan_insert_free(b);
-        return;
-    }
     b->node.k0 = b->stream;
     b->node.k1 = b->size;
     b->node.k2 = b->addr;
@@ -20,10 +15,6 @@ void pool_insert_free(ts_pool *p, ts_block *b)
 
 void pool_remove_free(ts_pool *p, ts_block *b)
 {
-    if (b->seg->plan_free) {
-        ts_tree_remove(b->seg->plan_free, &b->node);
-        return;
-    }
     ts_freeidx_remove(&p->free, &b->node);
     if (b->seg->kind != TS_SEGMENT_PLAIN)
         p->vm_free -= b->size;
@@ -166,6 +157,13 @@ void block_free_complete(ts_allocator *a, ts_block *b)
         }
     }
     pool_insert_free(p, b);
+    if (b->seg->kind == TS_SEGMENT_STITCHED && !b->prev && !b->next && !b->seg->retire_state) {
+        /* a stitched range entirely free: queued, so that its pages go back where they came from
+         * before the next request is placed (stitch.c retires it) */
+        b->seg->retire_state = 1;
+        b->seg->retire_link = a->retire_queue;
+        a->retire_queue = b->seg;
+    }
     if (block_is_split(b)) {
         net_blocks += 1;
         net_bytes += (int64_t)b->size;

@@ -1,8 +1,10 @@
 /* Giving memory back: whole free segments, oversize blocks, garbage collection. */
+#include <stdlib.h>
+
 #include "core/release.h"
 #include "core/expandable.h"
 #include "core/fence.h"
-#include "core/plan.h"
+#include "core/handles.h"
 #include "core/pool.h"
 #include "core/stitch.h"
 
@@ -120,12 +122,98 @@ void release_cached_blocks(ts_allocator *a)
     if (backend_capturing(a))
         return;
     fences_synchronize_all(a);
-    plan_release_idle(a); /* the plan's range, when nothing is in it */
     /* Free stitched ranges go first (their pages return to the segments they came from and can
      * then be unmapped in the same pass); one device synchronise covers both. */
     bool synced = stitch_release_free(a, false) > 0;
     release_pool_blocks(a, &a->large, synced);
     release_pool_blocks(a, &a->small, synced);
+}
+
+/* A free block with whole handles that the retry may give back, and how it ranks. */
+typedef struct release_candidate {
+    ts_block *b;
+    size_t whole; /* bytes of whole handles in it */
+    int rank;     /* 0: another pool's or stream's segment end, 1: elsewhere in another's,
+                   * 2: between live blocks of the request's own pool and stream */
+} release_candidate;
+
+static int candidate_cmp(const void *x, const void *y)
+{
+    const release_candidate *a = x, *b = y;
+    if (a->rank != b->rank)
+        return a->rank < b->rank ? -1 : 1;
+    if (a->whole != b->whole)
+        return a->whole > b->whole ? -1 : 1; /* the fewest blocks cut */
+    return a->b->addr < b->b->addr ? -1 : (a->b->addr > b->b->addr);
+}
+
+/* How much the device and the cap lack for bytes more. */
+static size_t lacking(ts_allocator *a, size_t bytes)
+{
+    size_t lack = 0, free_bytes = 0, total = 0;
+    backend_enter(a);
+    if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK &&
+        free_bytes < bytes)
+        lack = bytes - free_bytes;
+    const size_t held = a->total_allocated_memory + a->driver_bytes;
+    if (a->set_fraction && held + bytes > a->allowed_memory_maximum &&
+        held + bytes - a->allowed_memory_maximum > lack)
+        lack = held + bytes - a->allowed_memory_maximum;
+    return lack;
+}
+
+bool release_for_request(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
+{
+    if (backend_capturing(a))
+        return false;
+    fences_synchronize_all(a);
+    bool synced = stitch_release_free(a, false) > 0;
+    /* The candidates: free blocks of expandable segments holding whole handles, except the free
+     * end of the request's own segment, which its growth maps again (so the growth needs only
+     * what that end lacks). */
+    size_t n = 0, cap = 64, own_end = 0;
+    release_candidate *v = malloc(cap * sizeof *v);
+    if (!v)
+        return false;
+    for (ts_node *sn = ts_tree_first(&a->segments); sn; sn = ts_tree_next(sn)) {
+        ts_segment *seg = segment_of_node(sn);
+        if (seg->kind != TS_SEGMENT_EXPANDABLE)
+            continue;
+        const bool own = seg->pool == p && seg->stream == stream;
+        for (ts_block *b = seg->first; b; b = b->next) {
+            uintptr_t lo, hi;
+            const bool end = !b->next || b->next->state == TS_BLOCK_UNMAPPED;
+            if (own && end && b->state == TS_BLOCK_FREE && b->size > own_end)
+                own_end = b->size;
+            if (b->state != TS_BLOCK_FREE || (own && end) ||
+                !segment_whole_handles(seg, b->addr, b->addr + b->size, &lo, &hi))
+                continue;
+            if (n == cap) {
+                release_candidate *w = realloc(v, 2 * cap * sizeof *w);
+                if (!w)
+                    break;
+                v = w;
+                cap *= 2;
+            }
+            v[n++] = (release_candidate){b, hi - lo, own ? 2 : end ? 0 : 1};
+        }
+    }
+    const size_t page = expandable_page_of(a, p);
+    const size_t need = size > own_end ? (size - own_end + page - 1) / page * page : 0;
+    const size_t lack = lacking(a, need);
+    qsort(v, n, sizeof *v, candidate_cmp);
+    if (n && lack && !synced && a->be.synchronize) {
+        backend_enter(a);
+        a->be.synchronize(a->be.ctx); /* unmapping is not ordered with device work */
+    }
+    size_t released = 0;
+    for (size_t i = 0; i < n && released < lack; i++) {
+        ts_segment *seg = v[i].b->seg;
+        released += expandable_unmap_free_end(a, v[i].b, lack - released);
+        expandable_release_segment_if_empty(a, seg);
+    }
+    free(v);
+    return released >= lack;
 }
 
 /* PyTorch's garbage_collect_cached_blocks: when reserved memory passes the threshold, free

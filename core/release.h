@@ -11,6 +11,14 @@ void release_block(ts_allocator *a, ts_block *b);
 bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
 /* empty_cache: synchronise once, then give back every free segment, handle and stitched range. */
 void release_cached_blocks(ts_allocator *a);
+/* defragment's retry, before empty_cache's: give back only what a request of size bytes from p
+ * on stream lacks (the device's free memory and the cap, as they stand): whole handles from the
+ * ends of free blocks, first other pools' and streams' (segment ends before holes), then holes
+ * among the request's own blocks; never the free end of the request's own segment, which its
+ * growth maps again. Free memory in the middle of the request's segment stays mapped unless
+ * nothing else is left, so that the next, identical step finds the layout this one had. One
+ * synchronise. true when enough went back (or nothing lacked). */
+bool release_for_request(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
 /* garbage_collection_threshold: free the oldest unsplit cached blocks until the target is met. */
 void garbage_collect_cached_blocks(ts_allocator *a);
 

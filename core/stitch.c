@@ -177,20 +177,22 @@ static void meta_put(ts_allocator *a, stitch_meta *m, size_t kept)
     free(m->spare);
 }
 
-/* Map the taken handles, in run order, at va onwards, filling one alias record each. Returns how
- * many were mapped: all of them, unless the device refused one (the caller then unmaps those). */
+/* Map the taken handles, in run order, at va onwards, in one vm_map, filling one alias record
+ * each. Returns how many were mapped: all of them, or none when the device refused (vm_map maps
+ * all or nothing). */
 static size_t runs_map(ts_allocator *a, const stitch_runs *r, uintptr_t va, stitch_meta *m)
 {
-    size_t mapped = 0;
+    ts_vm_piece *pieces = malloc(m->nalias * sizeof *pieces);
+    if (!pieces)
+        return 0;
+    size_t k = 0;
     uintptr_t off = 0;
-    backend_enter(a);
     for (size_t i = 0; i < r->n; i++) {
         const handle_run *run = &r->v[i];
         ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&run->b->seg->handles, run->lo, 0, 0));
         for (; h && h->addr < run->take_hi; h = handle_of_node(ts_tree_next(&h->node))) {
-            if (a->be.vm_map(a->be.ctx, va + off, h->size, h->handle) != TS_OK)
-                return mapped;
-            ts_handle_rec *al = m->alias[mapped++];
+            ts_handle_rec *al = m->alias[k];
+            pieces[k++] = (ts_vm_piece){h->size, h->handle};
             al->addr = va + off;
             al->size = h->size;
             al->handle = h->handle;
@@ -198,7 +200,10 @@ static size_t runs_map(ts_allocator *a, const stitch_runs *r, uintptr_t va, stit
             off += h->size;
         }
     }
-    return mapped;
+    backend_enter(a);
+    const bool ok = k > 0 && a->be.vm_map(a->be.ctx, va, pieces, k) == TS_OK;
+    free(pieces);
+    return ok ? k : 0;
 }
 
 static void aliases_unmap(ts_allocator *a, stitch_meta *m, size_t mapped)
@@ -255,66 +260,96 @@ static uint64_t runs_lend(ts_allocator *a, stitch_runs *r, ts_segment *s, ts_blo
     return epoch;
 }
 
-static void stitch_destroy_segment(ts_allocator *a, ts_segment *s)
-{
-    free(s->lenders);
-    ts_slab_free(&a->segment_slab, s);
-}
-
-/* Give a stitched segment back: its one block is free. The device was synchronised. */
-static void unstitch(ts_allocator *a, ts_segment *s)
+/* Retire s, a live range whose one block is free: its lenders become free again and merge with
+ * their neighbours, each as recent as the range's block (the pages were last used through the
+ * range), and s leaves the segment tree for the retired list. Its aliases stay mapped: unmapping
+ * is not ordered with device work, so it waits for a synchronised release (stitch_release_free).
+ * No driver call. A lender that was another range's and now leaves that range entirely free is
+ * queued in turn (lending is acyclic, so this ends). */
+static void stitch_retire(ts_allocator *a, ts_segment *s)
 {
     ts_pool *p = s->pool;
     ts_block *b = s->first;
+    const uint64_t epoch = b->free_epoch;
     pool_remove_free(p, b);
-    segment_unmap_handles(a, s, s->addr, s->addr + s->size, true);
-    a->be.vm_release(a->be.ctx, s->addr, s->va_size);
     for (size_t i = 0; i < s->nlenders; i++) {
         ts_block *l = s->lenders[i];
         TS_HISTORY_NOTE(a, TESSERA_EV_SEGMENT_MAP, l->addr, l->size, l->seg->stream, 0);
         l->lent_to = NULL;
         l->state = TS_BLOCK_FREE;
+        if (epoch > l->free_epoch)
+            l->free_epoch = epoch;
         block_merge(a, l, l->prev);
         block_merge(a, l, l->next);
-        pool_insert_free(p, l);
+        pool_insert_free(l->seg->pool, l);
+        if (l->seg->kind == TS_SEGMENT_STITCHED && !l->prev && !l->next &&
+            !l->seg->retire_state) {
+            l->seg->retire_state = 1;
+            l->seg->retire_link = a->retire_queue;
+            a->retire_queue = l->seg;
+        }
     }
+    free(s->lenders);
+    s->lenders = NULL;
+    s->nlenders = 0;
     ts_tree_remove(&a->segments, &s->node);
-    gauge_set(a, &a->st->stitched_bytes, a->st->stitched_bytes - (int64_t)s->size);
-    counter_add(a, &a->st->num_device_free, 1);
-    a->stitched_segments--;
     block_delete(a, b);
-    stitch_destroy_segment(a, s);
+    s->first = NULL;
+    s->nblocks = 0;
+    gauge_set(a, &a->st->stitched_bytes, a->st->stitched_bytes - (int64_t)s->size);
+    a->stitched_segments--;
+    s->retire_state = 2;
+    s->retire_link = a->retired;
+    a->retired = s;
+    a->retired_ranges++;
     a->observe_now = true;
 }
 
-/* Give back every stitched segment that is entirely free. synced: the caller already waited
- * for the device. Giving one back can free another (whose pages it had borrowed), so this goes
- * round until nothing more can go. Returns how many were given back. */
+/* Invariant: nothing is placed between a range's queueing and this call (the allocator calls it
+ * after every free and fence completion, before any request is placed), so a queued range is
+ * still entirely free. */
+void stitch_retire_queued(ts_allocator *a)
+{
+    while (a->retire_queue) {
+        ts_segment *s = a->retire_queue;
+        a->retire_queue = s->retire_link;
+        s->retire_link = NULL;
+        s->retire_state = 0;
+        stitch_retire(a, s);
+    }
+}
+
+/* Unmap a retired range's aliases and give its address range back. The device was
+ * synchronised. */
+static void stitch_unmap_retired(ts_allocator *a, ts_segment *s)
+{
+    segment_unmap_handles(a, s, s->addr, s->addr + s->size, true);
+    a->be.vm_release(a->be.ctx, s->addr, s->va_size);
+    counter_add(a, &a->st->num_device_free, 1);
+    ts_slab_free(&a->segment_slab, s);
+}
+
 size_t stitch_release_free(ts_allocator *a, bool synced)
 {
-    size_t released = 0, before;
-    do {
-        before = released;
-        ts_node *n = ts_tree_first(&a->segments);
-        while (n && a->stitched_segments > 0) {
-            ts_node *next = ts_tree_next(n);
-            ts_segment *s = segment_of_node(n);
-            if (s->kind == TS_SEGMENT_STITCHED && s->nblocks == 1 &&
-                s->first->state == TS_BLOCK_FREE) {
-                if (!synced) {
-                    if (backend_capturing(a))
-                        return released;
-                    backend_enter(a);
-                    if (a->be.synchronize && a->be.synchronize(a->be.ctx) != TS_OK)
-                        return released;
-                    synced = true;
-                }
-                unstitch(a, s);
-                released++;
-            }
-            n = next;
-        }
-    } while (released > before && a->stitched_segments > 0);
+    stitch_retire_queued(a);
+    if (!a->retired)
+        return 0;
+    if (!synced) {
+        if (backend_capturing(a))
+            return 0;
+        backend_enter(a);
+        if (a->be.synchronize && a->be.synchronize(a->be.ctx) != TS_OK)
+            return 0;
+    }
+    size_t released = 0;
+    while (a->retired) {
+        ts_segment *s = a->retired;
+        a->retired = s->retire_link;
+        stitch_unmap_retired(a, s);
+        released++;
+    }
+    a->retired_ranges = 0;
+    a->observe_now = true;
     return released;
 }
 
@@ -450,9 +485,9 @@ ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream
         return NULL;
     /* A free range end that the request outgrew: map only what is missing, in place. */
     ts_block *b = r.tail ? stitch_grow(a, p, size, &r) : NULL;
-    if (!b && a->stitched_segments >= a->cfg.stitch_max_ranges) {
-        /* At the bound: give the free ranges back (their pages become runs of their lenders'
-         * segments), and look again; none free: every range is in use, refuse. */
+    if (!b && a->stitched_segments + a->retired_ranges >= a->cfg.stitch_max_ranges) {
+        /* At the bound: unmap the retired ranges (one synchronise), and look again; none
+         * retired: every range is in use, refuse. */
         free(r.v);
         if (stitch_release_free(a, false) == 0 || !runs_gather(p, size, stream, &r))
             return NULL;
@@ -472,4 +507,21 @@ void stitch_destroy(ts_allocator *a, ts_segment *s, bool release_memory)
     }
     free(s->lenders);
     s->lenders = NULL;
+}
+
+void stitch_forget_retired(ts_allocator *a, bool release_memory)
+{
+    while (a->retired) {
+        ts_segment *s = a->retired;
+        a->retired = s->retire_link;
+        stitch_destroy(a, s, release_memory);
+        ts_node *n;
+        while ((n = ts_tree_first(&s->handles)) != NULL) {
+            ts_tree_remove(&s->handles, n);
+            ts_slab_free(&a->handle_slab, handle_of_node(n));
+        }
+        ts_slab_free(&a->segment_slab, s);
+    }
+    a->retired_ranges = 0;
+    a->retire_queue = NULL;
 }

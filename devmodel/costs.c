@@ -33,42 +33,58 @@ const char *ts_driver_call_name(ts_driver_call call)
     return call < TS_CALL_COUNT ? call_names[call] : "?";
 }
 
-/* Defaults, in microseconds per call (no per-MiB term: the published figures are per call, and
- * PyTorch's notes on expandable segments find the VMM calls' cost grows with the number of
- * handles, not with bytes).
- * - The VMM calls: the A100 sample output of the bench_vmm latency benchmark
- *   (github.com/magnate3/linux-riscv-dev, nccl/gpu/shm/bench_vmm/README.md), averages over 4096
- *   pages of 2 MiB on one thread: cuMemCreate 193.32, cuMemMap 1.45, cuMemSetAccess 35.99,
- *   cuMemUnmap 25.63; cuMemAddressReserve 19 (8 GB).
- * - cudaMalloc 50 and cudaFree 10: the figures tutorials quote (docs/BENCHMARKS.md's sources;
- *   about 50 us flat up to 512 KiB in the University of Virginia "memory allocation overhead"
- *   measurements, more above).
- * - No published figure: cuMemAddressFree is taken as cuMemAddressReserve, cuMemRelease as
- *   cudaFree. cuCtxSynchronize and cuEventRecord are 0: a synchronise costs the queued work,
- *   which a replay does not know, and replays record no events.
- * tools/costs (tessera-costs) measures them on a GPU and writes a costs file; scripts/gpu runs it. */
+/* The built-in tables (devmodel/embed_tables.py compiles tests/data/driver-costs/ in): NULL-
+ * terminated, the default first. */
+extern const char *const ts_costs_table_names[];
+extern const char *const ts_costs_table_texts[];
+
+int ts_driver_costs_builtin(ts_driver_costs *c, const char *name)
+{
+    for (size_t i = 0; ts_costs_table_names[i]; i++) {
+        if (strcmp(ts_costs_table_names[i], name) != 0)
+            continue;
+        char err[200];
+        memset(c, 0, sizeof *c);
+        /* the tables are files of the repository, parsed by the tests: they do not fail */
+        return ts_driver_costs_parse(c, ts_costs_table_texts[i], strlen(ts_costs_table_texts[i]),
+                                     err, sizeof err);
+    }
+    return -1;
+}
+
 void ts_driver_costs_defaults(ts_driver_costs *c)
 {
-    static const double us[TS_CALL_COUNT] = {
-        [TS_CALL_MALLOC] = 50.0,
-        [TS_CALL_FREE] = 10.0,
-        [TS_CALL_ADDRESS_RESERVE] = 19.0,
-        [TS_CALL_ADDRESS_FREE] = 19.0,
-        [TS_CALL_CREATE] = 193.32,
-        [TS_CALL_RELEASE] = 10.0,
-        [TS_CALL_MAP] = 1.45,
-        [TS_CALL_SET_ACCESS] = 35.99,
-        [TS_CALL_UNMAP] = 25.63,
-        [TS_CALL_SYNCHRONIZE] = 0.0,
-        [TS_CALL_EVENT_RECORD] = 0.0,
-    };
-    for (int i = 0; i < TS_CALL_COUNT; i++)
-        c->call[i] = (ts_driver_cost){us[i] * 1000.0, 0.0};
+    (void)ts_driver_costs_builtin(c, ts_costs_table_names[0]);
+}
+
+/* One call over bytes, priced from its measured points (npoints > 0). */
+static double points_ns(const ts_driver_cost *k, size_t bytes)
+{
+    const unsigned n = k->npoints;
+    const size_t top = k->point_bytes[n - 1];
+    /* Beyond the largest measured size: as many calls of that size, and one for the rest. A GPU
+     * was never seen to charge less, so the model gives no discount it did not measure. */
+    if (bytes > top) {
+        const size_t whole = bytes / top, rest = bytes % top;
+        return (double)whole * k->point_ns[n - 1] + (rest ? points_ns(k, rest) : 0.0);
+    }
+    if (bytes <= k->point_bytes[0])
+        return k->point_ns[0];
+    unsigned i = 1;
+    while (k->point_bytes[i] < bytes)
+        i++;
+    /* point_bytes[i - 1] < bytes <= point_bytes[i]: on the straight line between the two */
+    const double x0 = (double)k->point_bytes[i - 1], x1 = (double)k->point_bytes[i];
+    const double f = ((double)bytes - x0) / (x1 - x0);
+    return k->point_ns[i - 1] + f * (k->point_ns[i] - k->point_ns[i - 1]);
 }
 
 double ts_driver_cost_ns(const ts_driver_costs *c, ts_driver_call call, size_t bytes)
 {
-    return c->call[call].call_ns + c->call[call].mib_ns * ((double)bytes / MIB);
+    const ts_driver_cost *k = &c->call[call];
+    if (k->npoints)
+        return points_ns(k, bytes);
+    return k->call_ns + k->mib_ns * ((double)bytes / MIB);
 }
 
 /* A plain decimal: digits, optionally '.' and digits. No sign, exponent, hex, inf or nan. */
@@ -127,6 +143,115 @@ static int call_of(const char *tok, size_t len)
     return -1;
 }
 
+/* A size: digits with an optional K, M or G (binary), from 1 KiB to 1 TiB. */
+static int parse_size(const char *tok, size_t len, size_t *out)
+{
+    size_t shift = 0;
+    if (len > 1 && (tok[len - 1] == 'K' || tok[len - 1] == 'M' || tok[len - 1] == 'G')) {
+        shift = tok[len - 1] == 'K' ? 10 : tok[len - 1] == 'M' ? 20 : 30;
+        len--;
+    }
+    if (len == 0 || len > 13)
+        return -1;
+    size_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (tok[i] < '0' || tok[i] > '9')
+            return -1;
+        v = v * 10 + (size_t)(tok[i] - '0'); /* 13 digits cannot overflow */
+    }
+    if (v > ((size_t)1 << 40) >> shift)
+        return -1;
+    v <<= shift;
+    if (v < ((size_t)1 << 10))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+#define SHOWN(len) ((int)((len) > 40 ? 40 : (len)))
+
+/* The line form: microseconds per call, and optionally per MiB. */
+static int parse_line(const char *at, const char *stop, int line, ts_driver_call call,
+                      ts_driver_cost *out, char *err, size_t errlen)
+{
+    const char *tok;
+    size_t tlen;
+    double v[2] = {0, 0};
+    int nv = 0;
+    while (next_token(&at, stop, &tok, &tlen)) {
+        if (nv == 2) {
+            snprintf(err, errlen, "line %d: %s takes at most two numbers (microseconds per "
+                     "call, per MiB)", line, call_names[call]);
+            return -1;
+        }
+        if (parse_decimal(tok, tlen, &v[nv]) != 0) {
+            snprintf(err, errlen, "line %d: '%.*s' is not a number of microseconds "
+                     "(a plain decimal from 0 to 1e9)", line, SHOWN(tlen), tok);
+            return -1;
+        }
+        nv++;
+    }
+    if (nv == 0) {
+        snprintf(err, errlen, "line %d: %s needs microseconds per call", line, call_names[call]);
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    out->call_ns = v[0] * 1000.0;
+    out->mib_ns = v[1] * 1000.0;
+    return 0;
+}
+
+/* The measured form: SIZE:MICROSECONDS tokens, kept sorted by size. */
+static int parse_points(const char *at, const char *stop, int line, ts_driver_call call,
+                        ts_driver_cost *out, char *err, size_t errlen)
+{
+    const char *tok;
+    size_t tlen;
+    ts_driver_cost k;
+    memset(&k, 0, sizeof k);
+    while (next_token(&at, stop, &tok, &tlen)) {
+        const char *colon = memchr(tok, ':', tlen);
+        size_t bytes;
+        double us;
+        if (!colon) {
+            snprintf(err, errlen, "line %d: '%.*s': %s takes SIZE:MICROSECONDS points only "
+                     "(2M:22.0)", line, SHOWN(tlen), tok, call_names[call]);
+            return -1;
+        }
+        const size_t slen = (size_t)(colon - tok);
+        if (parse_size(tok, slen, &bytes) != 0) {
+            snprintf(err, errlen, "line %d: '%.*s' is not a size (digits with K, M or G, from "
+                     "1K to 1024G)", line, SHOWN(slen), tok);
+            return -1;
+        }
+        if (parse_decimal(colon + 1, tlen - slen - 1, &us) != 0) {
+            snprintf(err, errlen, "line %d: '%.*s' is not a number of microseconds "
+                     "(a plain decimal from 0 to 1e9)", line, SHOWN(tlen - slen - 1), colon + 1);
+            return -1;
+        }
+        if (k.npoints == TS_COST_POINTS_MAX) {
+            snprintf(err, errlen, "line %d: %s has more than %d points", line, call_names[call],
+                     TS_COST_POINTS_MAX);
+            return -1;
+        }
+        unsigned i = k.npoints;
+        while (i > 0 && k.point_bytes[i - 1] > bytes)
+            i--;
+        if (i > 0 && k.point_bytes[i - 1] == bytes) {
+            snprintf(err, errlen, "line %d: %s gives the size %.*s twice", line,
+                     call_names[call], SHOWN(slen), tok);
+            return -1;
+        }
+        memmove(&k.point_bytes[i + 1], &k.point_bytes[i], (k.npoints - i) * sizeof k.point_bytes[0]);
+        memmove(&k.point_ns[i + 1], &k.point_ns[i], (k.npoints - i) * sizeof k.point_ns[0]);
+        k.point_bytes[i] = bytes;
+        k.point_ns[i] = us * 1000.0;
+        k.npoints++;
+    }
+    *out = k;
+    return 0;
+}
+
 int ts_driver_costs_parse(ts_driver_costs *c, const char *text, size_t len, char *err,
                           size_t errlen)
 {
@@ -163,28 +288,13 @@ int ts_driver_costs_parse(ts_driver_costs *c, const char *text, size_t len, char
             return -1;
         }
         seen[call] = true;
-        double v[2] = {0, 0};
-        int nv = 0;
-        while (next_token(&at, stop, &tok, &tlen)) {
-            if (nv == 2) {
-                snprintf(err, errlen, "line %d: %s takes at most two numbers (microseconds per "
-                         "call, per MiB)", line, call_names[call]);
-                return -1;
-            }
-            if (parse_decimal(tok, tlen, &v[nv]) != 0) {
-                snprintf(err, errlen, "line %d: '%.*s' is not a number of microseconds "
-                         "(a plain decimal from 0 to 1e9)", line, (int)(tlen > 40 ? 40 : tlen),
-                         tok);
-                return -1;
-            }
-            nv++;
-        }
-        if (nv == 0) {
-            snprintf(err, errlen, "line %d: %s needs microseconds per call", line,
-                     call_names[call]);
+        const int rc = memchr(at, ':', (size_t)(stop - at))
+                           ? parse_points(at, stop, line, (ts_driver_call)call, &out.call[call],
+                                          err, errlen)
+                           : parse_line(at, stop, line, (ts_driver_call)call, &out.call[call],
+                                        err, errlen);
+        if (rc != 0)
             return -1;
-        }
-        out.call[call] = (ts_driver_cost){v[0] * 1000.0, v[1] * 1000.0};
     }
     *c = out;
     return 0;

@@ -396,24 +396,50 @@ static uint64_t dm_granted(const ts_devmodel *m)
     return access;
 }
 
-static int dm_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
+/* As the CUDA backend: a cuMemMap per handle, back to back, then one cuMemSetAccess over the
+ * whole range; a failed map unmaps the handles mapped before it (a cuMemUnmap each). */
+static int dm_vm_map(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t n)
 {
     ts_devmodel *m = dm_enter(ctx);
-    dm_handle *h = dm_handle_get(m, handle);
     dm_range *res = dm_containing(&m->reserves, va);
-    if (!h || !h->live || h->size != size || !res || va + size > res->addr + res->size ||
-        va % m->page || dm_overlaps(&m->maps, va, size))
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const dm_handle *h = dm_handle_get(m, pieces[i].handle);
+        if (!h || !h->live || h->size != pieces[i].size)
+            return dm_refuse(m);
+        total += pieces[i].size;
+    }
+    if (n == 0 || !res || va + total > res->addr + res->size || va % m->page ||
+        dm_overlaps(&m->maps, va, total))
         return dm_refuse(m);
-    dm_charge(m, TS_CALL_MAP, size);
-    if (dm_fail_now(&m->fail_map))
+    size_t mapped = 0;
+    uintptr_t at = va;
+    for (; mapped < n; at += pieces[mapped++].size) {
+        dm_charge(m, TS_CALL_MAP, pieces[mapped].size);
+        if (dm_fail_now(&m->fail_map) ||
+            !dm_insert(&m->maps, at, pieces[mapped].size, pieces[mapped].handle))
+            break;
+        dm_handle_get(m, pieces[mapped].handle)->maps++;
+        m->c.vm_maps++;
+    }
+    if (mapped < n) {
+        for (size_t i = 0; i < mapped; i++) {
+            dm_range *r = dm_find(&m->maps, va);
+            dm_charge(m, TS_CALL_UNMAP, r->size);
+            dm_handle *h = dm_handle_get(m, r->handle);
+            h->maps--;
+            dm_handle_maybe_free(m, h);
+            va += r->size;
+            dm_erase(&m->maps, r);
+            m->c.vm_unmaps++;
+        }
         return TS_ENOMEM;
-    dm_range *r = dm_insert(&m->maps, va, size, handle);
-    if (!r)
-        return TS_ENOMEM;
-    dm_charge(m, TS_CALL_SET_ACCESS, size); /* the backend grants access after each map */
-    r->access = dm_granted(m);
-    h->maps++;
-    m->c.vm_maps++;
+    }
+    dm_charge(m, TS_CALL_SET_ACCESS, total); /* one grant over everything mapped */
+    const uint64_t access = dm_granted(m);
+    for (dm_range *r = dm_find(&m->maps, va); r && r->addr < va + total;
+         r = dm_range_of(ts_tree_next(&r->node)))
+        r->access = access;
     return TS_OK;
 }
 
@@ -423,29 +449,38 @@ static int dm_vm_peer_add(void *ctx, int device)
     return ts_peer_add(&m->peers, device) == TS_OK ? TS_OK : dm_refuse(m);
 }
 
+/* The range must be whole mappings, back to back. */
+static bool dm_whole_mappings(const ts_devmodel *m, uintptr_t va, size_t size)
+{
+    uintptr_t at = va;
+    while (at < va + size) {
+        const dm_range *r = dm_find(&m->maps, at);
+        if (!r || at + r->size > va + size)
+            return false;
+        at += r->size;
+    }
+    return size > 0;
+}
+
 static int dm_vm_access(void *ctx, uintptr_t va, size_t size)
 {
     ts_devmodel *m = dm_enter(ctx);
-    dm_range *r = dm_find(&m->maps, va);
-    if (!r || r->size != size)
-        return dm_refuse(m); /* one whole mapping, as the backend interface says */
+    if (!dm_whole_mappings(m, va, size))
+        return dm_refuse(m);
     dm_charge(m, TS_CALL_SET_ACCESS, size);
-    r->access = dm_granted(m);
+    const uint64_t access = dm_granted(m);
+    for (dm_range *r = dm_find(&m->maps, va); r && r->addr < va + size;
+         r = dm_range_of(ts_tree_next(&r->node)))
+        r->access = access;
     return TS_OK;
 }
 
 static int dm_vm_unmap(void *ctx, uintptr_t va, size_t size)
 {
     ts_devmodel *m = dm_enter(ctx);
-    /* The range must consist of whole mappings, back to back. */
+    if (!dm_whole_mappings(m, va, size))
+        return dm_refuse(m);
     uintptr_t at = va;
-    while (at < va + size) {
-        dm_range *r = dm_find(&m->maps, at);
-        if (!r || at + r->size > va + size)
-            return dm_refuse(m);
-        at += r->size;
-    }
-    at = va;
     while (at < va + size) {
         dm_range *r = dm_find(&m->maps, at);
         at += r->size;

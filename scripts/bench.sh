@@ -25,9 +25,10 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      with its pinned cache and with pinned_cache:False
   7. the cudaMallocAsync + cudaFreeAsync pair through LD_PRELOAD (tests/bench/async_pair.py):
      without tessera, with its defaults and with expandable_segments:True
-  8. plan:True beside PyTorch's policy, expandable segments, defragment:True and tessera's
-     default (tests/bench/plan_bench.py): every trace repeated 8 times (tessera-replay --repeat
-     8) and every synthetic workload, with the targets of planned memory
+  8. the default at the floor: tessera's default beside PyTorch's policy, expandable segments
+     and the former default (coarse handles) with the default's targets checked, on every trace
+     and workload (tests/bench/floor.py); loops that repeat one step, replayed on every device
+     size around their edge (tests/bench/edge.py); and the programs of tests/bench/live_fit.sh
   9. the counters read from Python (tests/bench/py_stats.py): tessera.stats() in a process
      under tessera run --sim, beside tessera.stats(pid) and tessera-stat --json run and parsed
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
@@ -39,9 +40,11 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    plan,python (default: all)
-  --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
-                    GPU) instead of the published figures
+                    floor,python (default: all)
+  --traces DIR      part 8 also replays the *.pickle of DIR (those not already in the run)
+  --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h200, the
+                    default; a100, the published figures) or with FILE (tessera-costs writes it
+                    on a GPU)
   -h, --help
 USAGE
 }
@@ -50,7 +53,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,plan,python"
+only="core,replay,steady,shim,stream,pinned,async,floor,python"
+traces_extra=()
 costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -60,8 +64,15 @@ while [ $# -gt 0 ]; do
     --skip-build) skip_build=1; shift ;;
     --only) only=$2; shift 2 ;;
     --only=*) only=${1#*=}; shift ;;
-    --driver-costs) [ -f "${2:-}" ] || { echo "bench.sh: --driver-costs: '${2:-}' is not a file" >&2; exit 2; }
-        costs=(--driver-costs "$(realpath "$2")"); shift 2 ;;
+    --traces) [ -d "${2:-}" ] || { echo "bench.sh: --traces: '${2:-}' is not a directory" >&2; exit 2; }
+        traces_extra+=(--traces "$(realpath "$2")"); shift 2 ;;
+    --driver-costs)
+        case "${2:-}" in
+        h200 | a100) costs=(--driver-costs "$2") ;;
+        *) [ -f "${2:-}" ] || { echo "bench.sh: --driver-costs: '${2:-}' is neither h200, a100 nor a file" >&2; exit 2; }
+            costs=(--driver-costs "$(realpath "$2")") ;;
+        esac
+        shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -117,7 +128,8 @@ json.dump(dict(nproc=os.cpu_count(), cpu=cpu, kernel=platform.release(), loadavg
 PY
 
 # shellcheck disable=SC2054 # the comma belongs to the configuration string
-# pytorch: PyTorch's policy; tessera's default is the last (coarse handles, stitching under pressure)
+# pytorch: PyTorch's policy; tessera's default is defragment:True,stitch_when:pressure (its
+# growth batch included: growth_batch_mb); the last is the former default (coarse handles)
 CONFS=(pytorch expandable_segments:False,max_split_size_mb:128
     expandable_segments:False,max_split_size_mb:512 expandable_segments:True defragment:True
     defragment:True,handle_policy:geometric defragment:True,stitch_when:pressure
@@ -135,7 +147,7 @@ fi
 
 # --- 2. replays -------------------------------------------------------------------------------
 traces=(tests/data/traces/*.pickle)
-if want replay || want steady || want plan; then
+if want replay || want steady || want floor; then
     echo "bench.sh: generating the synthetic workloads ..." >&2
     note_cmd workloads "python3 tools/workloads/gen_workloads.py -o $B/workloads"
     python3 tools/workloads/gen_workloads.py -o "$bd/workloads" 2>"$raw/workloads.txt"
@@ -280,11 +292,20 @@ preload_part stream stream_order.py tight_loop "stream-ordered reuse"
 preload_part pinned pinned.py staging "pinned host memory"
 preload_part async async_pair.py staging "cudaMallocAsync/cudaFreeAsync pairs"
 
-# --- 8. planned memory ----------------------------------------------------------------------------
-if want plan; then
-    echo "bench.sh: plan:True beside the other policies ..." >&2
-    note_cmd plan "python3 tests/bench/plan_bench.py $B $B/bench-raw/plan --repeat 8"
-    python3 tests/bench/plan_bench.py "$bd" "$raw/plan" --repeat 8 >/dev/null
+# --- 8. the default at the floor --------------------------------------------------------------
+if want floor; then
+    echo "bench.sh: the default at the floor ..." >&2
+    qa=()
+    [ "$quick" -eq 1 ] && qa+=(--quick)
+    note_cmd floor "python3 tests/bench/floor.py $B $B/bench-raw/floor ${qa[*]} ${traces_extra[*]}"
+    python3 tests/bench/floor.py "$bd" "$raw/floor" "${qa[@]}" "${traces_extra[@]}" >/dev/null
+    note_cmd edge "python3 tests/bench/edge.py $B $B/bench-raw/edge ${qa[*]}"
+    python3 tests/bench/edge.py "$bd" "$raw/edge" "${qa[@]}" >/dev/null
+    if [ -e "$bd/tests/sim/libcuda.so.1" ] && [ -e "$bd/shim/libtessera.so" ]; then
+        note_cmd live_fit "tests/bench/live_fit.sh $B expandable_segments:False expandable_segments:True defragment:True,handle_policy:coarse,stitch_when:pressure default"
+        tests/bench/live_fit.sh "$bd" expandable_segments:False expandable_segments:True \
+            defragment:True,handle_policy:coarse,stitch_when:pressure default >"$raw/live_fit.md"
+    fi
 fi
 
 # --- 9. the counters from Python -------------------------------------------------------------------
@@ -312,6 +333,8 @@ report_part() {
 report_part stream "Stream-ordered reuse through LD_PRELOAD (simulated device)"
 report_part pinned "Pinned host memory through LD_PRELOAD (simulated device)"
 report_part async "cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated device)"
-report_part plan "Planned memory: plan:True beside the other policies"
+report_part floor "The default at the floor: targets on every trace and workload"
+report_part edge "At the edge: loops that repeat one step, on every device size around their edge"
+report_part live_fit "Programs that fit the simulated device without tessera"
 report_part python "The counters from Python: tessera.stats() every step"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

@@ -499,16 +499,25 @@ static CUresult cb_set_access(const ts_cuda_backend *b, uintptr_t va, size_t siz
     return ts_real.cuMemSetAccess((CUdeviceptr)va, size, access, n);
 }
 
-static int cb_vm_map(void *ctx, uintptr_t va, size_t size, uint64_t handle)
+/* The handles back to back, then one grant over the whole range (cuMemSetAccess takes whole
+ * mappings, several adjacent ones too). */
+static int cb_vm_map(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t n)
 {
     ts_cuda_backend *b = ctx;
-    CUresult r = ts_real.cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
-    if (r != CUDA_SUCCESS)
-        return cu_status(r);
-    r = cb_set_access(b, va, size);
+    size_t mapped = 0, at = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (; mapped < n; at += pieces[mapped++].size) {
+        r = ts_real.cuMemMap((CUdeviceptr)(va + at), pieces[mapped].size, 0,
+                             (CUmemGenericAllocationHandle)pieces[mapped].handle, 0);
+        if (r != CUDA_SUCCESS)
+            break;
+    }
+    if (r == CUDA_SUCCESS)
+        r = cb_set_access(b, va, at);
     if (r != CUDA_SUCCESS) {
         /* Never leave a mapping the core does not know about (PyTorch issue #188008). */
-        ts_real.cuMemUnmap((CUdeviceptr)va, size);
+        for (size_t i = 0, off = 0; i < mapped; off += pieces[i++].size)
+            ts_real.cuMemUnmap((CUdeviceptr)(va + off), pieces[i].size);
         return cu_status(r);
     }
     return TS_OK;

@@ -64,9 +64,9 @@ enum tessera_pool_index {
     X(num_stitches, "Requests served by stitching free pages into a new virtual range")           \
     X(num_empty_cache, "Explicit empty-cache operations")                                         \
     X(num_ops, "Allocator operations (allocations plus frees), for change detection")            \
-    X(num_plan_hits, "Requests served from the placement plan (plan:True)")                       \
-    X(num_plan_misses, "Planned requests the plan could not serve (the normal policy did)")       \
-    X(num_plan_replans, "Placement plans computed after the first (the step changed)")
+    X(num_plan_hits, "Unused (planned memory was removed): always 0, kept for the layout")        \
+    X(num_plan_misses, "Unused (planned memory was removed): always 0, kept for the layout")      \
+    X(num_plan_replans, "Unused (planned memory was removed): always 0, kept for the layout")
 
 /* X(name, unit, help): gauges that are not Stats. */
 #define TESSERA_GAUGES(X)                                                                          \
@@ -76,8 +76,8 @@ enum tessera_pool_index {
     X(memory_limit_bytes, "bytes", "The effective allocator limit (0 when none)")                 \
     X(device_total_bytes, "bytes", "Device memory capacity as the driver reports it")            \
     X(driver_bytes, "bytes", "Live allocations left to the driver (managed, own pools), capped")  \
-    X(plan_range_bytes, "bytes", "Size of the placement plan's range (0: no plan)")              \
-    X(plan_lower_bound_bytes, "bytes", "Peak live bytes of the planned blocks: the plan's floor")
+    X(plan_range_bytes, "bytes", "Unused (planned memory was removed): always 0")                \
+    X(plan_lower_bound_bytes, "bytes", "Unused (planned memory was removed): always 0")
 
 /* X(name, unit, help): pinned host memory served by the context's allocator (cudaHostAlloc,
  * cudaMallocHost, cuMemHostAlloc, cuMemAllocHost), single Stats. torch.cuda.host_memory_stats()

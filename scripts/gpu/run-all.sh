@@ -899,15 +899,13 @@ print(torch.__version__, torch.version.cuda, d, sep="\t")' 2>"$FDIR/import.err")
             tessera) printf '%s\n' PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" ;;
             tessera-defrag) printf '%s\n' PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" \
                 TESSERA_ALLOC_CONF=defragment:True ;;
-            tessera-plan) printf '%s\n' PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" \
-                TESSERA_ALLOC_CONF=plan:True ;;
             # PyTorch's pluggable allocator over the library (docs/python.md): PyTorch's cache
             # is not switched off, it is replaced; the optional sitecustomize enables it
             tessera-torch) printf '%s\n' TESSERA_TORCH=1 \
                 "PYTHONPATH=$BUILD_ABS/python/tessera/site:$BUILD_ABS/python${PYTHONPATH:+:$PYTHONPATH}" ;;
             esac
         }
-        TORCH_MODES=(native expandable nocache tessera tessera-defrag tessera-plan tessera-torch)
+        TORCH_MODES=(native expandable nocache tessera tessera-defrag tessera-torch)
         modes_left=${#TORCH_MODES[@]}
         for mode in "${TORCH_MODES[@]}"; do
             modes_left=$((modes_left - 1))

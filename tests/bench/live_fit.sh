@@ -3,7 +3,8 @@
 # Runs sample programs near the simulated device's capacity with no tessera and under each
 # configuration given (default: PyTorch's policy and expandable segments), and prints the exit
 # statuses side by side (0: served, 2: out of memory). The check behind the choice of default
-# (docs/BENCHMARKS.md, "The default, after IPC").
+# (docs/BENCHMARKS.md, "The default, after IPC" and "The default at the floor"). CONF "default"
+# is tessera's default (no configuration string).
 #   tests/bench/live_fit.sh [BUILD_DIR] [CONF ...]
 set -u
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,6 +15,7 @@ confs=("$@")
 run() { # memory conf program args...
     local mem=$1 conf=$2
     shift 2
+    [ "$conf" = default ] && conf=
     if [ "$conf" = none ]; then
         TESSERA_SIM_MEMORY=$mem LD_LIBRARY_PATH=$build/tests/sim timeout 120 "$@" >/dev/null 2>&1
     else
@@ -24,6 +26,8 @@ run() { # memory conf program args...
 }
 printf '| program | device | no tessera |'
 printf ' %s |' "${confs[@]}"
+printf '\n|---|---|---:|'
+for _ in "${confs[@]}"; do printf -- '---:|'; done
 printf '\n'
 while read -r mem prog args; do
     printf '| %s %s | %s |' "$prog" "$args" "$mem"

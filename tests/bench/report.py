@@ -14,7 +14,8 @@ costs_source = "published A100 latencies, devmodel/costs.c"
 GiB = float(1 << 30)
 MiB = float(1 << 20)
 
-# "pytorch": PyTorch's policy; tessera's default is the last line (docs/BENCHMARKS.md)
+# "pytorch": PyTorch's policy; tessera's default is defragment:True,stitch_when:pressure, the last
+# line the former default (docs/BENCHMARKS.md)
 CONFS = ["pytorch", "expandable_segments:False,max_split_size_mb:128",
          "expandable_segments:False,max_split_size_mb:512", "expandable_segments:True",
          "defragment:True", "defragment:True,handle_policy:geometric",
@@ -56,8 +57,8 @@ def main():
     bd, shown = sys.argv[1], sys.argv[2]
     global costs_source
     f = os.environ.get("TS_BENCH_DRIVER_COSTS")
-    costs_source = (f"latencies from {f}, --driver-costs" if f
-                    else "published A100 latencies, devmodel/costs.c")
+    costs_source = (f"latencies: {f} (--driver-costs)" if f
+                    else "latencies measured on an H200, tests/data/driver-costs/h200.txt")
     raw = os.path.join(bd, "bench-raw")
     cmds = commands(raw)
     machine = load_json(os.path.join(raw, "machine.json"))

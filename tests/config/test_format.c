@@ -52,7 +52,7 @@ static void test_format_defaults(void **state)
                         "large_segment_size_mb:20,backend:native,caching:True,memory_limit:0,"
                         "stats:True,oom_report:True,reuse_fence:order,stitching:False,"
                         "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:4096,expandable_page_mb:0,handle_policy:page,"
-                        "defragment:False,plan:False,verbose:False,history_events:0,"
+                        "growth_batch_mb:20,defragment:False,verbose:False,history_events:0,"
                         "history_frames:False,pinned_cache:True");
 
     /* snprintf contract */
@@ -269,8 +269,9 @@ static void random_entry(text *t, unsigned k, unsigned large_seg_mb)
     case 17: put(t, "verbose:%s", boolean()); break;
     case 18: put(t, "expandable_page_mb:%u", below(1025)); break;
     case 19: put(t, "handle_policy:%s", below(2) ? "page" : "geometric"); break;
+    case 20: put(t, "growth_batch_mb:%u", below(1025)); break;
     default: {
-        unsigned bit = k - 20;
+        unsigned bit = k - 21;
         const char *name = ts_config_not_applicable_name(bit);
         if (strcmp(name, "pinned_num_register_threads") == 0)
             put(t, "%s:%u", name, 1u << below(8));
@@ -292,7 +293,7 @@ static void test_round_trip_random(void **state)
     uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
     fprintf(stderr, "round trip: seed %" PRIu64 " (set TS_TEST_SEED to repeat)\n", seed);
     rng_state = seed;
-    const unsigned nkeys = 20 + TS_CONFIG_NOT_APPLICABLE_COUNT;
+    const unsigned nkeys = 21 + TS_CONFIG_NOT_APPLICABLE_COUNT;
     for (unsigned iter = 0; iter < 3000; iter++) {
         text t = { .len = 0 };
         t.buf[0] = '\0';

@@ -111,7 +111,7 @@ static void test_lenient_keeps_going(void **state)
     assert_false(c.caching);
     assert_true(c.max_split_size == SIZE_MAX);
     assert_true(c.expandable_segments); /* not given (no ':'): tessera's default policy */
-    assert_int_equal(c.handle_policy, TS_HANDLES_COARSE);
+    assert_true(c.defragment && c.stitch_when == TS_STITCH_PRESSURE);
     assert_true(c.memory_limit == (size_t)2 << 30);
     assert_int_equal(c.stitch_max_ranges, 4096);
     assert_true(c.verbose);

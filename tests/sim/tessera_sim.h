@@ -68,6 +68,9 @@ struct tessera_sim_counters {
                                        stream's work reads or writes, neither ordered before
                                        the other (README, "The device's order") */
     uint64_t untracked_streams;     /* streams past the first 128: no race check */
+    uint64_t set_access_calls;      /* successful cuMemSetAccess (one per call, however many
+                                     * cuMemMap ranges it covers), counted for the device of the
+                                     * first range's handle */
 };
 
 typedef int (*tessera_sim_counters_fn)(int device, struct tessera_sim_counters *out);

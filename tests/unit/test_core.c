@@ -287,6 +287,38 @@ static void test_oom_path_releases_one_block_when_one_is_enough(void **state)
     fx_close(&f);
 }
 
+/* PyTorch's release_available_cached_blocks reports success only when it released at least
+ * the request: releasing less is a failure even when a new segment would now fit, so the caller
+ * goes on to the full release and counts a retry, as PyTorch does. max_split_size_mb:24,
+ * memory_limit:100M: O 30 MiB (oversize) and a 20 MiB segment K (not oversize) cached, X 30 MiB
+ * live. 40 MiB: O goes (30 < 40 released), then the whole cache (K too) and the retry: 70 MiB
+ * reserved, one retry. Reporting success after O alone would have served it with K still
+ * cached (90 MiB) and no retry. */
+static void test_oom_path_partial_oversize_release_is_no_success(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.max_split_size = 24 * MiB;
+    cfg.memory_limit = 100 * MiB;
+    fx_open(&f, 1 * GiB, &cfg, false, false);
+    uintptr_t o = fx_alloc(&f, 30 * MiB);
+    uintptr_t k = fx_alloc(&f, 4 * MiB); /* a 20 MiB segment */
+    uintptr_t x = fx_alloc(&f, 30 * MiB);
+    fx_free(&f, o);
+    fx_free(&f, k);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 80 * MiB);
+    uintptr_t r = fx_alloc(&f, 40 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_alloc_retries, 1);
+    assert_int_equal(st->num_device_free, 2);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 70 * MiB);
+    fx_free(&f, x);
+    fx_free(&f, r);
+    fx_close(&f);
+}
+
 /* A block of exactly max_split_size is oversize (PyTorch compares with >=): a smaller request
  * does not take it (rule A), a request of exactly that size is oversize too and takes it whole
  * (rule B), and both count in the oversize stats. max_split_size_mb:40. */
@@ -420,7 +452,8 @@ static void test_oom_advice(void **state)
     char line[512];
     const char *advice;
     ts_oom_info base = {.requested = 12 * MiB, .rounded = 12 * MiB, .segment_size = 12 * MiB,
-                        .capacity = 1 * GiB, .device_free = 900 * MiB};
+                        .capacity = 1 * GiB, .device_free = 900 * MiB, .vm_available = true,
+                        .stitch_min_block = 2 * MiB};
 
     /* Under a cap: 33 MiB reserved but unallocated, largest piece 11 MiB: fragmentation. */
     ts_oom_info o = base;
@@ -463,15 +496,45 @@ static void test_oom_advice(void **state)
     assert_non_null(strstr(advice, "defragment:True"));
     assert_null(strstr(advice, "expandable_segments:True"));
 
-    /* defragment already on and still fragmented: the pieces are below the stitching minimum. */
-    o.stitching = true;
+    /* Fragmented, but the device has no virtual memory: nothing to turn on. */
+    o.vm_available = false, o.expandable_segments = false;
     advice = oom_advice_of(&o, line, sizeof line);
-    assert_non_null(strstr(advice, "stitch_min_block_mb"));
+    assert_null(strstr(advice, "defragment"));
+    assert_non_null(strstr(advice, "no virtual-memory API"));
+    o.vm_available = true, o.expandable_segments = true;
+
+    /* defragment on, the request (12 MiB) below stitch_min_block_mb (16): lower it. */
+    o.stitching = true, o.stitch_min_block = 16 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "lower stitch_min_block_mb"));
+    /* at exactly the minimum the request was stitched: nothing to lower */
+    o.stitch_min_block = 12 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
+    /* the key at its least value (2 MiB) cannot be lowered */
+    o.stitch_min_block = 2 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
+    assert_non_null(strstr(advice, "cannot be joined"));
+    assert_non_null(strstr(advice, "larger device"));
+    /* a request below the least value is never stitched, whatever the key says */
+    o.requested = o.rounded = o.segment_size = 1 * MiB, o.stitch_min_block = 16 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
+    assert_non_null(strstr(advice, "cannot be joined"));
 
     /* No cap, nothing cached: the device is full. */
     o = base;
     o.allocated = o.reserved = 1 * GiB;
     advice = oom_advice_of(&o, line, sizeof line);
+    assert_non_null(strstr(advice, "the device is full"));
+
+    /* A cap as large as the device: raising it gains nothing. */
+    o = base;
+    o.limit = 1 * GiB, o.limit_reached = true;
+    o.allocated = o.reserved = 1 * GiB - 4 * MiB;
+    advice = oom_advice_of(&o, line, sizeof line);
+    assert_null(strstr(advice, "memory_limit"));
     assert_non_null(strstr(advice, "the device is full"));
 }
 
@@ -483,7 +546,7 @@ static void test_oom_advice_fragmented_cap(void **state)
     ts_config cfg;
     ts_config_defaults(&cfg);
     cfg.memory_limit = 60 * MiB;
-    fx_open(&f, 1 * GiB, &cfg, false, false);
+    fx_open(&f, 1 * GiB, &cfg, true, false); /* a device with virtual memory, PyTorch's policy */
     /* Three 20 MiB segments, two 9 MiB blocks each; free one block of each. */
     uintptr_t p[6];
     for (int i = 0; i < 6; i++)
@@ -501,6 +564,58 @@ static void test_oom_advice_fragmented_cap(void **state)
     assert_non_null(strstr(advice, "defragment:True"));
     assert_null(strstr(advice, "memory_limit"));
     for (int i = 1; i < 6; i += 2)
+        fx_free(&f, p[i]);
+    fx_close(&f);
+}
+
+/* End to end: with defragment on and stitch_min_block_mb at its least value, a request that the
+ * free pieces cannot serve gets no advice to lower the key (it cannot go lower). Fragment
+ * (defragment:True, 16 MiB device): 1.5 MiB blocks fill the device, every other one freed:
+ * pieces of 1.5 MiB, none a whole page; 3 MiB asked for. */
+static void test_oom_advice_at_the_floor(void **state)
+{
+    (void)state;
+    fixture f;
+    ts_config cfg;
+    ts_config_defaults(&cfg);
+    cfg.expandable_segments = cfg.stitching = cfg.defragment = true;
+    cfg.growth_batch = 0;
+    fx_open(&f, 16 * MiB, &cfg, true, false);
+    uintptr_t p[16], q = 0;
+    int n = 0;
+    while (n < 16 && ts_malloc(f.a, 1 * MiB + 512 * KiB, 0, &p[n]) == TS_OK)
+        n++;
+    for (int i = 0; i < n; i += 2)
+        fx_free(&f, p[i]);
+    ts_oom_info oom;
+    assert_int_equal(ts_malloc_ex(f.a, 3 * MiB, 0, &q, &oom), TS_ENOMEM);
+    assert_true(oom.stitching && oom.vm_available);
+    assert_int_equal(oom.stitch_min_block, 2 * MiB);
+    char line[512];
+    const char *advice = oom_advice_of(&oom, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
+    assert_null(strstr(advice, "defragment"));
+    assert_non_null(strstr(advice, "larger device"));
+    for (int i = 1; i < n; i += 2)
+        fx_free(&f, p[i]);
+    fx_close(&f);
+
+    /* A request below the least value never stitches, whatever the key: lowering the key would
+     * not serve it (1 MiB holes, a 1.5 MiB request, stitch_min_block_mb:4). */
+    cfg.stitch_min_block = 4 * MiB;
+    fx_open(&f, 16 * MiB, &cfg, true, false);
+    n = 0;
+    while (n < 16 && ts_malloc(f.a, 1 * MiB, 0, &p[n]) == TS_OK)
+        n++;
+    assert_int_equal(n, 16);
+    for (int i = 0; i < n; i += 2)
+        fx_free(&f, p[i]);
+    assert_int_equal(ts_malloc_ex(f.a, 1 * MiB + 512 * KiB, 0, &q, &oom), TS_ENOMEM);
+    assert_int_equal(oom.stitch_min_block, 4 * MiB);
+    advice = oom_advice_of(&oom, line, sizeof line);
+    assert_null(strstr(advice, "stitch_min_block_mb"));
+    assert_non_null(strstr(advice, "larger device"));
+    for (int i = 1; i < n; i += 2)
         fx_free(&f, p[i]);
     fx_close(&f);
 }
@@ -1352,12 +1467,14 @@ int main(void)
         cmocka_unit_test(test_oversize_rule_b_refuses_block_beyond_rounding),
         cmocka_unit_test(test_oom_path_releases_oversize_blocks_largest_first),
         cmocka_unit_test(test_oom_path_releases_one_block_when_one_is_enough),
+        cmocka_unit_test(test_oom_path_partial_oversize_release_is_no_success),
         cmocka_unit_test(test_best_fit_at_exactly_max_split_size),
         cmocka_unit_test(test_oom_path_empties_cache_retries_then_fails),
         cmocka_unit_test(test_huge_request_is_oom_not_overflow),
         cmocka_unit_test(test_cap_bounds_reserved_memory),
         cmocka_unit_test(test_oom_advice),
         cmocka_unit_test(test_oom_advice_fragmented_cap),
+        cmocka_unit_test(test_oom_advice_at_the_floor),
         cmocka_unit_test(test_gc_frees_oldest_blocks_above_threshold),
         cmocka_unit_test(test_gc_threshold_measured_against_capacity),
         cmocka_unit_test(test_gc_age_threshold_is_inclusive),

@@ -53,8 +53,8 @@ static void test_costs_plain_segments(void **state)
 }
 
 /* defragment:True's layout (2 MiB pages, one handle each): 8 MiB reserves the pool's range
- * once, then creates, maps and grants access to four 2 MiB handles; giving it back unmaps four
- * mappings and releases four handles. */
+ * once, then creates and maps four 2 MiB handles and grants access to the four in one call;
+ * giving it back unmaps four mappings and releases four handles. */
 static void test_costs_vm_pages(void **state)
 {
     (void)state;
@@ -70,16 +70,16 @@ static void test_costs_vm_pages(void **state)
     assert_int_equal(dc.calls[TS_CALL_ADDRESS_RESERVE], 1);
     assert_int_equal(dc.calls[TS_CALL_CREATE], 4);
     assert_int_equal(dc.calls[TS_CALL_MAP], 4);
-    assert_int_equal(dc.calls[TS_CALL_SET_ACCESS], 4);
+    assert_int_equal(dc.calls[TS_CALL_SET_ACCESS], 1); /* one grant over the 8 MiB */
     assert_int_equal(dc.calls[TS_CALL_MALLOC], 0);
     /* per call (i + 1) us, per MiB (i + 1) ns, 2 MiB a handle */
     assert_true(dc.call_ns[TS_CALL_CREATE] == 4 * (5000.0 + 5.0 * 2));
     assert_true(dc.call_ns[TS_CALL_MAP] == 4 * (7000.0 + 7.0 * 2));
-    assert_true(dc.call_ns[TS_CALL_SET_ACCESS] == 4 * (8000.0 + 8.0 * 2));
+    assert_true(dc.call_ns[TS_CALL_SET_ACCESS] == 8000.0 + 8.0 * 8);
     const double reserve_ns = dc.call_ns[TS_CALL_ADDRESS_RESERVE];
     assert_true(reserve_ns >= 3000.0); /* the range's size is the pool's reservation */
     assert_true(dc.driver_ns == reserve_ns + 4 * (5000.0 + 10) + 4 * (7000.0 + 14) +
-                                    4 * (8000.0 + 16));
+                                    (8000.0 + 64));
     fx_free(&f, p);
     ts_empty_cache(f.a);
     ts_devmodel_counters_get(f.dev, &dc);
@@ -108,18 +108,68 @@ static void test_costs_failures_charged(void **state)
     fx_close(&f);
 }
 
-/* The defaults are the published figures (costs.c) and charge nothing per MiB. */
+static double cost_us(const ts_driver_costs *c, ts_driver_call call, size_t bytes)
+{
+    return ts_driver_cost_ns(c, call, bytes) / 1000.0;
+}
+
+static bool near(double x, double y)
+{
+    return x > y - 1e-6 && x < y + 1e-6;
+}
+
+/* The defaults are the H200's measured points (tests/data/driver-costs/h200.txt, built in);
+ * the published A100 figures stay selectable as "a100". */
 static void test_costs_defaults(void **state)
 {
     (void)state;
     ts_driver_costs c;
     ts_driver_costs_defaults(&c);
-    assert_true(c.call[TS_CALL_CREATE].call_ns == 193320.0);
-    assert_true(c.call[TS_CALL_SET_ACCESS].call_ns == 35990.0);
-    assert_true(c.call[TS_CALL_MALLOC].call_ns == 50000.0);
-    for (int i = 0; i < TS_CALL_COUNT; i++)
-        assert_true(c.call[i].mib_ns == 0.0);
+    assert_int_equal(c.call[TS_CALL_SET_ACCESS].npoints, 2);
+    assert_true(near(cost_us(&c, TS_CALL_SET_ACCESS, 2 * MiB), 22.0));
+    assert_true(near(cost_us(&c, TS_CALL_SET_ACCESS, 20 * MiB), 20.491));
+    assert_true(near(cost_us(&c, TS_CALL_CREATE, 2 * MiB), 6.972));
+    assert_true(near(cost_us(&c, TS_CALL_ADDRESS_RESERVE, 160 * GiB), 1.482)); /* per call */
+    ts_driver_costs h;
+    assert_int_equal(ts_driver_costs_builtin(&h, "h200"), 0);
+    assert_memory_equal(&h, &c, sizeof c);
+
+    assert_int_equal(ts_driver_costs_builtin(&c, "a100"), 0);
+    assert_true(near(cost_us(&c, TS_CALL_CREATE, 2 * MiB), 193.32));
+    assert_true(near(cost_us(&c, TS_CALL_SET_ACCESS, 2 * MiB), 35.99));
+    assert_true(near(cost_us(&c, TS_CALL_MALLOC, 1 * GiB), 50.0)); /* no size known: per call */
+    /* measured at 2 MiB only: 20 MiB costs ten calls of 2 MiB */
+    assert_true(near(cost_us(&c, TS_CALL_CREATE, 20 * MiB), 1933.2));
+    assert_int_equal(ts_driver_costs_builtin(&c, "h100"), -1);
     assert_string_equal(ts_driver_call_name(TS_CALL_UNMAP), "cuMemUnmap");
+}
+
+/* A call priced from its measured points: the smallest one's cost below it, the straight line
+ * between two, and beyond the largest as many calls of the largest size as fit and one for the
+ * rest: a 1 GiB grant at the H200's prices (measured at 2 and 20 MiB) costs no less than 51
+ * grants of 20 MiB and one of 4 MiB, so the model rewards no batching beyond what was
+ * measured. */
+static void test_costs_points(void **state)
+{
+    (void)state;
+    ts_driver_costs c;
+    ts_driver_costs_defaults(&c);
+    const ts_driver_call A = TS_CALL_SET_ACCESS;
+    assert_true(near(cost_us(&c, A, 4096), 22.0));    /* below: the floor */
+    assert_true(near(cost_us(&c, A, 2 * MiB), 22.0)); /* at a point */
+    assert_true(near(cost_us(&c, A, 11 * MiB), 22.0 + (20.491 - 22.0) / 2)); /* halfway */
+    assert_true(near(cost_us(&c, A, 20 * MiB), 20.491)); /* the largest point itself */
+    const double four = 22.0 + (20.491 - 22.0) * 2.0 / 18.0;
+    assert_true(near(cost_us(&c, A, 4 * MiB), four));
+    assert_true(near(cost_us(&c, A, 40 * MiB), 2 * 20.491));
+    assert_true(near(cost_us(&c, A, 1 * GiB), 51 * 20.491 + four));
+    assert_true(cost_us(&c, A, 1 * GiB) >= 52 * cost_us(&c, A, 20 * MiB) - 1e-6);
+    /* one point: that cost up to its size, whole calls of it beyond */
+    ts_driver_costs a;
+    assert_int_equal(ts_driver_costs_builtin(&a, "a100"), 0);
+    assert_true(near(cost_us(&a, A, 1 * MiB), 35.99));
+    assert_true(near(cost_us(&a, A, 2 * MiB), 35.99));
+    assert_true(near(cost_us(&a, A, 5 * MiB), 3 * 35.99));
 }
 
 static int parse(ts_driver_costs *c, const char *text, char *err, size_t errlen)
@@ -137,14 +187,21 @@ static void test_costs_file_format(void **state)
                            "# measured on one GPU\n"
                            "\n"
                            "cuMemCreate   120.5   3.25   # per call, per MiB\n"
-                           "\tcudaMalloc 7\r\n",
+                           "\tcudaMalloc 7\r\n"
+                           "cuMemMap 64M:3 2M:1.5 1024K:1 # any order\n",
                            err, sizeof err),
                      0);
     assert_true(c.call[TS_CALL_CREATE].call_ns == 120500.0);
     assert_true(c.call[TS_CALL_CREATE].mib_ns == 3250.0);
+    assert_int_equal(c.call[TS_CALL_CREATE].npoints, 0);
     assert_true(c.call[TS_CALL_MALLOC].call_ns == 7000.0);
     assert_true(c.call[TS_CALL_MALLOC].mib_ns == 0.0);
-    assert_true(c.call[TS_CALL_UNMAP].call_ns == 25630.0); /* not named: the default */
+    assert_int_equal(c.call[TS_CALL_MAP].npoints, 3);
+    assert_true(c.call[TS_CALL_MAP].point_bytes[0] == 1 * MiB &&
+                c.call[TS_CALL_MAP].point_bytes[1] == 2 * MiB &&
+                c.call[TS_CALL_MAP].point_bytes[2] == 64 * MiB);
+    assert_true(near(cost_us(&c, TS_CALL_MAP, 33 * MiB), 2.25));
+    assert_true(near(cost_us(&c, TS_CALL_UNMAP, 2 * MiB), 13.501)); /* not named: as it was */
 
     static const struct {
         const char *text, *msg;
@@ -160,6 +217,19 @@ static void test_costs_file_format(void **state)
         {"cudaFree 1.\n", "line 1: '1.' is not a number"},
         {"cudaFree 2000000000\n", "line 1: '2000000000' is not a number"},
         {"cudaFree 5 # ok\ncuMemMap 1..2\n", "line 2: '1..2' is not a number"},
+        {"cuMemMap 2M:1 3\n", "line 1: '3': cuMemMap takes SIZE:MICROSECONDS points only"},
+        {"cuMemMap 3 2M:1\n", "line 1: '3': cuMemMap takes SIZE:MICROSECONDS points only"},
+        {"cuMemMap 2X:1\n", "line 1: '2X' is not a size"},
+        {"cuMemMap :1\n", "line 1: '' is not a size"},
+        {"cuMemMap 1023:1\n", "line 1: '1023' is not a size"},
+        {"cuMemMap 1025G:1\n", "line 1: '1025G' is not a size"},
+        {"cuMemMap 99999999999999M:1\n", "line 1: '99999999999999M' is not a size"},
+        {"cuMemMap 2M:\n", "line 1: '' is not a number"},
+        {"cuMemMap 2M:-1\n", "line 1: '-1' is not a number"},
+        {"cuMemMap 2M:1 2048K:3\n", "line 1: cuMemMap gives the size 2048K twice"},
+        {"cuMemMap 1K:1 2K:1 3K:1 4K:1 5K:1 6K:1 7K:1 8K:1 9K:1 10K:1 11K:1 12K:1 13K:1 14K:1 "
+         "15K:1 16K:1 17K:1\n",
+         "line 1: cuMemMap has more than 16 points"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         d = c;
@@ -169,10 +239,36 @@ static void test_costs_file_format(void **state)
             fail_msg("'%s': got '%s', want '%s...'", bad[i].text, err, bad[i].msg);
         assert_memory_equal(&d, &c, sizeof c); /* nothing applied */
     }
+    /* sixteen points are fine, and a line after a measured one replaces it */
+    d = c;
+    assert_int_equal(parse(&d, "cuMemMap 1K:1 2K:1 3K:1 4K:1 5K:1 6K:1 7K:1 8K:1 9K:1 10K:1 "
+                               "11K:1 12K:1 13K:1 14K:1 15K:1 1G:2\n", err, sizeof err), 0);
+    assert_int_equal(d.call[TS_CALL_MAP].npoints, 16);
+    assert_int_equal(parse(&d, "cuMemMap 4\n", err, sizeof err), 0);
+    assert_int_equal(d.call[TS_CALL_MAP].npoints, 0);
+    assert_true(near(cost_us(&d, TS_CALL_MAP, 1 * GiB), 4.0));
     /* a NUL byte */
     d = c;
     assert_int_equal(ts_driver_costs_parse(&d, "cudaFree 1\0x\n", 13, err, sizeof err), -1);
     assert_string_equal(err, "line 1: a NUL byte (not a text file)");
+}
+
+/* The repository's costs files, which the tables are built from, parse as they are. */
+static void test_costs_files_of_the_repository(void **state)
+{
+    (void)state;
+    static const char *const files[] = {TESSERA_SOURCE_DIR "/tests/data/driver-costs/h200.txt",
+                                        TESSERA_SOURCE_DIR
+                                        "/tests/data/driver-costs/a100-published.txt"};
+    static const char *const names[] = {"h200", "a100"};
+    for (int i = 0; i < 2; i++) {
+        ts_driver_costs from_file, built_in;
+        char err[512];
+        memset(&from_file, 0, sizeof from_file);
+        assert_int_equal(ts_driver_costs_load(&from_file, files[i], err, sizeof err), 0);
+        assert_int_equal(ts_driver_costs_builtin(&built_in, names[i]), 0);
+        assert_memory_equal(&from_file, &built_in, sizeof built_in);
+    }
 }
 
 static void test_costs_file_load(void **state)
@@ -199,7 +295,7 @@ static void test_costs_file_load(void **state)
     char want[300];
     snprintf(want, sizeof want, "%s: line 2: 'x' is not a number", path);
     assert_int_equal(strncmp(err, want, strlen(want)), 0);
-    assert_true(c.call[TS_CALL_UNMAP].call_ns == 25630.0);
+    assert_true(near(cost_us(&c, TS_CALL_UNMAP, 2 * MiB), 13.501)); /* unchanged */
     fp = fopen(path, "w");
     fputs("cuMemUnmap 3\n", fp);
     fclose(fp);
@@ -221,7 +317,9 @@ int main(void)
         cmocka_unit_test(test_costs_vm_pages),
         cmocka_unit_test(test_costs_failures_charged),
         cmocka_unit_test(test_costs_defaults),
+        cmocka_unit_test(test_costs_points),
         cmocka_unit_test(test_costs_file_format),
+        cmocka_unit_test(test_costs_files_of_the_repository),
         cmocka_unit_test(test_costs_file_load),
     };
     return cmocka_run_group_tests_name("costs", tests, NULL, NULL);

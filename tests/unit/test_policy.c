@@ -5,7 +5,9 @@
 
 #include "tests/unit/fixture.h"
 
-/* The configuration a user gets from this string (strict parse; the allocator resolves it). */
+/* The configuration a user gets from this string (strict parse; the allocator resolves it).
+ * Tests that pin a layout of stitched ranges say growth_batch_mb:0: growth's batch ahead is a rule
+ * of its own (test_policy_growth_batches_ahead). */
 static ts_config conf_of(const char *text)
 {
     ts_config cfg;
@@ -22,27 +24,24 @@ static ts_devmodel_counters fx_counters(const fixture *f)
     return dc;
 }
 
-/* Rule: stitching's live-range bound (stitch_max_ranges, 4096 by default) refuses only at the
- * bound, and there gives free ranges back before refusing.
+/* Rule: stitching's range bound (stitch_max_ranges, 4096 by default) counts live and retired
+ * ranges and refuses only at the bound; there it first unmaps the retired ones.
  *
- * Fragment (the shape of batch_drift's steps, in miniature): 2N + 2 holes of one 2 MiB page each,
- * kept apart by live 2 MiB blocks; then N times: ask for 4 MiB (no free block fits: two holes
- * are stitched), free it, ask for 3 MiB (served from that range, whose last MiB stays free and
- * is no whole page). N = 4096 ranges end up live and partly used, none entirely free. Below the
- * bound every request is stitched. At the bound, a 4 MiB request is refused by stitching
- * (nothing to give back) and grows the segment by 4 MiB instead, although two holes are free.
- * Then one range is freed: an 8 MiB request (no range grows to it: 4 MiB + 2 MiB of headroom) gives
- * that range back (one synchronise, its two pages unmapped) and stitches the four free holes. */
+ * Fragment: 2N + 2 holes of one 2 MiB page each, kept apart by live 2 MiB blocks; then N times
+ * 4 MiB, kept (no free block fits: two holes are stitched). N = 4096 ranges are live. At the
+ * bound a 4 MiB request is refused by stitching (nothing retired) and grows the segment by
+ * 4 MiB instead, although two holes are free. One range is freed: it retires at once (its two
+ * pages free again, no driver call); an 8 MiB request at the bound unmaps it (one synchronise,
+ * its two aliases) and stitches the four free holes. */
 static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
 {
     (void)state;
     enum { N = 4096, HOLES = 2 * N + 2 };
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
     assert_int_equal(cfg.stitch_max_ranges, N); /* the default bound: what a user gets */
     fixture f;
     fx_open(&f, 64 * GiB, &cfg, true, false);
-    static uintptr_t hole[HOLES], sep[HOLES], part[N];
-    uintptr_t p = 0;
+    static uintptr_t hole[HOLES], sep[HOLES], range[N];
     /* ts_malloc without a heap check per step: the check walks every block, and this layout
      * has tens of thousands (checked once at the end of each phase instead). */
     for (int j = 0; j < HOLES; j++) {
@@ -53,14 +52,8 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
         assert_int_equal(ts_free(f.a, hole[j]), TS_OK);
     fx_check(&f);
     const size_t filled = (size_t)2 * HOLES * 2 * MiB; /* every page the fill mapped */
-    for (int i = 0; i < N; i++) {
-        uintptr_t r = 0;
-        assert_int_equal(ts_malloc(f.a, 4 * MiB, 0, &r), TS_OK);
-        assert_int_equal(ts_free(f.a, r), TS_OK);
-        assert_int_equal(ts_malloc(f.a, 3 * MiB, 0, &part[i]), TS_OK);
-        if (part[i] != r)
-            fail_msg("range %d: 3 MiB did not reuse the 4 MiB range", i);
-    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(ts_malloc(f.a, 4 * MiB, 0, &range[i]), TS_OK);
     fx_check(&f);
     const tessera_device_stats *st = fx_stats(&f);
     if (st->num_stitches != N || st->reserved_bytes[TESSERA_POOL_ALL].current != (int64_t)filled)
@@ -75,19 +68,22 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
     assert_int_equal(dc.vm_unmaps + dc.synchronizes, 0); /* nothing given back */
 
     /* At the bound, every range in use: refused, the segment grows instead. */
-    p = fx_alloc(&f, 4 * MiB);
+    uintptr_t p = fx_alloc(&f, 4 * MiB);
     st = fx_stats(&f);
     assert_int_equal(st->num_stitches, N);
     assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, (int64_t)(filled + 4 * MiB));
     assert_int_equal(fx_counters(&f).vm_reserves, 1 + N);
 
-    /* One range free: given back at the bound, and its pages stitched with the two free holes. */
-    fx_free(&f, part[0]);
+    /* One range freed: retired at once, no call; at the bound it is unmapped, and its pages are
+     * stitched with the two free holes. */
+    fx_free(&f, range[0]);
+    assert_int_equal(fx_stats(&f)->stitched_bytes, (int64_t)(N - 1) * 4 * MiB);
+    assert_int_equal(fx_counters(&f).vm_unmaps + fx_counters(&f).synchronizes, 0);
     uintptr_t q = fx_alloc(&f, 8 * MiB);
     st = fx_stats(&f);
     dc = fx_counters(&f);
     assert_int_equal(st->num_stitches, N + 1);
-    assert_int_equal(st->stitched_bytes, (int64_t)N * 4 * MiB + 4 * MiB); /* -4 +8 */
+    assert_int_equal(st->stitched_bytes, (int64_t)(N - 1) * 4 * MiB + 8 * MiB);
     assert_int_equal(dc.synchronizes, 1);
     assert_int_equal(dc.vm_unmaps, 2);
     assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, (int64_t)(filled + 4 * MiB));
@@ -95,87 +91,13 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
     fx_free(&f, q);
     fx_free(&f, p);
     for (int i = 1; i < N; i++)
-        assert_int_equal(ts_free(f.a, part[i]), TS_OK);
+        assert_int_equal(ts_free(f.a, range[i]), TS_OK);
     for (int j = 0; j < HOLES; j++)
         assert_int_equal(ts_free(f.a, sep[j]), TS_OK);
     ts_empty_cache(f.a);
     fx_check(&f);
     assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 0);
     assert_int_equal(fx_stats(&f)->stitched_bytes, 0);
-    fx_close(&f);
-}
-
-/* Rule: a freed stitched range that a slightly larger request outgrows grows in place, mapping
- * only the missing pages in the virtual headroom reserved after it (an eighth of the range), and
- * a range whose headroom is used up is not grown: a new range is stitched.
- *
- * Fragment (defragment:True, one handle per 2 MiB page): three 8 MiB holes h0, h1, h2 kept apart
- * by live 2 MiB blocks (15 pages mapped). 14 MiB: no hole fits, so h0 and the first 6 MiB of h1
- * are stitched into a range R of 14 MiB (7 maps), reserved with 2 MiB of headroom. R is freed,
- * then 16 MiB asked for: R grows in place by the one free page left of h1 (1 map, no reserve) and
- * serves the request at R's own address. R is freed again, then 18 MiB asked for: R's headroom is
- * used up, so a new range S takes h2's 4 pages and 5 of R's (9 maps, one reserve). Emptying the
- * cache gives both ranges, every lent page and every reservation back. */
-static void test_policy_stitched_range_grows_in_place(void **state)
-{
-    (void)state;
-    ts_config cfg = conf_of("defragment:True");
-    fixture f;
-    fx_open(&f, 1 * GiB, &cfg, true, false);
-    uintptr_t hole[3], sep[3];
-    for (int j = 0; j < 3; j++) {
-        hole[j] = fx_alloc(&f, 8 * MiB);
-        sep[j] = fx_alloc(&f, 2 * MiB);
-    }
-    for (int j = 0; j < 3; j++)
-        fx_free(&f, hole[j]);
-    const int64_t filled = 30 * MiB;
-
-    const uintptr_t r = fx_alloc(&f, 14 * MiB);
-    ts_devmodel_counters dc = fx_counters(&f);
-    assert_int_equal(fx_stats(&f)->num_stitches, 1);
-    assert_int_equal(dc.vm_maps, 15 + 7);
-    assert_int_equal(dc.vm_reserves, 2); /* the segment's, R's */
-    fx_free(&f, r);
-
-    const uintptr_t grown = fx_alloc(&f, 16 * MiB);
-    const tessera_device_stats *st = fx_stats(&f);
-    dc = fx_counters(&f);
-    if (grown != r || st->num_stitches != 1 || dc.vm_maps != 15 + 7 + 1 || dc.vm_reserves != 2)
-        fail_msg("16 MiB at %#lx (R at %#lx): %lld stitches, %llu maps, %llu reserves; want R "
-                 "grown in place: 1 stitch, 23 maps, 2 reserves", (unsigned long)grown,
-                 (unsigned long)r, (long long)st->num_stitches, (unsigned long long)dc.vm_maps,
-                 (unsigned long long)dc.vm_reserves);
-    assert_int_equal(st->stitched_bytes, 16 * MiB);
-    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled); /* nothing new */
-    assert_int_equal(dc.vm_creates, 15);
-    assert_true(ts_devmodel_is_backed(f.dev, grown, 16 * MiB));
-    fx_free(&f, grown);
-
-    const uintptr_t s = fx_alloc(&f, 18 * MiB);
-    st = fx_stats(&f);
-    dc = fx_counters(&f);
-    assert_true(s != r);
-    assert_int_equal(st->num_stitches, 2);
-    assert_int_equal(dc.vm_maps, 15 + 7 + 1 + 9);
-    assert_int_equal(dc.vm_reserves, 3);
-    assert_int_equal(st->stitched_bytes, (16 + 18) * MiB);
-    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled);
-    assert_true(ts_devmodel_is_backed(f.dev, s, 18 * MiB));
-    assert_int_equal(dc.vm_unmaps + dc.synchronizes, 0); /* nothing given back yet */
-
-    fx_free(&f, s);
-    for (int j = 0; j < 3; j++)
-        fx_free(&f, sep[j]);
-    ts_empty_cache(f.a);
-    fx_check(&f);
-    st = fx_stats(&f);
-    dc = fx_counters(&f);
-    assert_int_equal(st->stitched_bytes, 0);
-    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 0);
-    assert_int_equal(dc.bytes_in_use, 0);
-    assert_int_equal(dc.vm_unmaps, 15 + 8 + 9); /* every page, every alias */
-    assert_int_equal(dc.vm_releases, dc.vm_reserves); /* each range's headroom too */
     fx_close(&f);
 }
 
@@ -200,47 +122,182 @@ static void holes_close(fixture *f, const uintptr_t *sep, int n)
     fx_close(f);
 }
 
-/* Rule (stream order): a stitched range is as recently freed as the latest of its lenders, so
- * handing it out right after its pages were freed makes an order point; so does growing a range
- * in place with a page freed since the last order point, even when the range itself was freed
- * before it.
+/* Rule: a stitched range whose last block is free, and that a request outgrows, grows in place:
+ * only the missing pages are mapped, in the virtual headroom reserved after it (an eighth of the
+ * range); a range whose headroom is used up is not grown (a new range is stitched). A range
+ * whose blocks are all free retires, and so does, in turn, a range it lent its pages to.
  *
- * Fragment (defragment:True, several streams, one handle per 2 MiB page): holes h0, h1, h2 of 8
- * MiB apart by live 2 MiB blocks s0, s1, s2, and a live 4 KiB block k in the small pool. 14 MiB:
- * stitched from h0 and three pages of h1, freed just now: order point 1. The range R is freed;
- * k is freed and taken back (order point 2: R is now older than the last order point). s0 is
- * freed, then 16 MiB asked for: R grows in place by s0's page (the smallest run, lowest address),
- * freed after order point 2: order point 3. */
-static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state)
+ * Fragment (defragment:True, one handle per 2 MiB page): two 8 MiB holes h0, h1 kept apart by
+ * live 2 MiB blocks (10 pages mapped). A = 13 MiB: no hole fits, so h0 and the first three pages
+ * of h1 are stitched into a range R of 14 MiB (7 maps), A at its start, 1 MiB free at its end,
+ * 2 MiB of headroom. B = 3 MiB: no free block holds it; R's free end and headroom do: R grows by
+ * h1's last page (1 map, no reserve) and B lands at R + 13 MiB. B is freed: R's end [13, 16) is
+ * free again, its last page whole. The first separator is freed too; D = 4 MiB: R's headroom is
+ * used up, so a new range S takes the separator's page and R's last page (2 maps, one reserve).
+ * Freeing A leaves R lent to S; freeing D retires S, which gives R its page back and retires R:
+ * no driver call until the cache is emptied, which unmaps both ranges' aliases. */
+static void test_policy_stitched_range_grows_in_place(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
     fixture f;
-    fx_open(&f, 1 * GiB, &cfg, true, true);
-    ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    static const int mib[2] = {8, 8};
+    uintptr_t hole[2], sep[2];
+    for (int j = 0; j < 2; j++) {
+        hole[j] = fx_alloc(&f, (size_t)mib[j] * MiB);
+        sep[j] = fx_alloc(&f, 2 * MiB);
+    }
+    for (int j = 0; j < 2; j++)
+        fx_free(&f, hole[j]);
+    const int64_t filled = 20 * MiB;
+
+    const uintptr_t r = fx_alloc(&f, 13 * MiB);
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(fx_stats(&f)->num_stitches, 1);
+    assert_int_equal(dc.vm_maps, 10 + 7);
+    assert_int_equal(dc.vm_reserves, 2); /* the segment's, R's */
+
+    const uintptr_t b = fx_alloc(&f, 3 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    dc = fx_counters(&f);
+    if (b != r + 13 * MiB || st->num_stitches != 1 || dc.vm_maps != 10 + 7 + 1 ||
+        dc.vm_reserves != 2)
+        fail_msg("3 MiB at %#lx (R at %#lx): %lld stitches, %llu maps, %llu reserves; want R "
+                 "grown in place: 1 stitch, 18 maps, 2 reserves", (unsigned long)b,
+                 (unsigned long)r, (long long)st->num_stitches, (unsigned long long)dc.vm_maps,
+                 (unsigned long long)dc.vm_reserves);
+    assert_int_equal(st->stitched_bytes, 16 * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled); /* nothing new */
+    assert_int_equal(dc.vm_creates, 10);
+    assert_true(ts_devmodel_is_backed(f.dev, r, 16 * MiB));
+    fx_free(&f, b);
+    fx_free(&f, sep[0]);
+
+    const uintptr_t d = fx_alloc(&f, 4 * MiB);
+    st = fx_stats(&f);
+    dc = fx_counters(&f);
+    assert_true(d < r || d >= r + 16 * MiB);
+    assert_int_equal(st->num_stitches, 2);
+    assert_int_equal(dc.vm_maps, 10 + 7 + 1 + 2);
+    assert_int_equal(dc.vm_reserves, 3);
+    assert_int_equal(st->stitched_bytes, (16 + 4) * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, filled);
+    assert_true(ts_devmodel_is_backed(f.dev, d, 4 * MiB));
+
+    fx_free(&f, r);
+    assert_int_equal(fx_stats(&f)->stitched_bytes, (16 + 4) * MiB); /* R still lends to S */
+    fx_free(&f, d);
+    st = fx_stats(&f);
+    dc = fx_counters(&f);
+    assert_int_equal(st->stitched_bytes, 0); /* both retired, in a cascade */
+    assert_int_equal(dc.vm_unmaps + dc.synchronizes, 0);
+    /* every page is free where it was made: an 8 MiB request is h0 itself, without a stitch */
+    const uintptr_t again = fx_alloc(&f, 8 * MiB);
+    assert_int_equal(again, hole[0]);
+    assert_int_equal(fx_stats(&f)->num_stitches, 2);
+    fx_free(&f, again);
+    fx_free(&f, sep[1]);
+    ts_empty_cache(f.a);
+    fx_check(&f);
+    st = fx_stats(&f);
+    dc = fx_counters(&f);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 0);
+    assert_int_equal(dc.bytes_in_use, 0);
+    assert_int_equal(dc.vm_unmaps, 10 + 8 + 2); /* every page, every alias */
+    assert_int_equal(dc.vm_releases, dc.vm_reserves); /* each range's headroom too */
+    assert_int_equal(dc.synchronizes, 1);
+    fx_close(&f);
+}
+
+/* Rule: a stitched range serves its blocks only: once they are all free it retires, its pages
+ * free again in the segments they came from (no driver call: the aliases stay mapped until the
+ * cache is released), so a step that repeats finds the same free pages at its start each time.
+ *
+ * Fragment (defragment:True): three 8 MiB holes apart by live 2 MiB blocks; a step of 14 MiB
+ * (stitched: no hole holds it) and 6 MiB (a hole), both freed, done three times. Each step stitches
+ * a range of its own at a new address and the 6 MiB lands at the same hole each time; the free
+ * pages are the same after every step. Emptying the cache unmaps the three retired ranges. */
+static void test_policy_freed_range_retires(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
     static const int mib[3] = {8, 8, 8};
     uintptr_t hole[3], sep[3];
     holes_of(&f, mib, 3, hole, sep);
+    uintptr_t six0 = 0;
+    for (int step = 0; step < 3; step++) {
+        const uintptr_t big = fx_alloc(&f, 14 * MiB);
+        const uintptr_t six = fx_alloc(&f, 6 * MiB);
+        if (step == 0)
+            six0 = six;
+        assert_int_equal(six, six0);
+        assert_int_equal(fx_stats(&f)->num_stitches, step + 1);
+        fx_free(&f, big);
+        fx_free(&f, six);
+        const tessera_device_stats *st = fx_stats(&f);
+        assert_int_equal(st->stitched_bytes, 0);
+        ts_devmodel_counters dc = fx_counters(&f);
+        assert_int_equal(dc.vm_unmaps + dc.synchronizes, 0);
+        assert_int_equal(dc.vm_maps, 15 + 7 * (step + 1)); /* a new range's aliases each step */
+        /* the three holes are whole free blocks again */
+        for (int j = 0; j < 3; j++) {
+            const uintptr_t h = fx_alloc(&f, 8 * MiB);
+            assert_int_equal(h, hole[j]);
+        }
+        for (int j = 0; j < 3; j++)
+            fx_free(&f, hole[j]);
+    }
+    ts_empty_cache(f.a);
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(dc.synchronizes, 1);
+    assert_int_equal(dc.vm_unmaps, 12 + 3 * 7); /* the holes' pages and the aliases */
+    assert_int_equal(dc.vm_releases, 3);        /* each range's reservation */
+    holes_close(&f, sep, 3);
+}
+
+/* Rule (stream order): a stitched range is as recently freed as the latest of its lenders, so
+ * handing it out right after its pages were freed makes an order point; so does growing a range
+ * in place with a page freed since the last order point, even when the range's own free end was
+ * freed before it.
+ *
+ * Fragment (defragment:True, several streams, one handle per 2 MiB page): holes h0, h1 of 8 MiB
+ * apart by live 2 MiB blocks s0, s1, and a live 4 KiB block k in the small pool. 13 MiB:
+ * stitched from h0 and three pages of h1, freed just now: order point 1 (the range R keeps 1 MiB
+ * free at its end). k is freed and taken back: order point 2. s0 is freed, then 3 MiB asked
+ * for: R grows in place by s0's page (the smallest run, lowest address), freed after order point
+ * 2: order point 3. */
+static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, true);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
+    static const int mib[2] = {8, 8};
+    uintptr_t hole[2], sep[2];
+    holes_of(&f, mib, 2, hole, sep);
     uintptr_t k = fx_alloc(&f, 4 * KiB);
     assert_int_equal(fx_counters(&f).order_points, 0); /* fresh memory only so far */
 
-    const uintptr_t r = fx_alloc(&f, 14 * MiB);
+    const uintptr_t r = fx_alloc(&f, 13 * MiB);
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
     assert_int_equal(fx_counters(&f).order_points, 1);
-    fx_free(&f, r);
     fx_free(&f, k);
     assert_int_equal(fx_alloc(&f, 4 * KiB), k);
     assert_int_equal(fx_counters(&f).order_points, 2);
 
     fx_free(&f, sep[0]);
-    const uintptr_t grown = fx_alloc(&f, 16 * MiB);
-    assert_int_equal(grown, r);
+    const uintptr_t grown = fx_alloc(&f, 3 * MiB);
+    assert_int_equal(grown, r + 13 * MiB);
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
     assert_int_equal(fx_counters(&f).order_points, 3);
     fx_free(&f, grown);
+    fx_free(&f, r);
     fx_free(&f, k);
     fx_free(&f, sep[1]);
-    fx_free(&f, sep[2]);
     ts_empty_cache(f.a);
     fx_close(&f);
 }
@@ -248,32 +305,32 @@ static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state
 /* Rule: a range grows in place only by handles that fit its headroom. With handle_policy:coarse
  * the handles are 20 MiB while the headroom is counted in 2 MiB pages.
  *
- * Fragment (defragment:True,handle_policy:coarse): holes A, B, C of 40 MiB (two 20 MiB handles
- * each) apart by live 2 MiB blocks. 60 MiB: stitched from A and B's first handle: a range R of
- * 60 MiB with 8 MiB of headroom (60 / 8, in whole pages). R is freed, then 62 MiB asked for: R's
- * end plus headroom would hold it, but the smallest run, B's last handle, is 20 MiB, more than
- * the headroom: a new range S of 80 MiB (B's last handle, C, R's first handle) serves it. */
+ * Fragment (defragment:True,handle_policy:coarse): twelve 20 MiB holes (a handle each) apart by
+ * live 2 MiB blocks. 199 MiB: stitched from ten of them into a range R of 200 MiB with 26 MiB of
+ * headroom (200 / 8, in whole pages) and 1 MiB free at its end. 22 MiB: no free block holds it,
+ * and R's end plus headroom (27 MiB) would, but the missing 21 MiB take two 20 MiB handles, more
+ * than the headroom: a new range S of the last two holes serves it. */
 static void test_policy_growth_in_place_stays_in_headroom(void **state)
 {
     (void)state;
     ts_config cfg = conf_of("defragment:True,handle_policy:coarse");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
-    static const int mib[3] = {40, 40, 40};
-    uintptr_t hole[3], sep[3];
-    holes_of(&f, mib, 3, hole, sep);
-    const uintptr_t r = fx_alloc(&f, 60 * MiB);
+    static const int mib[12] = {20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20};
+    uintptr_t hole[12], sep[12];
+    holes_of(&f, mib, 12, hole, sep);
+    const uintptr_t r = fx_alloc(&f, 199 * MiB);
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
-    assert_int_equal(fx_stats(&f)->stitched_bytes, 60 * MiB);
-    fx_free(&f, r);
-    const uintptr_t s = fx_alloc(&f, 62 * MiB);
+    assert_int_equal(fx_stats(&f)->stitched_bytes, 200 * MiB);
+    const uintptr_t s = fx_alloc(&f, 22 * MiB);
     const tessera_device_stats *st = fx_stats(&f);
-    assert_true(s != r);
+    assert_true(s < r || s >= r + 226 * MiB);
     assert_int_equal(st->num_stitches, 2);
-    assert_int_equal(st->stitched_bytes, (60 + 80) * MiB);
-    assert_true(ts_devmodel_is_backed(f.dev, s, 62 * MiB));
+    assert_int_equal(st->stitched_bytes, (200 + 40) * MiB);
+    assert_true(ts_devmodel_is_backed(f.dev, s, 22 * MiB));
     fx_free(&f, s);
-    holes_close(&f, sep, 3);
+    fx_free(&f, r);
+    holes_close(&f, sep, 12);
 }
 
 /* Rule: stitch_min_block_mb: requests below it are never stitched, requests of exactly it are.
@@ -282,7 +339,7 @@ static void test_policy_growth_in_place_stays_in_headroom(void **state)
 static void test_policy_stitch_min_block(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,stitch_min_block_mb:8");
+    ts_config cfg = conf_of("defragment:True,stitch_min_block_mb:8,growth_batch_mb:0");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     static const int mib[4] = {4, 4, 4, 4};
@@ -391,16 +448,300 @@ static void test_policy_coarse_handles_cost_like_pytorch_pages(void **state)
     assert_int_equal(fine.in_use_after_release, 30 * MiB);
 }
 
+/* Reserved bytes and access grants so far. */
+static int64_t reserved(fixture *f)
+{
+    return fx_stats(f)->reserved_bytes[TESSERA_POOL_ALL].current;
+}
+
+static uint64_t grants(const fixture *f)
+{
+    ts_devmodel_counters dc = fx_counters(f);
+    return dc.calls[TS_CALL_SET_ACCESS];
+}
+
+/* n allocations of 2 MiB (large pool requests of exactly a page). */
+static void alloc_2mib(fixture *f, uintptr_t *p, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = fx_alloc(f, 2 * MiB);
+}
+
+/* Rule: with defragment's page handles, a growth at a segment's unmapped tail, right where the
+ * last growth ended, maps ahead to whole batches of growth_batch_mb (20 MiB): one grant per batch,
+ * and the next requests served with no driver call. The first growth of a segment maps what it
+ * needs (nothing says more will follow); the cache's release gives the pages ahead back.
+ * Fragment (defragment:True, 1 GiB device): 2 MiB requests one after another: the first maps
+ * 2 MiB, the second 20 MiB (its page and 9 ahead, one grant), the next nine no call, the twelfth
+ * 20 MiB again. Larger requests grow by what the free tail lacks, rounded up to whole batches:
+ * 27 MiB with 16 MiB free grows 20 MiB, 47 MiB with 9 free grows 40 (one grant each). */
+static void test_policy_growth_batches_ahead(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True");
+    assert_int_equal(cfg.growth_batch, 20 * MiB);
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p[13];
+    alloc_2mib(&f, p, 1);
+    assert_int_equal(reserved(&f), 2 * MiB);
+    assert_int_equal(grants(&f), 1);
+    alloc_2mib(&f, p + 1, 1);
+    assert_int_equal(reserved(&f), 22 * MiB);
+    assert_int_equal(grants(&f), 2);
+    assert_int_equal(fx_counters(&f).vm_creates, 11); /* a handle a page all the same */
+    alloc_2mib(&f, p + 2, 9);
+    assert_int_equal(reserved(&f), 22 * MiB);
+    assert_int_equal(grants(&f), 2);
+    alloc_2mib(&f, p + 11, 2);
+    assert_int_equal(reserved(&f), 42 * MiB);
+    assert_int_equal(grants(&f), 3);
+    uintptr_t big = fx_alloc(&f, 27 * MiB); /* 16 MiB free ahead + 11 more: grows 20 */
+    assert_int_equal(reserved(&f), 62 * MiB);
+    assert_int_equal(grants(&f), 4);
+    uintptr_t bigger = fx_alloc(&f, 47 * MiB); /* 9 free + 38 more: grows 40, one grant */
+    assert_int_equal(reserved(&f), 102 * MiB);
+    assert_int_equal(grants(&f), 5);
+    fx_check(&f);
+    fx_free(&f, big);
+    fx_free(&f, bigger);
+    for (int i = 0; i < 13; i++)
+        fx_free(&f, p[i]);
+    ts_empty_cache(f.a); /* the pages ahead go back with the rest */
+    assert_int_equal(reserved(&f), 0);
+    assert_int_equal(fx_counters(&f).bytes_in_use, 0);
+    fx_close(&f);
+}
+
+/* Rule: the batch ahead is only taken while what the allocator holds stays within 15/16 of the
+ * cap (or of the device), and is dropped, never the growth, when the device cannot create it.
+ * Fragment: 2 MiB requests on a 64 MiB device, then under memory_limit:64M on a large one: the
+ * third growth (held 22 + 2 + 18 = 42 MiB <= 60) batches, the fourth (42 + 2 + 18 = 62 > 60)
+ * maps its one page. Then, with the device refusing the first handle ahead, the second growth
+ * maps its own page only and serves the request. */
+static void test_policy_growth_batch_bounded(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *conf;
+        size_t device;
+    } cases[] = {{"defragment:True", 64 * MiB}, {"defragment:True,memory_limit:64M", 1 * GiB}};
+    for (int c = 0; c < 2; c++) {
+        ts_config cfg = conf_of(cases[c].conf);
+        fixture f;
+        fx_open(&f, cases[c].device, &cfg, true, false);
+        uintptr_t p[23];
+        alloc_2mib(&f, p, 21);
+        assert_int_equal(reserved(&f), 42 * MiB);
+        alloc_2mib(&f, p + 21, 2);
+        assert_int_equal(reserved(&f), 46 * MiB); /* two pages, no batch */
+        for (int i = 0; i < 23; i++)
+            fx_free(&f, p[i]);
+        fx_close(&f);
+    }
+    ts_config cfg = conf_of("defragment:True");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p[2];
+    alloc_2mib(&f, p, 1);
+    ts_devmodel_fail_vm_create_after(f.dev, 2); /* its own page, then the first ahead */
+    alloc_2mib(&f, p + 1, 1);
+    assert_int_equal(reserved(&f), 4 * MiB);
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(dc.bytes_in_use, 4 * MiB); /* the handle that was made is given back */
+    assert_int_equal(dc.vm_creates, 2);
+    assert_true(ts_devmodel_is_backed(f.dev, p[1], 2 * MiB));
+    fx_free(&f, p[0]);
+    fx_free(&f, p[1]);
+    fx_close(&f);
+}
+
+/* Rule: a growth that is a whole number of batches maps no batch more, and a growth that
+ * continues into a hole between mapped pages batches only up to the hole's end.
+ * Fragment (defragment:True): 2 MiB, then 20 MiB (sequential, exactly a batch: 22 MiB reserved).
+ * Then a hole: A 2 MiB [0, 2), B 2 MiB [2, 4) with the batch to 22, C 18 MiB [4, 22), D 2 MiB
+ * [22, 24) with the batch to 42; B and C freed and the cache emptied leaves [2, 22) unmapped
+ * between A and D. E 4 MiB maps [2, 6) of it (not where the last growth ended: no batch), and
+ * F 2 MiB, right after E, batches to the hole's end: [6, 22), 16 MiB. */
+static void test_policy_growth_batch_whole_and_holes(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p = fx_alloc(&f, 2 * MiB), q = fx_alloc(&f, 20 * MiB);
+    assert_int_equal(reserved(&f), 22 * MiB);
+    fx_free(&f, p);
+    fx_free(&f, q);
+    ts_empty_cache(f.a);
+    fx_close(&f);
+
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t A = fx_alloc(&f, 2 * MiB), B = fx_alloc(&f, 2 * MiB), C = fx_alloc(&f, 18 * MiB);
+    uintptr_t D = fx_alloc(&f, 2 * MiB);
+    assert_int_equal(reserved(&f), 42 * MiB);
+    assert_true(B == A + 2 * MiB && C == A + 4 * MiB && D == A + 22 * MiB);
+    fx_free(&f, B);
+    fx_free(&f, C);
+    ts_empty_cache(f.a);
+    assert_int_equal(reserved(&f), 4 * MiB);
+    uintptr_t E = fx_alloc(&f, 4 * MiB);
+    assert_int_equal(E, A + 2 * MiB);
+    assert_int_equal(reserved(&f), 8 * MiB);
+    uintptr_t F = fx_alloc(&f, 2 * MiB);
+    assert_int_equal(F, A + 6 * MiB);
+    assert_int_equal(reserved(&f), 24 * MiB); /* up to D, not 20 MiB past E */
+    assert_true(ts_devmodel_is_backed(f.dev, A, 24 * MiB));
+    fx_free(&f, A);
+    fx_free(&f, D);
+    fx_free(&f, E);
+    fx_free(&f, F);
+    fx_close(&f);
+}
+
+/* Rule: PyTorch's expandable segments, coarse handles, growth_batch_mb:0 and the small pool grow
+ * by what each request needs: with 2 MiB pages (the small pool's, or expandable_page_mb:2) and
+ * 2 MiB requests (1 MiB in the small pool), each growth is a page. */
+static void test_policy_growth_batch_only_for_page_handles(void **state)
+{
+    (void)state;
+    static const char *const confs[] = {"defragment:True,growth_batch_mb:0",
+                                        "expandable_segments:True,expandable_page_mb:2",
+                                        "defragment:True,handle_policy:coarse"};
+    for (int c = 0; c < 3; c++) {
+        ts_config cfg = conf_of(confs[c]);
+        fixture f;
+        fx_open(&f, 1 * GiB, &cfg, true, false);
+        uintptr_t p[3];
+        alloc_2mib(&f, p, 3);
+        assert_int_equal(reserved(&f), 6 * MiB);
+        assert_int_equal(grants(&f), 3);
+        for (int i = 0; i < 3; i++)
+            fx_free(&f, p[i]);
+        fx_close(&f);
+    }
+    /* the small pool: a page holds hundreds of blocks, its growth is never batched */
+    ts_config cfg = conf_of("defragment:True");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p[5];
+    for (int i = 0; i < 5; i++)
+        p[i] = fx_alloc(&f, 1 * MiB);
+    assert_int_equal(reserved(&f), 6 * MiB); /* three pages, each its own growth */
+    for (int i = 0; i < 5; i++)
+        fx_free(&f, p[i]);
+    fx_close(&f);
+}
+
+/* Rule (defragment, memory short): a small request that neither the small pool nor growth can
+ * serve takes a free piece of the large pool before anything is released; PyTorch's expandable
+ * segments keep their pools apart.
+ * Fragment (8 MiB device): the small pool's page full (two 1 MiB blocks), a 5 MiB block in the
+ * large pool (three pages, 1 MiB free at its end): the device is full. 512 KiB: no small block,
+ * no growth, no stitch (below 2 MiB): the default serves it from the large pool's free MiB, with
+ * no retry and no driver call; with expandable_segments:True (2 MiB pages) it runs out of
+ * memory. */
+static void test_policy_small_request_takes_a_large_piece(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *conf;
+        bool served;
+    } cases[] = {{"defragment:True,stitch_when:pressure", true},
+                 {"expandable_segments:True,expandable_page_mb:2", false}};
+    for (int c = 0; c < 2; c++) {
+        ts_config cfg = conf_of(cases[c].conf);
+        fixture f;
+        fx_open(&f, 8 * MiB, &cfg, true, false);
+        const uintptr_t s1 = fx_alloc(&f, 1 * MiB), s2 = fx_alloc(&f, 1 * MiB);
+        const uintptr_t big = fx_alloc(&f, 5 * MiB);
+        assert_int_equal(reserved(&f), 8 * MiB);
+        const uint64_t creates = fx_counters(&f).vm_creates;
+        uintptr_t q = 0;
+        const int rc = ts_malloc(f.a, 512 * KiB, 0, &q);
+        if (cases[c].served) {
+            assert_int_equal(rc, TS_OK);
+            assert_int_equal(q, big + 5 * MiB); /* the large pool's free end */
+            assert_int_equal(fx_stats(&f)->num_alloc_retries, 0);
+            assert_int_equal(fx_counters(&f).vm_creates, creates); /* no new memory */
+            assert_int_equal(reserved(&f), 8 * MiB);
+            assert_int_equal(fx_counters(&f).vm_unmaps, 0);
+            fx_free(&f, q);
+        } else {
+            assert_int_equal(rc, TS_ENOMEM);
+        }
+        fx_free(&f, s1);
+        fx_free(&f, s2);
+        fx_free(&f, big);
+        fx_close(&f);
+    }
+}
+
+/* Rule (defragment, memory short): the retry gives back only what the request lacks, from
+ * other pools' free memory first and from the request's own segment last, never the free end
+ * that its growth maps again.
+ * Fragment (22 MiB device, the default policy): eight 1 MiB blocks in the small pool (four
+ * pages), the last four freed (two whole pages free at its end); large blocks a 4 MiB, h 6 MiB,
+ * c 2 MiB, d 2 MiB, with h and d freed: a 6 MiB hole between a and c, and a free 2 MiB end. The
+ * device is full, and the large pool's free pages (8 MiB) are too few to stitch 10 MiB. 10 MiB:
+ * the free end holds 2 of it, 8 MiB are missing: the retry unmaps the small pool's two free pages
+ * (4 MiB) before the hole, then the hole's last two pages, keeps h's first page mapped and the
+ * free end in place, and the request grows from the free end: one synchronise, four unmaps, no
+ * full release. */
+static void test_policy_retry_gives_back_only_what_lacks(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True,stitch_when:pressure");
+    fixture f;
+    fx_open(&f, 22 * MiB, &cfg, true, false);
+    uintptr_t s[8];
+    for (int i = 0; i < 8; i++)
+        s[i] = fx_alloc(&f, 1 * MiB);
+    const uintptr_t a = fx_alloc(&f, 4 * MiB), h = fx_alloc(&f, 6 * MiB);
+    const uintptr_t c = fx_alloc(&f, 2 * MiB), d = fx_alloc(&f, 2 * MiB);
+    assert_int_equal(reserved(&f), 22 * MiB);
+    assert_true(h == a + 4 * MiB && c == a + 10 * MiB && d == a + 12 * MiB);
+    for (int i = 4; i < 8; i++)
+        fx_free(&f, s[i]);
+    fx_free(&f, h);
+    fx_free(&f, d);
+    const uintptr_t r = fx_alloc(&f, 10 * MiB);
+    assert_int_equal(r, d); /* grown from the free end */
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(dc.synchronizes, 1);
+    assert_int_equal(dc.vm_unmaps, 4); /* the small pool's two free pages, the hole's last two */
+    assert_int_equal(fx_stats(&f)->num_stitches, 0);
+    assert_int_equal(fx_stats(&f)->num_alloc_retries, 1);
+    assert_true(ts_devmodel_is_backed(f.dev, h, 2 * MiB));
+    assert_false(ts_devmodel_is_backed(f.dev, h + 2 * MiB, 4 * MiB));
+    assert_false(ts_devmodel_is_backed(f.dev, s[4], 4 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, r, 10 * MiB));
+    fx_check(&f);
+    fx_free(&f, r);
+    fx_free(&f, a);
+    fx_free(&f, c);
+    for (int i = 0; i < 4; i++)
+        fx_free(&f, s[i]);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_range_bound_refuses_only_at_the_bound),
         cmocka_unit_test(test_policy_stitched_range_grows_in_place),
+        cmocka_unit_test(test_policy_freed_range_retires),
         cmocka_unit_test(test_policy_coarse_handles_cost_like_pytorch_pages),
         cmocka_unit_test(test_policy_stitched_range_is_ordered_after_its_lenders),
         cmocka_unit_test(test_policy_growth_in_place_stays_in_headroom),
         cmocka_unit_test(test_policy_stitch_min_block),
         cmocka_unit_test(test_policy_stitch_takes_smallest_runs_first),
+        cmocka_unit_test(test_policy_growth_batches_ahead),
+        cmocka_unit_test(test_policy_growth_batch_bounded),
+        cmocka_unit_test(test_policy_growth_batch_whole_and_holes),
+        cmocka_unit_test(test_policy_growth_batch_only_for_page_handles),
+        cmocka_unit_test(test_policy_small_request_takes_a_large_piece),
+        cmocka_unit_test(test_policy_retry_gives_back_only_what_lacks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,23 +1,28 @@
 /* tessera-costs: measure, on this machine's GPU, the latency of every driver call tessera's CUDA
- * backend makes, at the sizes it makes them, and write a costs file for
+ * backend makes, over the range sizes it makes them, and write a costs file for
  * `tessera-replay --driver-costs FILE` (format: devmodel/costs.h).
  *
- *   tessera-costs [--device N] [--reps N] [-o FILE]
+ *   tessera-costs [--device N] [--reps N] [--max-size SIZE] [-o FILE]
  *
- * Each call is timed one by one (CLOCK_MONOTONIC around the call) and its median kept:
- * cuMemAlloc/cuMemFree of 2 MiB and 20 MiB segments (what cudaMalloc/cudaFree cost tessera:
- * its backend calls the driver), cuMemCreate/cuMemMap/cuMemSetAccess/cuMemUnmap/cuMemRelease of
- * 2 MiB and 20 MiB handles, cuMemAddressReserve/cuMemAddressFree of an expandable segment's
- * range (9/8 of the device), cuCtxSynchronize on an idle device and cuEventRecord. The two sizes
- * give a cost per call and a cost per MiB (a straight line through the two medians, never
- * negative). The driver is reached with dlopen("libcuda.so.1") like any CUDA program; nothing of
- * tessera is loaded. Memory: reps handles of 20 MiB at most, fewer reps when the device is
- * short. Every call is undone before exit, on errors too.
+ * Each call is timed one by one (CLOCK_MONOTONIC around the call) and its median kept, at every
+ * size from 2 MiB to 1 GiB (2, 4, 8, 16, 20, 32, ... MiB: 20 MiB is PyTorch's expandable page):
+ * cuMemAlloc/cuMemFree of a segment of that size (what cudaMalloc/cudaFree cost tessera: its
+ * backend calls the driver), cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease of one handle of that
+ * size, and cuMemSetAccess over a range of that size made of 2 MiB handles mapped back to back
+ * (how tessera grants a growth: one call over its handles; the grant of one handle of that size
+ * is written as a comment). Each becomes a measured point of the file, so a replay prices a call
+ * by the range it covers and never rewards a batch the GPU does not reward. cuMemAddressReserve
+ * and cuMemAddressFree of an expandable segment's range (9/8 of the device), cuCtxSynchronize on
+ * an idle device and cuEventRecord are one figure each. The driver is reached with
+ * dlopen("libcuda.so.1") like any CUDA program; nothing of tessera is loaded. Memory: at a size,
+ * as many handles as fit in half the free memory, up to --reps; a size where fewer than 3 fit is
+ * left out. Every call is undone before exit, on errors too.
  */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,12 +101,20 @@ static double median(double *v, size_t n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Medians per call (microseconds), at the two sizes where the call covers memory. */
+/* The sizes measured, in MiB, up to --max-size: tessera's 2 MiB page, PyTorch's 20 MiB, and
+ * powers of two up to 1 GiB. */
+static const size_t size_mib[] = {2, 4, 8, 16, 20, 32, 64, 128, 256, 512, 1024};
+#define NSIZES (sizeof size_mib / sizeof size_mib[0])
+
+/* Medians per call (microseconds) at each size; 0: not measured there (too large). */
 typedef struct measured {
-    double us[TS_CALL_COUNT][2];
+    double us[TS_CALL_COUNT][NSIZES];
+    double access_one[NSIZES]; /* cuMemSetAccess of one handle of the size (a comment) */
+    double fixed[TS_CALL_COUNT]; /* calls whose cost does not depend on a range */
 } measured;
 
-/* Everything a measurement holds, so that a failure can undo it. */
+/* Everything a measurement holds, so that a failure can undo it: segments, handles of one size
+ * (the first nmapped of them mapped back to back from va), an address range, an event. */
 typedef struct held {
     CUdeviceptr *seg;
     CUmemGenericAllocationHandle *h;
@@ -153,7 +166,7 @@ static void fail(const char *call, size_t bytes, CUresult r)
             fail((call), (bytes), r_);                                                             \
     } while (0)
 
-static void measure_segments(measured *m, size_t reps, int k, size_t size)
+static void measure_segments(measured *m, size_t reps, size_t k, size_t size)
 {
     held *h = &g_held;
     for (size_t i = 0; i < reps; i++) {
@@ -180,14 +193,22 @@ static CUmemAllocationProp pinned_prop(CUdevice dev)
     return prop;
 }
 
-static void measure_handles(measured *m, size_t reps, int k, size_t size, CUdevice dev)
+static CUmemAccessDesc rw_access(CUdevice dev)
+{
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location = pinned_prop(dev).location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return access;
+}
+
+/* reps handles of size bytes in a range of their own: create, map, grant (one handle at a
+ * time), unmap, release. */
+static void measure_handles(measured *m, size_t reps, size_t k, size_t size, CUdevice dev)
 {
     held *h = &g_held;
     const CUmemAllocationProp prop = pinned_prop(dev);
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUmemAccessDesc access = rw_access(dev);
     CUresult r = drv.cuMemAddressReserve(&h->va, reps * size, 0, 0, 0);
     if (r != CUDA_SUCCESS)
         fail("cuMemAddressReserve", reps * size, r);
@@ -205,7 +226,7 @@ static void measure_handles(measured *m, size_t reps, int k, size_t size, CUdevi
     m->us[TS_CALL_MAP][k] = median(g_t, reps);
     for (size_t i = 0; i < reps; i++)
         TIMED(g_t[i], "cuMemSetAccess", size, drv.cuMemSetAccess(h->va + i * size, size, &access, 1));
-    m->us[TS_CALL_SET_ACCESS][k] = median(g_t, reps);
+    m->access_one[k] = median(g_t, reps);
     drv.cuCtxSynchronize();
     for (size_t i = reps; i-- > 0;) {
         h->nmapped--;
@@ -223,7 +244,45 @@ static void measure_handles(measured *m, size_t reps, int k, size_t size, CUdevi
         fail("cuMemAddressFree", 0, r);
 }
 
-/* Calls whose cost does not depend on a size: the same median at both sizes. */
+/* One grant over a range of size bytes made of page-sized handles mapped back to back, as
+ * tessera's backend grants a growth: reps times, the handles mapped afresh each time (a grant
+ * on a range already granted may be cheaper than tessera's first one). */
+static void measure_ranges(measured *m, size_t reps, size_t k, size_t size, size_t page,
+                           CUdevice dev)
+{
+    held *h = &g_held;
+    const CUmemAllocationProp prop = pinned_prop(dev);
+    const CUmemAccessDesc access = rw_access(dev);
+    const size_t n = size / page;
+    CUresult r = drv.cuMemAddressReserve(&h->va, size, 0, 0, 0);
+    if (r != CUDA_SUCCESS)
+        fail("cuMemAddressReserve", size, r);
+    h->va_size = size;
+    h->size = page;
+    for (size_t i = 0; i < n; i++) {
+        if ((r = drv.cuMemCreate(&h->h[i], page, &prop, 0)) != CUDA_SUCCESS)
+            fail("cuMemCreate", page, r);
+        h->nh++;
+    }
+    for (size_t rep = 0; rep < reps; rep++) {
+        for (size_t i = 0; i < n; i++) {
+            if ((r = drv.cuMemMap(h->va + i * page, page, 0, h->h[i], 0)) != CUDA_SUCCESS)
+                fail("cuMemMap", page, r);
+            h->nmapped++;
+        }
+        TIMED(g_t[rep], "cuMemSetAccess", size, drv.cuMemSetAccess(h->va, size, &access, 1));
+        drv.cuCtxSynchronize();
+        for (size_t i = n; i-- > 0;) {
+            h->nmapped--;
+            if ((r = drv.cuMemUnmap(h->va + i * page, page)) != CUDA_SUCCESS)
+                fail("cuMemUnmap", page, r);
+        }
+    }
+    m->us[TS_CALL_SET_ACCESS][k] = median(g_t, reps);
+    held_release(h);
+}
+
+/* Calls whose cost does not depend on a range. */
 static void measure_fixed(measured *m, size_t reps, size_t range)
 {
     held *h = &g_held;
@@ -236,17 +295,17 @@ static void measure_fixed(measured *m, size_t reps, size_t range)
         h->va = 0;
         TIMED(t2[i], "cuMemAddressFree", range, drv.cuMemAddressFree(va, range));
     }
-    m->us[TS_CALL_ADDRESS_RESERVE][0] = m->us[TS_CALL_ADDRESS_RESERVE][1] = median(g_t, reps);
-    m->us[TS_CALL_ADDRESS_FREE][0] = m->us[TS_CALL_ADDRESS_FREE][1] = median(t2, reps);
+    m->fixed[TS_CALL_ADDRESS_RESERVE] = median(g_t, reps);
+    m->fixed[TS_CALL_ADDRESS_FREE] = median(t2, reps);
     for (size_t i = 0; i < reps; i++)
         TIMED(g_t[i], "cuCtxSynchronize", 0, drv.cuCtxSynchronize());
-    m->us[TS_CALL_SYNCHRONIZE][0] = m->us[TS_CALL_SYNCHRONIZE][1] = median(g_t, reps);
+    m->fixed[TS_CALL_SYNCHRONIZE] = median(g_t, reps);
     CUresult r = drv.cuEventCreate(&h->ev, CU_EVENT_DISABLE_TIMING);
     if (r != CUDA_SUCCESS)
         fail("cuEventCreate", 0, r);
     for (size_t i = 0; i < reps; i++)
         TIMED(g_t[i], "cuEventRecord", 0, drv.cuEventRecord(h->ev, NULL));
-    m->us[TS_CALL_EVENT_RECORD][0] = m->us[TS_CALL_EVENT_RECORD][1] = median(g_t, reps);
+    m->fixed[TS_CALL_EVENT_RECORD] = median(g_t, reps);
     drv.cuCtxSynchronize();
 }
 
@@ -272,24 +331,59 @@ static int load_driver(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: tessera-costs [--device N] [--reps N] [-o FILE]\n"
+    fprintf(f, "usage: tessera-costs [--device N] [--reps N] [--max-size SIZE] [-o FILE]\n"
                "       tessera-costs --help | --version\n"
-               "  Times every driver call tessera's CUDA backend makes, at the sizes it makes\n"
-               "  them, and writes the costs file tessera-replay --driver-costs reads.\n"
-               "  --device N  the GPU to measure (default 0)\n"
-               "  --reps N    calls timed per call and size, %d to %d (default 32; fewer when\n"
-               "              the device cannot hold N handles of 20 MiB)\n"
-               "  -o FILE     write the file there (default: standard output)\n",
+               "  Times every driver call tessera's CUDA backend makes, over range sizes from\n"
+               "  2 MiB to 1 GiB, and writes the costs file tessera-replay --driver-costs reads.\n"
+               "  --device N       the GPU to measure (default 0)\n"
+               "  --reps N         calls timed per call and size, %d to %d (default 32; fewer\n"
+               "                   at a size where the device cannot hold N handles of it)\n"
+               "  --max-size SIZE  the largest size measured, 2M to 1G (default 1G)\n"
+               "  -o FILE          write the file there (default: standard output)\n",
             REPS_MIN, REPS_MAX);
+}
+
+/* --max-size: digits with M or G, from 2M to 1G. Returns MiB, or 0 when it is not one. */
+static size_t parse_mib(const char *s)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *s < '0' || *s > '9' || v > 1024)
+        return 0;
+    if (strcmp(end, "G") == 0)
+        v *= 1024;
+    else if (strcmp(end, "M") != 0)
+        return 0;
+    return v >= 2 && v <= 1024 ? (size_t)v : 0;
+}
+
+/* One line of the file: the call's points at every size measured, or its one figure. */
+static void write_call(FILE *out, const measured *m, ts_driver_call call, const size_t *sizes,
+                       size_t nsizes)
+{
+    const char *name = ts_driver_call_name(call);
+    const bool by_range = call != TS_CALL_ADDRESS_RESERVE && call != TS_CALL_ADDRESS_FREE &&
+                          call != TS_CALL_SYNCHRONIZE && call != TS_CALL_EVENT_RECORD;
+    if (!by_range) {
+        fprintf(out, "%s %.3f\n", name, m->fixed[call]);
+        return;
+    }
+    fprintf(out, "%s", name);
+    for (size_t k = 0; k < nsizes; k++)
+        fprintf(out, " %zuM:%.3f", sizes[k] / MIB, m->us[call][k]);
+    fprintf(out, "\n");
 }
 
 int main(int argc, char **argv)
 {
     int ordinal = 0;
     long reps_opt = 32;
+    size_t max_mib = 1024;
     const char *out_path = NULL;
     static const struct option opts[] = {{"device", required_argument, NULL, 'd'},
                                          {"reps", required_argument, NULL, 'r'},
+                                         {"max-size", required_argument, NULL, 'm'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"version", no_argument, NULL, 'V'},
@@ -312,6 +406,13 @@ int main(int argc, char **argv)
             if (errno || !*optarg || *end || reps_opt < REPS_MIN || reps_opt > REPS_MAX) {
                 fprintf(stderr, "tessera-costs: --reps: '%s' is not a number from %d to %d\n",
                         optarg, REPS_MIN, REPS_MAX);
+                return 2;
+            }
+            break;
+        case 'm':
+            if ((max_mib = parse_mib(optarg)) == 0) {
+                fprintf(stderr, "tessera-costs: --max-size: '%s' is not a size from 2M to 1G\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -360,33 +461,47 @@ int main(int argc, char **argv)
         gran == 0)
         fail("cuMemGetAllocationGranularity", 0, r);
 
-    /* tessera's sizes: 2 MiB pages and 20 MiB large segments, in whole granules */
-    const size_t sizes[2] = {(2 * MIB + gran - 1) / gran * gran, (20 * MIB + gran - 1) / gran * gran};
-    size_t reps = (size_t)reps_opt;
-    if (reps * sizes[1] > free_b / 2)
-        reps = free_b / 2 / sizes[1];
-    if (reps < REPS_MIN) {
+    /* tessera's sizes in whole granules, up to --max-size; at each, as many calls as fit in half
+     * the free memory, up to --reps; a size where fewer than REPS_MIN fit is left out */
+    const size_t page = (2 * MIB + gran - 1) / gran * gran;
+    size_t sizes[NSIZES], reps[NSIZES], nsizes = 0, most_handles = 0;
+    for (size_t k = 0; k < NSIZES && size_mib[k] <= max_mib; k++) {
+        const size_t size = (size_mib[k] * MIB + gran - 1) / gran * gran;
+        size_t n = (size_t)reps_opt;
+        if (n * size > free_b / 2)
+            n = free_b / 2 / size;
+        if (n < REPS_MIN)
+            break;
+        sizes[nsizes] = size;
+        reps[nsizes++] = n;
+        if (n > most_handles)
+            most_handles = n;
+        if (size / page > most_handles)
+            most_handles = size / page;
+    }
+    if (nsizes == 0) {
         fprintf(stderr, "tessera-costs: device %d has %zu MiB free: %d handles of %zu MiB need "
                         "twice that; free the device first\n",
-                ordinal, free_b / MIB, REPS_MIN, sizes[1] / MIB);
+                ordinal, free_b / MIB, REPS_MIN, page / MIB);
         return 1;
     }
-    const size_t range = (total + total / 8 + sizes[1] - 1) / sizes[1] * sizes[1];
+    const size_t range = (total + total / 8 + page - 1) / page * page;
 
-    g_t = calloc(2 * reps, sizeof *g_t);
-    g_held.seg = calloc(reps, sizeof *g_held.seg);
-    g_held.h = calloc(reps, sizeof *g_held.h);
+    g_t = calloc(2 * (size_t)reps_opt, sizeof *g_t);
+    g_held.seg = calloc((size_t)reps_opt, sizeof *g_held.seg);
+    g_held.h = calloc(most_handles, sizeof *g_held.h);
     if (!g_t || !g_held.seg || !g_held.h) {
         fprintf(stderr, "tessera-costs: out of host memory\n");
         return 1;
     }
     measured m;
     memset(&m, 0, sizeof m);
-    for (int k = 0; k < 2; k++) {
-        measure_segments(&m, reps, k, sizes[k]);
-        measure_handles(&m, reps, k, sizes[k], dev);
+    for (size_t k = 0; k < nsizes; k++) {
+        measure_segments(&m, reps[k], k, sizes[k]);
+        measure_handles(&m, reps[k], k, sizes[k], dev);
+        measure_ranges(&m, reps[k], k, sizes[k], page, dev);
     }
-    measure_fixed(&m, reps, range);
+    measure_fixed(&m, (size_t)reps_opt, range);
     held_release(&g_held);
     drv.cuDevicePrimaryCtxRelease_v2(dev);
 
@@ -396,26 +511,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "tessera-costs: %s: %s\n", out_path, strerror(errno));
         return 1;
     }
-
     fprintf(out, "# tessera driver-call costs (tessera-replay --driver-costs), by tessera-costs\n"
                  "# device %d: %s, %zu MiB, driver %d.%d, granularity %zu KiB\n"
-                 "# medians of %zu calls per size, microseconds; sizes %zu and %zu MiB; the\n"
-                 "# address range is %zu MiB (9/8 of the device, as expandable segments reserve)\n"
-                 "# CALL  US_PER_CALL  US_PER_MIB\n",
-            ordinal, name, total / MIB, version / 1000, version % 1000 / 10, gran >> 10, reps,
-            sizes[0] / MIB, sizes[1] / MIB, range / MIB);
-    const double dmib = (double)(sizes[1] - sizes[0]) / (double)MIB;
-    for (int call = 0; call < TS_CALL_COUNT; call++) {
-        double a = m.us[call][0], b = m.us[call][1];
-        double per_mib = b > a ? (b - a) / dmib : 0.0;
-        double per_call = a - per_mib * (double)sizes[0] / (double)MIB;
-        if (per_call < 0)
-            per_call = 0;
-        fprintf(out, "# %s: %.3f us at %zu MiB, %.3f us at %zu MiB\n",
-                ts_driver_call_name((ts_driver_call)call), a, sizes[0] / MIB, b, sizes[1] / MIB);
-        fprintf(out, "%s %.3f %.6f\n", ts_driver_call_name((ts_driver_call)call), per_call,
-                per_mib);
-    }
+                 "# medians of up to %ld calls per size (%zu at %zu MiB), microseconds, from %zu to "
+                 "%zu MiB;\n"
+                 "# cuMemSetAccess over ranges of %zu MiB handles mapped back to back; the address\n"
+                 "# range is %zu MiB (9/8 of the device, as expandable segments reserve)\n"
+                 "# CALL  SIZE:US ...        measured points\n"
+                 "# CALL  US_PER_CALL        a call whose cost does not depend on a range\n",
+            ordinal, name, total / MIB, version / 1000, version % 1000 / 10, gran >> 10,
+            reps_opt, reps[nsizes - 1], sizes[nsizes - 1] / MIB, sizes[0] / MIB,
+            sizes[nsizes - 1] / MIB, page / MIB, range / MIB);
+    fprintf(out, "# cuMemSetAccess of one handle of each size:");
+    for (size_t k = 0; k < nsizes; k++)
+        fprintf(out, " %zuM:%.3f", sizes[k] / MIB, m.access_one[k]);
+    fprintf(out, "\n");
+    for (int call = 0; call < TS_CALL_COUNT; call++)
+        write_call(out, &m, (ts_driver_call)call, sizes, nsizes);
     if (out != stdout && fclose(out) != 0) {
         fprintf(stderr, "tessera-costs: %s: %s\n", out_path, strerror(errno));
         return 1;

@@ -47,9 +47,13 @@ static void usage(FILE *f)
           "                     included) and a verdict for each configuration against the\n"
           "                     first\n"
           "  --json             one JSON object (an array with --compare)\n"
-          "  --driver-costs FILE  driver-call latencies for the estimated driver time: lines\n"
-          "                     'CALL US_PER_CALL [US_PER_MIB]' (cuMemCreate 193.32), '#'\n"
-          "                     comments; calls not named keep the published defaults\n"
+          "  --driver-costs NAME|FILE  driver-call latencies for the estimated driver time:\n"
+          "                     h200 (the default: measured on an NVIDIA H200) or a100 (the\n"
+          "                     published A100 figures), or a costs file (what tessera-costs\n"
+          "                     writes: lines 'CALL SIZE:US ...', e.g. 'cuMemSetAccess\n"
+          "                     2M:22.0 20M:20.5', or 'CALL US_PER_CALL [US_PER_MIB]'; '#'\n"
+          "                     comments) over the table so far: calls it does not name keep\n"
+          "                     their latencies\n"
           "  --repeat N         replay the trace as N consecutive steps: what it never frees is\n"
           "                     allocated once, in the first step; implies --steps N\n"
           "  --steps N          the trace is N steps of a loop (equal event counts): also report\n"
@@ -288,13 +292,10 @@ static void print_json(FILE *f, const trace *t, const char *conf, size_t capacit
         fprintf(f, ", \"first_oom_allocation\": %zu, \"first_oom_bytes\": %llu", r->first_failed,
                 (unsigned long long)r->first_failed_size);
     if (min_cap)
-        fprintf(f, ", \"min_capacity_bytes\": %zu", min_cap);
-    if (r->plan_hits || r->plan_misses || r->plan_range)
-        fprintf(f, ", \"plan_hits\": %llu, \"plan_misses\": %llu, \"plan_replans\": %llu, "
-                "\"plan_range_bytes\": %llu, \"plan_lower_bound_bytes\": %llu",
-                (unsigned long long)r->plan_hits, (unsigned long long)r->plan_misses,
-                (unsigned long long)r->plan_replans, (unsigned long long)r->plan_range,
-                (unsigned long long)r->plan_lower_bound);
+        fprintf(f, ", \"min_capacity_bytes\": %zu, \"min_capacity_checked\": {\"steps\": %zu, "
+                "\"samples\": %zu, \"to_bytes\": %zu, \"raised\": %zu}",
+                min_cap, r->min_check.steps, r->min_check.samples, r->min_check.checked_to,
+                r->min_check.raised);
     fprintf(f,
             ", \"driver_ms\": %.3f, \"driver_ms_growth\": %.3f, \"growth_events\": %zu, "
             "\"driver_ms_after_growth\": %.3f",
@@ -350,8 +351,16 @@ static void print_report(const trace *t, const char *conf, const char *device,
            r->failed_allocs ? first : "");
     if (min_cap) {
         print_size(m, sizeof m, min_cap);
+        char to[32];
+        print_size(to, sizeof to, r->min_check.checked_to);
         printf("min capacity       %s (%.2f%% above peak allocated)\n", m,
                r->peak_allocated ? 100.0 * ((double)min_cap / (double)r->peak_allocated - 1) : 0);
+        printf("                   checked, not assumed: %zu capacities 2 MiB apart above it and "
+               "%zu more up to %s run too", r->min_check.steps, r->min_check.samples, to);
+        if (r->min_check.raised)
+            printf("; a capacity above the bisection's answer failed, so the answer was moved "
+                   "above it (%zu time%s)", r->min_check.raised, plural(r->min_check.raised));
+        printf("\n");
     }
     char step[64];
     step_text(step, sizeof step, r);
@@ -432,6 +441,10 @@ static int parse_options(int argc, char **argv, replay_args *a)
         case 'm': a->min_cap = true; break;
         case 'D': {
             char err[512];
+            if (ts_driver_costs_builtin(&a->costs, optarg) == 0) {
+                a->costs_file = optarg;
+                break;
+            }
             if (ts_driver_costs_load(&a->costs, optarg, err, sizeof err) != 0) {
                 fprintf(stderr, "tessera-replay: --driver-costs: %s\n", err);
                 return 2;
@@ -543,7 +556,7 @@ static int replay_all(const replay_args *a, const trace *t, const ts_config *cfg
             replay_result unlimited = res[i];
             if ((a->capacity || limit) && replay_run(t, &cfgs[i], 0, &a->ro, &unlimited) != 0)
                 return 1;
-            mins[i] = replay_min_capacity(t, &cfgs[i], &unlimited);
+            mins[i] = replay_min_capacity(t, &cfgs[i], &unlimited, &res[i].min_check);
         }
     }
     return 0;
@@ -612,7 +625,9 @@ static void print_compare(const replay_args *a, const trace *t, const char *devi
     printf("drv calls: every driver call for memory (dev alloc and dev free are what tessera "
            "run --summary shows);\n  drv time: their estimated time; drv grow: until memory "
            "stopped growing; drv/step: per step after that (--steps);\n  latencies: %s\n",
-           a->costs_file ? a->costs_file : "the published A100 figures (--driver-costs FILE)");
+           a->costs_file ? a->costs_file
+                         : "h200, measured on an NVIDIA H200 (--driver-costs a100: the "
+                           "published A100 figures)");
     if (t->run_failures) {
         char size[32];
         print_size(size, sizeof size, (size_t)res[0].run_first_size);
@@ -626,9 +641,16 @@ static void print_compare(const replay_args *a, const trace *t, const char *devi
                    "these verdicts may be too hopeful)\n",
                    t->preexisting_blocks, plural(t->preexisting_blocks));
     }
-    if (a->nconf > 1)
+    if (a->nconf > 1) {
         printf("verdict (min capacity: the smallest device that runs the trace, in 2 MiB "
-               "steps):\n");
+               "steps;\n  checked, not assumed monotone: the capacities right above it and some "
+               "up to the unlimited peak run too):\n");
+        for (int i = 0; i < a->nconf; i++)
+            if (res[i].min_check.raised)
+                printf("%s: a capacity above the bisection's answer failed; the answer was moved "
+                       "above it (%zu time%s)\n", a->confs[i], res[i].min_check.raised,
+                       plural(res[i].min_check.raised));
+    }
     for (int i = 1; i < a->nconf; i++)
         print_verdict(a->confs[i], &res[i], mins[i], a->confs[0], &res[0], mins[0], a->capacity);
 }

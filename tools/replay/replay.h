@@ -8,6 +8,7 @@
 
 #include "config/config.h"
 #include "devmodel/costs.h"
+#include "tools/replay/search.h"
 #include "tools/replay/trace.h"
 
 typedef struct replay_result {
@@ -47,14 +48,13 @@ typedef struct replay_result {
     uint64_t device_calls_growth; /* driver calls up to the end of growth */
     double device_calls_per_step; /* with steps: per step after growth (as driver_ns_per_step) */
     /* With replay_opts.steps (2 or more): driver calls and time in the last step alone, the
-     * steady state once whatever happens once (growth, a plan being made) is over; time -1
+     * steady state once whatever happens once (growth) is over; time -1
      * otherwise. */
     uint64_t device_calls_last_step;
     double driver_ns_last_step;
     double ns_per_op_tail;      /* host time per operation over the last tail_steps steps, */
     size_t tail_steps;          /* the last quarter of them (at least one) */
-    /* plan:True (the stats page's plan fields) */
-    uint64_t plan_hits, plan_misses, plan_replans, plan_range, plan_lower_bound;
+    replay_min_check min_check; /* with --min-capacity: how its answer was checked */
 } replay_result;
 
 typedef struct replay_opts {
@@ -69,9 +69,12 @@ typedef struct replay_opts {
 int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const replay_opts *o,
                replay_result *r);
 
-/* Smallest capacity (a multiple of 2 MiB) on which t runs without an out-of-memory error, by
- * bisection between 2 MiB and the peak reserved of an unlimited run. */
-size_t replay_min_capacity(const trace *t, const ts_config *cfg, const replay_result *unlimited);
+/* Smallest capacity (a multiple of 2 MiB) on which t runs without an out-of-memory error, between
+ * the program's peak and the peak reserved of an unlimited run: replay_min_search, checked
+ * rather than assumed monotone. chk (may be NULL) says what was checked (checked_to in
+ * bytes). */
+size_t replay_min_capacity(const trace *t, const ts_config *cfg, const replay_result *unlimited,
+                           replay_min_check *chk);
 
 /* The PyTorch fidelity check of a snapshot (see check.c). Prints the summary line; returns 0
  * only when every allocation and segment matched. */

@@ -206,11 +206,6 @@ int replay_run(const trace *t, const ts_config *cfg, size_t capacity, const repl
     r->num_alloc_retries = (uint64_t)st.num_alloc_retries;
     r->num_ooms = (uint64_t)st.num_ooms;
     r->num_stitches = (uint64_t)st.num_stitches;
-    r->plan_hits = (uint64_t)st.num_plan_hits;
-    r->plan_misses = (uint64_t)st.num_plan_misses;
-    r->plan_replans = (uint64_t)st.num_plan_replans;
-    r->plan_range = (uint64_t)st.plan_range_bytes;
-    r->plan_lower_bound = (uint64_t)st.plan_lower_bound_bytes;
     r->vm_maps = dc.vm_maps;
     r->vm_unmaps = dc.vm_unmaps;
     r->vm_creates = dc.vm_creates;
@@ -256,24 +251,35 @@ static bool replay_fits(const trace *t, const ts_config *cfg, size_t capacity)
     return r.failed_allocs == 0;
 }
 
-size_t replay_min_capacity(const trace *t, const ts_config *cfg, const replay_result *unlimited)
+/* replay_fits for the search: user is the trace and the configuration. */
+typedef struct fits_ctx {
+    const trace *t;
+    const ts_config *cfg;
+} fits_ctx;
+
+static bool fits_pages(void *user, size_t pages)
 {
-    size_t hi = (unlimited->peak_reserved + PAGE - 1) / PAGE; /* in pages: known to fit */
-    if (hi == 0)
+    const fits_ctx *c = user;
+    return replay_fits(c->t, c->cfg, pages * PAGE);
+}
+
+size_t replay_min_capacity(const trace *t, const ts_config *cfg, const replay_result *unlimited,
+                           replay_min_check *chk)
+{
+    replay_min_check none;
+    if (!chk)
+        chk = &none;
+    memset(chk, 0, sizeof *chk);
+    size_t top = (unlimited->peak_reserved + PAGE - 1) / PAGE; /* in pages: known to fit */
+    if (top == 0)
         return 0;
-    if (!replay_fits(t, cfg, hi * PAGE))
-        hi *= 2; /* not expected: capacity changes nothing until it is reached */
-    size_t lo = 0; /* in pages: assumed not to fit */
+    if (!replay_fits(t, cfg, top * PAGE))
+        top *= 2; /* not expected: capacity changes nothing until it is reached */
     /* nothing can fit below the peak of what the program holds at once */
-    size_t floor_pages = unlimited->peak_requested / PAGE;
-    if (floor_pages > 0)
-        lo = floor_pages - 1;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (replay_fits(t, cfg, mid * PAGE))
-            hi = mid;
-        else
-            lo = mid;
-    }
-    return hi * PAGE;
+    const size_t floor_pages = unlimited->peak_requested / PAGE;
+    fits_ctx ctx = {t, cfg};
+    const size_t pages = replay_min_search(floor_pages ? floor_pages - 1 : 0, top, fits_pages,
+                                           &ctx, chk);
+    chk->checked_to *= PAGE;
+    return pages * PAGE;
 }

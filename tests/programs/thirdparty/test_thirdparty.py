@@ -67,7 +67,7 @@ class ThirdParty(unittest.TestCase):
         dev = test_run.summary_of(p.stderr)[0]
         self.assertEqual(dev["num_alloc_calls"], allocs, p.stderr)
         self.assertGreater(dev["num_device_alloc"], 0, p.stderr)
-        self.assertEqual(dev["num_device_alloc"], sim[0]["alloc_calls"] + sim[0]["create_calls"],
+        self.assertEqual(dev["num_device_alloc"], sim[0]["alloc_calls"] + sim[0]["set_access_calls"],
                          p.stderr)
         self.assertEqual(dev["num_ooms"], 0)
         # tessera reserved fewer driver allocations than the program made allocations

@@ -506,13 +506,14 @@ static void report_at_exit(void)
                          ",\"live_allocations\":%" PRIu64 ",\"peak_live_allocations\":%" PRIu64
                          ",\"live_handles\":%" PRIu64 ",\"graph_alloc_calls\":%" PRIu64
                          ",\"graph_free_calls\":%" PRIu64 ",\"imported_frees\":%" PRIu64
-                         ",\"races\":%" PRIu64 ",\"untracked_streams\":%" PRIu64 "}\n",
+                         ",\"races\":%" PRIu64 ",\"untracked_streams\":%" PRIu64
+                         ",\"set_access_calls\":%" PRIu64 "}\n",
                          (long)getpid(), i, c.total_bytes, c.alloc_calls, c.free_calls,
                          c.implicit_frees, c.failed_allocs, c.create_calls, c.release_calls,
                          c.map_calls, c.unmap_calls, c.bytes_in_use, c.peak_bytes_in_use,
                          c.live_allocations, c.peak_live_allocations, c.live_handles,
                          c.graph_alloc_calls, c.graph_free_calls, c.imported_frees,
-                         c.races, c.untracked_streams);
+                         c.races, c.untracked_streams, c.set_access_calls);
         if (n > 0 && (size_t)n < sizeof line) {
             ssize_t w = write(fd, line, (size_t)n);
             (void)w;

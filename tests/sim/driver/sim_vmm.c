@@ -424,6 +424,7 @@ CUresult sim_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc 
         m->writers = wr;
         m->prot = prot;
     }
+    sim_g.dev[rv->maps[first]->h->device].ctr.set_access_calls++;
 out:
     sim_unlock();
     return r;

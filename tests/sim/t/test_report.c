@@ -95,6 +95,7 @@ static void test_report_and_logging(void)
         CHECK(strstr(line, "\"live_handles\":1,"));
         CHECK(strstr(line, "\"imported_frees\":0,"));
         CHECK(strstr(line, "\"races\":0,"));
+        CHECK(strstr(line, "\"set_access_calls\":0}"));
     }
     CHECK_EQ(lines, 6);
     CHECK(pids[0] != pids[2] && pids[2] != pids[4] && pids[0] != pids[4]);

@@ -64,7 +64,9 @@ static void test_aliasing(void)
     size_t size;
     EXPECT(cuMemGetAddressRange(&base, &size, va1), CUDA_ERROR_NOT_FOUND); /* as on an H100 */
 
+    CHECK_EQ(counters(0).set_access_calls, 0);
     set_rw(va1, 4 * MiB);
+    CHECK_EQ(counters(0).set_access_calls, 1);
     CHECK(probe_writable(a) && probe_writable(a + 4 * MiB - 1));
     CHECK(!probe_readable(b));
     a[0] = 0xab;
@@ -176,7 +178,9 @@ static void test_several_handles(void)
         CU(cuMemMap(va + (size_t)i * 2 * MiB, 2 * MiB, 0, h[i], 0));
         CU(cuMemRelease(h[i]));
     }
-    set_rw(va, 6 * MiB);
+    const uint64_t granted = counters(0).set_access_calls;
+    set_rw(va, 6 * MiB); /* three whole mappings in one call */
+    CHECK_EQ(counters(0).set_access_calls, granted + 1);
     CU(cuMemsetD32(va, 0x01020304u, 6 * MiB / 4));
     CHECK_EQ(((uint32_t *)(uintptr_t)va)[6 * MiB / 4 - 1], 0x01020304u);
     CUdeviceptr dst;
