@@ -171,21 +171,10 @@ CUresult ts_driver_free(CUdeviceptr dptr)
 
 /* --- stream-ordered allocation and memory left to the driver ----------------------------------- */
 
-/* Each device's default pool, learnt from the driver on first use (NULL: not yet), and whether the
- * program made another pool its current one (cuDeviceSetMemPool): cuMemAllocAsync then draws from
- * that pool, which is the driver's to serve. */
-static CUmemoryPool default_pool[64];
+/* Whether the program made another pool than the device's default (default_pool.c) its current
+ * one (cuDeviceSetMemPool): cuMemAllocAsync then draws from that pool, which is the driver's to
+ * serve. */
 static bool pool_replaced[64];
-
-CUmemoryPool ts_pool_default(int dev)
-{
-    if (dev < 0 || dev >= 64 || !ts_real.cuDeviceGetDefaultMemPool)
-        return NULL;
-    CUmemoryPool p = __atomic_load_n(&default_pool[dev], __ATOMIC_ACQUIRE);
-    if (!p && ts_real.cuDeviceGetDefaultMemPool(&p, (CUdevice)dev) == CUDA_SUCCESS)
-        __atomic_store_n(&default_pool[dev], p, __ATOMIC_RELEASE);
-    return p;
-}
 
 /* The stream a stream-ordered call names, as the core's stream tag: the legacy stream and the
  * per-thread one get their own tags (never 0, which is cudaMalloc's). A per-thread default stream

@@ -118,6 +118,9 @@ TS_HIDDEN void ts_hook_announce(const char *via, const char *symbol, int version
 TS_HIDDEN CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size);
 TS_HIDDEN CUresult ts_driver_free(CUdeviceptr dptr);
 TS_HIDDEN void ts_meminfo_adjust(size_t *free_bytes, size_t *total);
+
+/* --- default_pool.c --------------------------------------------------------------------------- */
+
 /* Device dev's default memory pool, learnt from the driver once (NULL when it has none). */
 TS_HIDDEN CUmemoryPool ts_pool_default(int dev);
 
