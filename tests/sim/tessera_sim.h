@@ -58,6 +58,11 @@ struct tessera_sim_counters {
     uint64_t live_allocations;      /* cuMemAlloc-class allocations alive now */
     uint64_t peak_live_allocations;
     uint64_t live_handles;          /* cuMemCreate handles whose memory is still alive */
+    uint64_t event_creates;         /* successful cuEventCreate in the device's contexts */
+    uint64_t live_events;           /* event handles alive now (not destroyed, context alive) */
+    uint64_t host_bytes;            /* cuMemHostAlloc/cuMemAllocHost memory pinned now from the
+                                     * device's contexts (whole pages) */
+    uint64_t peak_host_bytes;
 };
 
 typedef int (*tessera_sim_counters_fn)(int device, struct tessera_sim_counters *out);

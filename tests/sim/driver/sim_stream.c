@@ -288,6 +288,7 @@ static bool registry_remove_event(struct sim_event *e)
         if (*pp == e) {
             *pp = e->reg_next;
             e->reg_next = NULL;
+            sim_g.dev[e->ctx->device].ctr.live_events--;
             return true;
         }
     }
@@ -1292,6 +1293,8 @@ CUresult sim_event_create(CUevent *pe, unsigned flags)
             e->refs = 1;
             e->reg_next = sim_g.events;
             sim_g.events = e;
+            sim_g.dev[cur->device].ctr.event_creates++;
+            sim_g.dev[cur->device].ctr.live_events++;
             *pe = (CUevent)e;
         }
     }
