@@ -513,6 +513,26 @@ static CUresult hook_cuMemFreeHost(void *p)
     return ts_real.cuMemFreeHost(p);
 }
 
+/* A pointer into pinned memory tessera holds but has not handed out gets the driver's answer for
+ * memory it does not know: the program freed it (pointer.c); the others, the driver's own. */
+static CUresult hook_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    if (!HOOK_READY() || !ts_real.cuMemHostGetDevicePointer_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hook_pass(ts_tls_get()) && ts_pointer_host_unallocated(p))
+        return CUDA_ERROR_INVALID_VALUE;
+    return ts_real.cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
+}
+
+static CUresult hook_cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    if (!HOOK_READY() || !ts_real.cuMemHostGetFlags)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hook_pass(ts_tls_get()) && ts_pointer_host_unallocated(p))
+        return CUDA_ERROR_INVALID_VALUE;
+    return ts_real.cuMemHostGetFlags(pFlags, p);
+}
+
 static CUresult hook_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
     if (!HOOK_READY())
