@@ -36,6 +36,7 @@ static void queries(void)
     q_describe(qbuf, sizeof qbuf, "p1", p1 + 1, &id1);
     q_describe(qbuf, sizeof qbuf, "p2", p2 + 100, &id2);
     q_describe(qbuf, sizeof qbuf, "p2last", p2 + n2 - 1, &unused);
+    q_describe(qbuf, sizeof qbuf, "p2tail", p2 + n2, &unused); /* in its last page, past it */
     CHECK(cudaFreeHost(p1));
     q_describe(qbuf, sizeof qbuf, "p1freed", p1 + 1, &unused);
     q_describe(qbuf, sizeof qbuf, "p2live", p2, &id2b);

@@ -855,7 +855,7 @@ class PinnedHost(Base):
         self.assertEqual(plain.result["twice"], "cudaErrorInvalidValue", plain)
         # what the driver says of freed pinned memory: memory it does not know
         r = plain.result
-        for label in ("freed", "freedbase", "p1freed", "p2freed", "mhfreed"):
+        for label in ("freed", "freedbase", "p1freed", "p2tail", "p2freed", "mhfreed"):
             self.assertEqual(r[label + "_rt"], "cudaSuccess/0/-2/-/0", (label, plain))
             self.assertEqual(r[label + "_type"], "CUDA_ERROR_INVALID_VALUE/0", (label, plain))
             self.assertEqual(r[label + "_range"], "CUDA_ERROR_NOT_FOUND/-/0", (label, plain))
