@@ -6,19 +6,6 @@
  * line; the test compares it with and without tessera. */
 #include "probe_common.h"
 
-static int all_equal(const unsigned char *dev, size_t n, unsigned char v)
-{
-    unsigned char *h = malloc(n);
-    int ok = h != NULL;
-    if (ok) {
-        CHECK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n && ok; i++)
-            ok = h[i] == v;
-    }
-    free(h);
-    return ok;
-}
-
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -48,8 +35,8 @@ int main(void)
     memset(h3, 0xc3, n);
     CHECK(cudaMemcpyAsync(dev + 2 * n, h3, n, cudaMemcpyHostToDevice, copy));
     CHECK(cudaStreamSynchronize(copy));
-    int first = all_equal(dev, n, 0xa1);
-    int third = all_equal(dev + 2 * n, n, 0xc3);
+    int first = device_holds(dev, n, 0xa1);
+    int third = device_holds(dev + 2 * n, n, 0xc3);
     if (r2 == cudaSuccess)
         CHECK(cudaFreeHost(h2));
     CHECK(cudaFreeHost(h3));

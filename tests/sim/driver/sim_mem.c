@@ -723,6 +723,23 @@ CUresult sim_host_unregister(void *p)
     return r;
 }
 
+/* Is p in pinned (allocated or registered) host memory? CUDA_SUCCESS and its flags, or the
+ * driver's error for another memory (CUDA_ERROR_INVALID_VALUE) or no usable context. */
+static CUresult host_flags_of(const void *p, unsigned *flags)
+{
+    sim_lock();
+    struct sim_ctx *cur;
+    CUresult r = sim_current_ctx(&cur);
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup((uintptr_t)p, &pi);
+    if (r == CUDA_SUCCESS && pi.kind != SIM_PTR_HOST)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *flags = pi.host->flags;
+    sim_unlock();
+    return r;
+}
+
 /* Unified addressing: pinned (allocated or registered) host memory has the same address on
  * the device. */
 CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags)
@@ -732,14 +749,8 @@ CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags)
         return r;
     if (!d || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    sim_lock();
-    struct sim_ctx *cur;
-    r = sim_current_ctx(&cur);
-    struct sim_ptrinfo pi;
-    sim_ptr_lookup((uintptr_t)p, &pi);
-    if (r == CUDA_SUCCESS && pi.kind != SIM_PTR_HOST)
-        r = CUDA_ERROR_INVALID_VALUE;
-    sim_unlock();
+    unsigned made_with;
+    r = host_flags_of(p, &made_with);
     if (r == CUDA_SUCCESS)
         *d = (CUdeviceptr)(uintptr_t)p;
     return r;
@@ -754,17 +765,7 @@ CUresult sim_host_get_flags(unsigned *flags, void *p)
         return r;
     if (!flags)
         return CUDA_ERROR_INVALID_VALUE;
-    sim_lock();
-    struct sim_ctx *cur;
-    r = sim_current_ctx(&cur);
-    struct sim_ptrinfo pi;
-    sim_ptr_lookup((uintptr_t)p, &pi);
-    if (r == CUDA_SUCCESS && pi.kind != SIM_PTR_HOST)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        *flags = pi.host->flags;
-    sim_unlock();
-    return r;
+    return host_flags_of(p, flags);
 }
 
 /* ---- pointer attributes -------------------------------------------------------------- */
