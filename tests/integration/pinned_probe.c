@@ -47,9 +47,18 @@ static void queries(void)
     q_describe(qbuf, sizeof qbuf, "mh", m + 9999, &unused);
     CHECK(cudaFreeHost(m));
     q_describe(qbuf, sizeof qbuf, "mhfreed", m, &unused);
-    /* one id per allocation, the same for the whole life of one */
+    /* one id per allocation, the same for the whole life of one, device memory's included */
     int ids = id_big && id1 && id2 && id1 != id2 && id1 != id_big && id2 != id_big &&
               id2 == id2b && !id_freed && !id_gone;
+    for (int i = 0; i < 8; i++) {
+        void *d = NULL;
+        unsigned long long did = 0;
+        CHECK(cudaMalloc(&d, 4096));
+        ids &= q_drv.attr(&did, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)(uintptr_t)d) ==
+                   CUDA_SUCCESS &&
+               did != id_big && did != id1 && did != id2;
+        CHECK(cudaFree(d));
+    }
     size_t len = strlen(qbuf);
     snprintf(qbuf + len, sizeof qbuf - len, " ids=%d p2_bytes=%d", ids, p2_bytes);
 }
