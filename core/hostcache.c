@@ -10,6 +10,10 @@
 
 #define NFLAGS (TS_HOST_FLAGS_MASK + 1)
 
+/* Larger requests are not the cache's (the driver answers them): no host has a quarter of the
+ * address space to pin, and below it no sum of the floor rule can overflow. */
+#define HOST_MAX (SIZE_MAX / 4)
+
 /* The floor rule: a new region may take the pinned bytes up to the most the program has held at
  * once (in pages) plus this fraction of it; past that, idle regions are given back first. */
 #define FLOOR_SLACK_DIV 25 /* 1/25: 4% */
@@ -411,7 +415,7 @@ static size_t floor_bound(const struct ts_hostcache *c, size_t need)
     size_t peak = c->peak_pages;
     if (c->live_pages + need > peak)
         peak = c->live_pages + need;
-    return peak > SIZE_MAX / (FLOOR_SLACK_DIV + 1) ? SIZE_MAX : peak + peak / FLOOR_SLACK_DIV;
+    return peak + peak / FLOOR_SLACK_DIV;
 }
 
 /* The idle rule. A due region still waiting for a fence asks the device once, and if the fence
@@ -502,7 +506,7 @@ static host_region *grow(ts_allocator *a, struct ts_hostcache *c, size_t psize, 
 
 int ts_host_alloc(ts_allocator *a, size_t size, unsigned flags, uintptr_t *out)
 {
-    if (!a->be.host_alloc || !a->be.host_free || size == 0 || size > SIZE_MAX - TS_HOST_PAGE ||
+    if (!a->be.host_alloc || !a->be.host_free || size == 0 || size > HOST_MAX ||
         (flags & ~TS_HOST_FLAGS_MASK))
         return TS_EUNSUPPORTED;
     const size_t psize = (size + TS_HOST_PAGE - 1) / TS_HOST_PAGE * TS_HOST_PAGE;

@@ -42,7 +42,7 @@
 /* Serve size bytes (> 0) of pinned host memory with flags (TS_HOST_*, core/backend.h):
  * TS_OK and *out; TS_ENOMEM when the backend cannot pin that much even after the cache gave its
  * regions back; TS_EUNSUPPORTED when this allocator cannot serve it (no host_alloc in the
- * backend, a size that rounding would overflow, unknown flags): the caller asks the driver
+ * backend, more than a quarter of the address space, unknown flags): the caller asks the driver
  * itself. */
 int ts_host_alloc(ts_allocator *a, size_t size, unsigned flags, uintptr_t *out);
 

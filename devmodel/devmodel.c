@@ -36,7 +36,7 @@ struct ts_devmodel {
     bool manual_fences;
     uint64_t fence_next, fence_done;
     ts_devmodel_order order;
-    uint64_t fail_seg, fail_create, fail_map;
+    uint64_t fail_seg, fail_create, fail_map, fail_fence;
     ts_devmodel_addr_fn script;
     void *script_user;
     ts_driver_costs costs;
@@ -266,6 +266,8 @@ static int dm_fence_record(void *ctx, ts_fence *out)
     ts_devmodel *m = dm_enter(ctx);
     if (dm_capturing(m))
         return TS_EAGAIN;
+    if (dm_fail_now(&m->fail_fence))
+        return TS_ENOMEM; /* no fence to be had (the backend out of host memory) */
     *out = ++m->fence_next;
     if (!m->manual_fences)
         m->fence_done = m->fence_next;
@@ -645,6 +647,11 @@ void ts_devmodel_fail_vm_create_after(ts_devmodel *m, uint64_t n)
 void ts_devmodel_fail_vm_map_after(ts_devmodel *m, uint64_t n)
 {
     m->fail_map = n;
+}
+
+void ts_devmodel_fail_fence_record_after(ts_devmodel *m, uint64_t n)
+{
+    m->fail_fence = n;
 }
 
 void ts_devmodel_set_address_script(ts_devmodel *m, ts_devmodel_addr_fn fn, void *user)

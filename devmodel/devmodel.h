@@ -73,6 +73,7 @@ void ts_devmodel_complete_fences(ts_devmodel *m); /* the device catches up with 
 void ts_devmodel_fail_seg_alloc_after(ts_devmodel *m, uint64_t n);
 void ts_devmodel_fail_vm_create_after(ts_devmodel *m, uint64_t n);
 void ts_devmodel_fail_vm_map_after(ts_devmodel *m, uint64_t n);
+void ts_devmodel_fail_fence_record_after(ts_devmodel *m, uint64_t n);
 
 /* Scripted addresses (tessera-replay's PyTorch check): when set, seg_alloc asks fn for the
  * address to return for a segment of size bytes; fn returns 0 to fall back to the model. */

@@ -368,6 +368,9 @@ static void test_host_flags_are_classes(void **state)
     assert_int_equal(ts_host_alloc(f.a, 100, 0x100, &out), TS_EUNSUPPORTED);
     assert_int_equal(ts_host_alloc(f.a, 100, TS_HOST_FLAGS_MASK + 1, &out), TS_EUNSUPPORTED);
     assert_int_equal(ts_host_alloc(f.a, SIZE_MAX - PAGE + 1, 0, &out), TS_EUNSUPPORTED);
+    /* more than a quarter of the address space: the driver's; up to it: the cache tries */
+    assert_int_equal(ts_host_alloc(f.a, SIZE_MAX / 4 + 1, 0, &out), TS_EUNSUPPORTED);
+    assert_int_equal(ts_host_alloc(f.a, SIZE_MAX / 4, 0, &out), TS_ENOMEM);
     assert_int_equal(ts_host_alloc(f.a, 0, 0, &out), TS_EUNSUPPORTED);
     assert_int_equal(fx_stats(&f)->num_host_alloc_calls, 2 * N);
     fx_close(&f);
@@ -502,6 +505,27 @@ static void test_host_memory_short_free_first(void **state)
     assert_int_equal(fx_stats(&f)->num_host_free, 1);
     host_free(&f, b);
     host_free(&f, c);
+    fx_close(&f);
+}
+
+/* Outside a capture, a free that cannot get a fence (the backend out of host memory) waits for the
+ * device instead: the piece is free at once, and no fence is left behind. */
+static void test_host_free_without_a_fence_synchronises(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, true);
+    ts_devmodel_set_manual_fences(f.dev, true);
+    char *a = host_alloc(&f, 2 * MiB, 0);
+    ts_devmodel_fail_fence_record_after(f.dev, 1);
+    host_free(&f, a);
+    assert_int_equal(dev_counters(&f).synchronizes, 1);
+    assert_int_equal(fx_stats(&f)->num_fence_waits, 1);
+    assert_int_equal(fx_stats(&f)->host_active_requests.current, 0);
+    assert_ptr_equal(host_alloc(&f, 2 * MiB, 0), a); /* no fence to wait for */
+    assert_int_equal(fx_stats(&f)->num_host_alloc, 1);
+    host_free(&f, a);
+    ts_devmodel_complete_fences(f.dev);
     fx_close(&f);
 }
 
@@ -836,6 +860,7 @@ int main(void)
         cmocka_unit_test(test_host_serials),
         cmocka_unit_test(test_host_memory_short_releases_the_cache),
         cmocka_unit_test(test_host_memory_short_free_first),
+        cmocka_unit_test(test_host_free_without_a_fence_synchronises),
         cmocka_unit_test(test_host_free_during_capture),
         cmocka_unit_test(test_host_floor_rule),
         cmocka_unit_test(test_host_floor_rule_gathers_the_class),
