@@ -20,17 +20,20 @@ static ts_devmodel_counters dev_counters(fixture *f)
     return c;
 }
 
+/* Every call closes the stats window it opened: a reader never spins on a page left odd. */
 static void *host_alloc(fixture *f, size_t size, unsigned flags)
 {
     uintptr_t p = 0;
     assert_int_equal(ts_host_alloc(f->a, size, flags, &p), TS_OK);
     assert_true(p != 0);
+    assert_int_equal(f->page_seq & 1, 0);
     return (void *)p;
 }
 
 static void host_free(fixture *f, void *p)
 {
     assert_int_equal(ts_host_free(f->a, (uintptr_t)p), TS_OK);
+    assert_int_equal(f->page_seq & 1, 0);
 }
 
 /* The pinned region (the driver's buffer) starting at p: its size, 0 when p starts none. */
@@ -103,6 +106,22 @@ static void test_host_sizes_are_whole_pages_and_bytes_are_real(void **state)
 
 /* Many small requests cost one driver call: they share 2 MiB regions, a new one only when the
  * last is full. */
+static void test_host_one_page_left_is_split_off(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false);
+    char *big = host_alloc(&f, 3 * MiB, 0);
+    host_free(&f, big);
+    char *b = host_alloc(&f, 3 * MiB - PAGE, 0); /* one page left: a piece of its own */
+    assert_ptr_equal(b, big);
+    assert_int_equal(lookup(&f, b).size, 3 * MiB - PAGE);
+    assert_false(lookup(&f, big + 3 * MiB - PAGE).live);
+    assert_int_equal(lookup(&f, big + 3 * MiB - PAGE).base, (uintptr_t)(big + 3 * MiB - PAGE));
+    host_free(&f, b);
+    fx_close(&f);
+}
+
 static void test_host_small_requests_share_regions(void **state)
 {
     (void)state;
@@ -475,6 +494,7 @@ static void test_host_memory_short_releases_the_cache(void **state)
     /* Nothing left to give back: out of memory, nothing lost. */
     uintptr_t e = 0;
     assert_int_equal(ts_host_alloc(f.a, 2 * MiB, 0, &e), TS_ENOMEM);
+    assert_int_equal(f.page_seq & 1, 0); /* the stats window closed on the way out */
     assert_int_equal(fx_stats(&f)->host_active_requests.current, 3);
     host_free(&f, b);
     host_free(&f, c);
@@ -486,6 +506,31 @@ static void test_host_memory_short_releases_the_cache(void **state)
     assert_int_equal(st->host_allocations.current, 0);
     assert_int_equal(st->host_active_requests.current, 0);
     assert_int_equal(st->num_host_free, 4);
+    fx_close(&f);
+}
+
+/* Below the floor rule's bound, the backend may still be short: idle regions go back then, and
+ * the request is retried, with no fence waited for. */
+static void test_host_memory_short_gives_back_idle_regions(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, true);
+    char *a = host_alloc(&f, 4 * MiB, 0);
+    char *x = host_alloc(&f, 12 * MiB, 0); /* peak 16 MiB */
+    host_free(&f, x);
+    assert_int_equal(ts_host_empty_cache(f.a), 12 * MiB);
+    char *y = host_alloc(&f, 8 * MiB, TS_HOST_PORTABLE);
+    host_free(&f, y); /* 12 MiB pinned, within the bound (16.64 MiB) */
+    ts_devmodel_set_host_capacity(f.dev, 12 * MiB);
+    char *c = host_alloc(&f, 4 * MiB, 0); /* 16 MiB: within the bound, not within the capacity */
+    assert_int_equal(fx_stats(&f)->num_host_free, 2); /* x by empty_cache, y now */
+    assert_int_equal(fx_stats(&f)->host_allocated_bytes.current, 8 * (int64_t)MiB);
+    assert_int_equal(region_size(&f, c), 4 * MiB);
+    assert_int_equal(fx_stats(&f)->num_fence_waits, 0);
+    assert_int_equal(f.page_seq & 1, 0); /* the stats window closed */
+    host_free(&f, a);
+    host_free(&f, c);
     fx_close(&f);
 }
 
@@ -536,7 +581,9 @@ static void test_host_free_during_capture(void **state)
 {
     (void)state;
     fixture f;
-    open_idle(&f, 0, true);
+    open_idle(&f, 10, true);
+    test_now = 0;
+    ts_host_set_clock(f.a, test_clock, NULL);
     ts_devmodel_set_manual_fences(f.dev, true);
     char *a = host_alloc(&f, 3 * MiB, 0);
     ts_devmodel_set_order(f.dev, TS_DEVMODEL_CAPTURING);
@@ -546,10 +593,12 @@ static void test_host_free_during_capture(void **state)
     assert_ptr_not_equal(b, a);
     host_free(&f, b);
     assert_int_equal(ts_host_empty_cache(f.a), 0);
+    test_now = 20000000; /* both idle long enough: still nothing unpinned in the capture */
     uintptr_t dptr = 0;
     assert_int_equal(ts_malloc(f.a, 1 * MiB, 0, &dptr), TS_OK); /* a device op: the idle rule */
     assert_int_equal(fx_stats(&f)->num_host_free, 0);
     ts_devmodel_set_order(f.dev, TS_DEVMODEL_ONE_QUEUE);
+    test_now = 0; /* and no longer due */
     /* After the capture: the next operation fences both; they wait for their fences. */
     char *c = host_alloc(&f, 3 * MiB, 0);
     assert_true(c != a && c != b);
@@ -568,22 +617,59 @@ static void test_host_free_during_capture(void **state)
     fx_close(&f);
 }
 
+/* The idle rule reaches a piece freed during a capture, once the capture is over, with no pinned
+ * operation in between: a device operation fences it, and the region goes back when done. */
+static void test_host_idle_rule_after_a_capture(void **state)
+{
+    (void)state;
+    fixture f;
+    open_idle(&f, 10, true);
+    test_now = 0;
+    ts_host_set_clock(f.a, test_clock, NULL);
+    char *a = host_alloc(&f, 3 * MiB, 0);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_CAPTURING);
+    host_free(&f, a);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_ONE_QUEUE);
+    test_now = 10000000;
+    uintptr_t dptr = 0;
+    assert_int_equal(ts_malloc(f.a, 1 * MiB, 0, &dptr), TS_OK);
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, 1);
+    assert_int_equal(region_size(&f, a), 0);
+    assert_int_equal(fx_stats(&f)->num_host_free, 1);
+    assert_int_equal(ts_free(f.a, dptr), TS_OK);
+    /* a free fences what a capture left, before its own piece */
+    char *e = host_alloc(&f, 3 * MiB, 0);
+    char *g = host_alloc(&f, 3 * MiB, 0);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_CAPTURING);
+    host_free(&f, e);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_ONE_QUEUE);
+    int64_t before = fx_stats(&f)->num_fences_recorded;
+    host_free(&f, g);
+    assert_int_equal(fx_stats(&f)->num_fences_recorded, before + 2);
+    /* ts_host_empty_cache, too, fences what a capture left */
+    char *b = host_alloc(&f, 3 * MiB, 0);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_CAPTURING);
+    host_free(&f, b);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_ONE_QUEUE);
+    assert_int_equal(ts_host_empty_cache(f.a), 6 * MiB); /* b's region (e's or g's) and the other */
+    fx_close(&f);
+}
+
 /* The floor rule: a new region may take the pinned bytes to 1.04 times the most the program has
  * held at once (this request counted); past that, regions nothing uses go back first. */
-static void floor_case(size_t rest_pages, bool released)
+static void floor_case(size_t rest, bool released)
 {
     fixture f;
     fx_open(&f, 1 * GiB, NULL, false, true);
-    char *a = host_alloc(&f, 20 * MiB, 0);
-    char *b = host_alloc(&f, rest_pages * PAGE, TS_HOST_PORTABLE); /* large: more than 1 MiB */
+    char *a = host_alloc(&f, 42 * MiB, 0);
+    char *b = host_alloc(&f, rest, TS_HOST_PORTABLE); /* large: more than 1 MiB */
     host_free(&f, b);
-    /* peak 28 MiB with the new request; bound 28 MiB + 1174405: 286 pages of b fit below */
+    /* peak 50 MiB with the new request: bound 52 MiB, which 42 + 2 + 8 MiB reach exactly */
     char *c = host_alloc(&f, 8 * MiB, 0);
     const tessera_device_stats *st = fx_stats(&f);
     assert_int_equal(st->num_host_free, released ? 1 : 0);
-    assert_int_equal(region_size(&f, b), released ? 0 : rest_pages * PAGE);
-    assert_int_equal(st->host_allocated_bytes.current,
-                     (int64_t)(28 * MiB + (released ? 0 : rest_pages * PAGE)));
+    assert_int_equal(region_size(&f, b), released ? 0 : rest);
+    assert_int_equal(st->host_allocated_bytes.current, (int64_t)(50 * MiB + (released ? 0 : rest)));
     host_free(&f, a);
     host_free(&f, c);
     fx_close(&f);
@@ -592,34 +678,84 @@ static void floor_case(size_t rest_pages, bool released)
 static void test_host_floor_rule(void **state)
 {
     (void)state;
-    floor_case(286, false);
-    floor_case(287, true);
+    floor_case(2 * MiB, false);
+    floor_case(2 * MiB + PAGE, true);
+}
+
+/* After the class's idle regions, other idle regions go back only while the bound is still
+ * passed (here the gathered region alone reaches it exactly: the other one stays). */
+static void test_host_floor_rule_stops_at_the_bound(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, true);
+    char *x = host_alloc(&f, 42 * MiB, 0);
+    char *z = host_alloc(&f, 2 * MiB, TS_HOST_PORTABLE);
+    char *b = host_alloc(&f, 3 * MiB, 0);
+    host_free(&f, z);
+    host_free(&f, b);
+    /* 8 MiB: b (3 MiB) goes, and comes back as the 8 MiB region; 42 + 2 + 8 = 52 = the bound */
+    char *c = host_alloc(&f, 8 * MiB, 0);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_host_free, 1);
+    assert_int_equal(region_size(&f, b), 0);
+    assert_int_equal(region_size(&f, z), 2 * MiB);
+    assert_int_equal(region_size(&f, c), 8 * MiB);
+    host_free(&f, x);
+    host_free(&f, c);
+    fx_close(&f);
 }
 
 /* Past the bound, idle regions of the request's class come back as one region of their total:
- * the request takes its start, and a later request the rest, with no driver call. */
+ * the request takes its start, and a later request the rest, with no driver call. Others go
+ * back only while the bound is still passed (z, older, stays). */
 static void test_host_floor_rule_gathers_the_class(void **state)
 {
     (void)state;
     fixture f;
     fx_open(&f, 1 * GiB, NULL, false, true);
     char *x = host_alloc(&f, 10 * MiB, 0);
+    char *z = host_alloc(&f, 2 * MiB, TS_HOST_PORTABLE);
     char *b1 = host_alloc(&f, 3 * MiB + 512 * KiB, 0);
     char *b2 = host_alloc(&f, 3 * MiB + 512 * KiB, 0);
+    host_free(&f, z);
     host_free(&f, b1);
-    host_free(&f, b2); /* peak 17 MiB: bound 17.68 MiB */
+    host_free(&f, b2); /* peak 19 MiB: bound 19.76 MiB */
     char *c = host_alloc(&f, 5 * MiB, 0);
     const tessera_device_stats *st = fx_stats(&f);
     assert_int_equal(st->num_host_free, 2);
-    assert_int_equal(st->num_host_alloc, 4);
+    assert_int_equal(st->num_host_alloc, 5);
     assert_int_equal(region_size(&f, c), 7 * MiB);
-    assert_int_equal(st->host_allocated_bytes.current, 17 * (int64_t)MiB);
+    assert_int_equal(region_size(&f, z), 2 * MiB);
+    assert_int_equal(st->host_allocated_bytes.current, 19 * (int64_t)MiB);
     char *d = host_alloc(&f, 2 * MiB, 0);
     assert_ptr_equal(d, c + 5 * MiB);
-    assert_int_equal(fx_stats(&f)->num_host_alloc, 4);
+    assert_int_equal(fx_stats(&f)->num_host_alloc, 5);
     host_free(&f, x);
     host_free(&f, c);
     host_free(&f, d);
+    fx_close(&f);
+}
+
+/* The class's idle regions are gathered only until they add up to the request. */
+static void test_host_floor_rule_gathers_no_more_than_needed(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, true);
+    char *x = host_alloc(&f, 10 * MiB, 0);
+    char *b[3];
+    const size_t n[3] = {2 * MiB + 512 * KiB, 2 * MiB + 512 * KiB, 3 * MiB};
+    for (int i = 0; i < 3; i++)
+        b[i] = host_alloc(&f, n[i], 0);
+    for (int i = 0; i < 3; i++)
+        host_free(&f, b[i]); /* peak 18 MiB: bound 18.72 MiB */
+    char *c = host_alloc(&f, 5 * MiB, 0); /* b[0] and b[1] make 5 MiB: b[2] stays */
+    assert_int_equal(fx_stats(&f)->num_host_free, 2);
+    assert_int_equal(region_size(&f, c), 5 * MiB);
+    assert_int_equal(region_size(&f, b[2]), 3 * MiB);
+    host_free(&f, x);
+    host_free(&f, c);
     fx_close(&f);
 }
 
@@ -758,12 +894,16 @@ static void test_host_teardown(void **state)
     ts_devmodel_set_manual_fences(f.dev, true);
     void *c = host_alloc(&f, 3 * MiB, 0);
     void *e = host_alloc(&f, 3 * MiB, 0);
+    void *g = host_alloc(&f, 3 * MiB, 0);
     host_free(&f, c); /* pending: teardown waits for it */
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_CAPTURING);
+    host_free(&f, g); /* no fence yet: teardown records one and waits for it */
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_ONE_QUEUE);
     ts_allocator_destroy(f.a, true);
     ts_devmodel_counters dc = dev_counters(&f);
-    assert_int_equal(dc.host_frees, 1);
-    assert_int_equal(dc.host_allocs, 4);
-    assert_int_equal(dc.fence_waits, 1);
+    assert_int_equal(dc.host_frees, 2);
+    assert_int_equal(dc.host_allocs, 5);
+    assert_int_equal(dc.fence_waits, 2);
     (void)e;
     ts_devmodel_destroy(f.dev);
 }
@@ -846,6 +986,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_sizes_are_whole_pages_and_bytes_are_real),
+        cmocka_unit_test(test_host_one_page_left_is_split_off),
         cmocka_unit_test(test_host_small_requests_share_regions),
         cmocka_unit_test(test_host_request_just_over_a_power_of_two),
         cmocka_unit_test(test_host_split_and_merge),
@@ -859,11 +1000,15 @@ int main(void)
         cmocka_unit_test(test_host_invalid_frees_are_refused),
         cmocka_unit_test(test_host_serials),
         cmocka_unit_test(test_host_memory_short_releases_the_cache),
+        cmocka_unit_test(test_host_memory_short_gives_back_idle_regions),
         cmocka_unit_test(test_host_memory_short_free_first),
         cmocka_unit_test(test_host_free_without_a_fence_synchronises),
         cmocka_unit_test(test_host_free_during_capture),
+        cmocka_unit_test(test_host_idle_rule_after_a_capture),
         cmocka_unit_test(test_host_floor_rule),
+        cmocka_unit_test(test_host_floor_rule_stops_at_the_bound),
         cmocka_unit_test(test_host_floor_rule_gathers_the_class),
+        cmocka_unit_test(test_host_floor_rule_gathers_no_more_than_needed),
         cmocka_unit_test(test_host_floor_rule_keeps_what_is_used),
         cmocka_unit_test(test_host_idle_rule),
         cmocka_unit_test(test_host_idle_rule_waits_for_fences),
