@@ -664,7 +664,7 @@ static void floor_case(size_t rest, bool released)
     fixture f;
     fx_open(&f, 1 * GiB, NULL, false, true);
     char *a = host_alloc(&f, 42 * MiB, 0);
-    char *b = host_alloc(&f, rest, TS_HOST_PORTABLE); /* large: more than 1 MiB */
+    char *b = host_alloc(&f, rest, 0); /* large (more than 1 MiB), of the request's class */
     host_free(&f, b);
     /* peak 50 MiB with the new request: bound 52 MiB, which 42 + 2 + 8 MiB reach exactly */
     char *c = host_alloc(&f, 8 * MiB, 0);
