@@ -117,7 +117,8 @@ static inline void q_describe(char *out, size_t cap, const char *label, const vo
     q_put(out, cap, label, "id", "%s/%d", q_err(r), bid != 0);
     *id = r == CUDA_SUCCESS ? bid : 0;
 
-    /* cuPointerGetAttributes answers for unallocated memory too, with its null values */
+    /* cuPointerGetAttributes answers for unallocated memory too, with its null values; it is
+     * asked for all but the last attribute of the list, whose slot must stay as it was */
     CUpointer_attribute as[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                 CU_POINTER_ATTRIBUTE_HOST_POINTER, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
@@ -129,11 +130,11 @@ static inline void q_describe(char *out, size_t cap, const char *label, const vo
     unsigned char mapped = 7;
     unsigned long long mid = 7;
     void *data[] = {&mtype, &ordinal, &host, &mstart, &msz, &mmap, &mapped, &mid};
-    r = q_drv.attrs(sizeof as / sizeof as[0], as, data, d);
+    r = q_drv.attrs(sizeof as / sizeof as[0] - 1, as, data, d);
     q_off(o1, sizeof o1, u, (uintptr_t)host);
     q_off(o2, sizeof o2, u, (uintptr_t)mstart);
     q_put(out, cap, label, "multi", "%s/%u/%d/%s/%s/%zu/%zu/%u/%d", q_err(r), mtype, ordinal, o1,
-          o2, msz, mmap, (unsigned)mapped, mid != 0);
+          o2, msz, mmap, (unsigned)mapped, mid == 7);
 
     CUdeviceptr dp = 0;
     r = q_drv.range(&dp, &rsize, d);

@@ -212,6 +212,7 @@ static void test_host_split_and_merge(void **state)
     host_free(&f, e);
     host_free(&f, d);
     assert_int_equal(ts_host_empty_cache(f.a), big + 8 * MiB);
+    assert_int_equal(f.page_seq & 1, 0); /* the stats window closed */
     assert_int_equal(dev_counters(&f).host_bytes_in_use, 0);
     fx_close(&f);
 }
