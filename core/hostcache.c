@@ -420,10 +420,9 @@ static size_t floor_bound(const struct ts_hostcache *c, size_t need)
 
 /* The idle rule. A due region still waiting for a fence asks the device once, and if the fence
  * is still pending waits another period (no query at every operation). */
-static void idle_release(ts_allocator *a, struct ts_hostcache *c)
+static void idle_release(ts_allocator *a, struct ts_hostcache *c, int64_t now)
 {
     const int64_t period = (int64_t)a->cfg.pinned_idle_s * 1000000;
-    const int64_t now = cache_now(c);
     if (now - c->idle_head->idle_since < period || backend_capturing(a))
         return;
     bool drained = false;
@@ -449,7 +448,7 @@ void ts_hostcache_tick(ts_allocator *a)
 {
     struct ts_hostcache *c = a->host;
     if (c && c->idle_head)
-        idle_release(a, c);
+        idle_release(a, c, cache_now(c));
 }
 
 /* --- the entry points -------------------------------------------------------------------------- */
@@ -583,11 +582,13 @@ int ts_host_free(ts_allocator *a, uintptr_t ptr)
         counter_add(a, &a->st->num_host_free_calls, 1);
         host_region *r = p->region;
         c->live_pages -= p->size;
+        const int64_t now = cache_now(c); /* one clock read for the free and the idle rule */
         if (--r->nlive == 0)
-            idle_push(c, r, cache_now(c));
+            idle_push(c, r, now);
         fences_deferred(a, c);
         piece_fence(a, c, p);
-        ts_hostcache_tick(a);
+        if (c->idle_head)
+            idle_release(a, c, now);
     }
     st_close(a);
     pthread_mutex_unlock(&a->lock);
