@@ -13,12 +13,18 @@ charges. Configurations alternate within each repetition; medians are shown.
 Memory: tests/programs/offload (weights of mixed sizes kept, activations of a cycle of sizes per
 step) under the same configurations: the driver's own peak of pinned bytes (the simulator's
 counter) against the most bytes the program held at once, and the pair's ns in its last cycle.
+Core: tests/bench/host_pair.c, the core's own work for one ts_host_alloc + ts_host_free over the
+device model (no driver, no simulator): ns per pair, best of 7 rounds, median of the repetitions,
+built against BUILD's core and, with --baseline, against the other tree's core libraries
+(core/libts_core.a, devmodel/libts_devmodel.a, config/libts_config.a, with this tree's headers).
 Usage: pinned.py BUILD_DIR OUT_PREFIX [--quick] [--baseline OTHER_BUILD_DIR]
 """
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import simrun  # noqa: E402
@@ -94,6 +100,39 @@ for name, conf, shim in CONFIGS:
     md.append(f"| {name} | {int(worst['peak_requested']) / 2**20:.1f} MiB | "
               f"{int(worst['driver_peak']) / 2**20:.1f} MiB | {float(worst['ratio']):.3f}x | "
               f"{pair / 1000:.1f} us |")
+
+# the core alone: the same source against both trees' core libraries
+src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+cores = [("tessera", os.path.join(build, "tests", "bench", "host-pair"))]
+tmp = tempfile.mkdtemp(prefix="tessera-host-pair-")
+if baseline:
+    b = os.path.abspath(baseline)
+    libs = [os.path.join(b, d, f) for d, f in (("core", "libts_core.a"), ("devmodel", "libts_devmodel.a"),
+                                                ("config", "libts_config.a"), ("core", "libts_core.a"))]
+    exe = os.path.join(tmp, "host-pair-baseline")
+    cc = subprocess.run(["cc", "-O2", "-D_GNU_SOURCE", "-I", src, "-I", os.path.join(src, "include"), "-I", b,
+                         "-o", exe, os.path.join(src, "tests", "bench", "host_pair.c")] + libs +
+                        ["-lpthread", "-lm"], capture_output=True, text=True)
+    if cc.returncode != 0:
+        sys.exit(f"pinned.py: cannot build host_pair.c against {baseline}:\n{cc.stderr[-2000:]}")
+    cores.append(("baseline tree", exe))
+md += ["", "The core alone (tests/bench/host_pair.c over the device model): ns per ts_host_alloc + "
+       "ts_host_free pair, best of 7 rounds of 200000, median of the repetitions", "",
+       "| size | " + " | ".join(n for n, _ in cores) + (" | tessera / baseline |" if baseline else " |"),
+       "|---|" + "---|" * len(cores) + ("---|" if baseline else "")]
+report["core"] = {}
+for size in (64 << 10, 4 << 20):
+    samples = {n: [] for n, _ in cores}
+    for _ in range(reps):
+        for name, exe in cores:
+            r = subprocess.run([exe, str(size), "200000"], capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"pinned.py: {exe} failed")
+            samples[name].append(float(r.stdout))
+    med = {n: statistics.median(v) for n, v in samples.items()}
+    report["core"][str(size)] = med
+    md.append(f"| {size >> 10} KiB | " + " | ".join(f"{med[n]:.0f} ns" for n, _ in cores) +
+              (f" | {med['tessera'] / med['baseline tree']:.2f}x |" if baseline else " |"))
 
 with open(out + ".json", "w") as f:
     json.dump(report, f, indent=1)
