@@ -69,6 +69,14 @@ static int64_t test_clock(void *user)
     return test_now;
 }
 
+/* pinned_idle_s:10 with fences, on the test's clock, which starts at start (microseconds). */
+static void open_clocked(fixture *f, int64_t start)
+{
+    open_idle(f, 10, true);
+    test_now = start;
+    ts_host_set_clock(f->a, test_clock, NULL);
+}
+
 /* Every byte of a request is the program's: requests are rounded up to whole pages, never down
  * (a 2^k + 1 byte request gets k + 1 bits' worth, not 2^k), and two of them never overlap. Small
  * requests share a region of 2 MiB; a large one gets a region of its own size. */
@@ -584,9 +592,7 @@ static void test_host_free_during_capture(void **state)
 {
     (void)state;
     fixture f;
-    open_idle(&f, 10, true);
-    test_now = 0;
-    ts_host_set_clock(f.a, test_clock, NULL);
+    open_clocked(&f, 0);
     ts_devmodel_set_manual_fences(f.dev, true);
     char *a = host_alloc(&f, 3 * MiB, 0);
     ts_devmodel_set_order(f.dev, TS_DEVMODEL_CAPTURING);
@@ -626,9 +632,7 @@ static void test_host_idle_rule_after_a_capture(void **state)
 {
     (void)state;
     fixture f;
-    open_idle(&f, 10, true);
-    test_now = 0;
-    ts_host_set_clock(f.a, test_clock, NULL);
+    open_clocked(&f, 0);
     char *a = host_alloc(&f, 3 * MiB, 0);
     ts_devmodel_set_order(f.dev, TS_DEVMODEL_CAPTURING);
     host_free(&f, a);
@@ -786,9 +790,7 @@ static void test_host_idle_rule(void **state)
 {
     (void)state;
     fixture f;
-    open_idle(&f, 10, true);
-    test_now = 1000;
-    ts_host_set_clock(f.a, test_clock, NULL);
+    open_clocked(&f, 1000);
     char *a = host_alloc(&f, 2 * MiB, 0);
     char *b = host_alloc(&f, 2 * MiB, 0);
     host_free(&f, a); /* idle from 1000 */
@@ -833,9 +835,7 @@ static void test_host_idle_rule_waits_for_fences(void **state)
 {
     (void)state;
     fixture f;
-    open_idle(&f, 10, true);
-    test_now = 0;
-    ts_host_set_clock(f.a, test_clock, NULL);
+    open_clocked(&f, 0);
     ts_devmodel_set_manual_fences(f.dev, true);
     char *a = host_alloc(&f, 2 * MiB, 0);
     host_free(&f, a);
