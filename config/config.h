@@ -89,6 +89,7 @@ typedef struct ts_config {
     char snapshot_on_oom[TS_CONFIG_PATH_MAX]; /* path template of the snapshot written at an
                                                * out of memory (%p pid, %n count); "": none */
     bool pinned_cache;          /* serve pinned host memory from a cache (core/hostcache.c) */
+    uint32_t pinned_idle_s;     /* a cached pinned region nothing used for this long goes back */
 
     /* Keys PyTorch accepts that do not apply to tessera: remembered only to be reported. */
     uint32_t not_applicable_mask; /* bit i: not_applicable key i was given (see keys.c) */

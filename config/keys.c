@@ -232,9 +232,17 @@ const key_desc cfg_keys[KEY_COUNT] = {
         .name = "pinned_cache", .kind = KIND_BOOL, .flags = F_TESSERA,
         .offset = FIELD(pinned_cache), .def.b = true,
         .help = "Cache pinned host memory (cudaHostAlloc, cudaMallocHost, cuMemHostAlloc, "
-                "cuMemAllocHost) like PyTorch's pinned memory allocator: a freed buffer is "
-                "reused once the device work queued before its free is done. False: every "
-                "call goes to the driver.",
+                "cuMemAllocHost): buffers pinned at the size asked in whole pages (not powers "
+                "of two), split and merged as the device pools split and merge blocks; a freed "
+                "piece is reused once the device work queued before its free is done. False: "
+                "every call goes to the driver.",
+    },
+    [KEY_PINNED_IDLE_S] = {
+        .name = "pinned_idle_s", .kind = KIND_U32, .flags = F_TESSERA,
+        .offset = FIELD(pinned_idle_s), .min = 0, .max = 86400, .def.u = 10,
+        .help = "Give a cached pinned buffer back to the driver once none of it has been used "
+                "for this many seconds (checked at the process's next CUDA allocation or free: "
+                "no thread of its own). 0: as soon as it is free and its device work is done.",
     },
     [KEY_RELEASE_LOCK_ON_CUDAMALLOC] = {
         .name = "release_lock_on_cudamalloc", .kind = KIND_NA_BOOL, .pytorch_default = "False",

@@ -51,6 +51,7 @@ bool ts_config_equal(const ts_config *a, const ts_config *b)
            a->verbose == b->verbose && a->history_events == b->history_events &&
            a->history_frames == b->history_frames &&
            strncmp(a->snapshot_on_oom, b->snapshot_on_oom, TS_CONFIG_PATH_MAX) == 0 &&
+           a->pinned_cache == b->pinned_cache && a->pinned_idle_s == b->pinned_idle_s &&
            a->not_applicable_mask == b->not_applicable_mask &&
            x->bools == y->bools &&
            x->pinned_num_register_threads == y->pinned_num_register_threads &&

@@ -47,6 +47,10 @@ void allocator_unlock(ts_allocator *a)
         abort();
     }
 #endif
+    /* Pinned regions idle for pinned_idle_s go back at the next operation of any kind: a
+     * pointer test while the program has no pinned memory. */
+    if (__builtin_expect(a->host != NULL, 0))
+        ts_hostcache_tick(a);
     allocator_observe(a);
     st_close(a);
     pthread_mutex_unlock(&a->lock);

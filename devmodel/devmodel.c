@@ -36,7 +36,7 @@ struct ts_devmodel {
     bool manual_fences;
     uint64_t fence_next, fence_done;
     ts_devmodel_order order;
-    uint64_t fail_seg, fail_create, fail_map;
+    uint64_t fail_seg, fail_create, fail_map, fail_fence;
     ts_devmodel_addr_fn script;
     void *script_user;
     ts_driver_costs costs;
@@ -249,9 +249,25 @@ static int dm_synchronize(void *ctx)
     return TS_OK;
 }
 
+/* A capture is underway (TS_DEVMODEL_CAPTURING): as on a GPU, no fence can be recorded, queried or
+ * waited for, and nothing may be unpinned. */
+static bool dm_capturing(const ts_devmodel *m)
+{
+    return m->order == TS_DEVMODEL_CAPTURING;
+}
+
+static int dm_capture_active(void *ctx)
+{
+    return dm_capturing(dm_enter(ctx));
+}
+
 static int dm_fence_record(void *ctx, ts_fence *out)
 {
     ts_devmodel *m = dm_enter(ctx);
+    if (dm_capturing(m))
+        return TS_EAGAIN;
+    if (dm_fail_now(&m->fail_fence))
+        return TS_ENOMEM; /* no fence to be had (the backend out of host memory) */
     *out = ++m->fence_next;
     if (!m->manual_fences)
         m->fence_done = m->fence_next;
@@ -263,12 +279,17 @@ static int dm_fence_record(void *ctx, ts_fence *out)
 static int dm_fence_query(void *ctx, ts_fence f)
 {
     ts_devmodel *m = dm_enter(ctx);
+    if (dm_capturing(m))
+        return TS_EAGAIN;
+    m->c.fence_queries++;
     return f <= m->fence_done ? TS_OK : TS_EAGAIN;
 }
 
 static int dm_fence_wait(void *ctx, ts_fence f)
 {
     ts_devmodel *m = dm_enter(ctx);
+    if (dm_capturing(m))
+        return dm_refuse(m);
     m->c.fence_waits++;
     if (f > m->fence_done)
         m->fence_done = f;
@@ -277,8 +298,9 @@ static int dm_fence_wait(void *ctx, ts_fence f)
 
 static void dm_fence_release(void *ctx, ts_fence f)
 {
-    (void)dm_enter(ctx);
+    ts_devmodel *m = dm_enter(ctx);
     (void)f;
+    m->c.fences_released++;
 }
 
 static int dm_reuse_order(void *ctx, int *issued)
@@ -518,6 +540,8 @@ static int dm_host_alloc(void *ctx, size_t size, unsigned flags, uintptr_t *out)
 static int dm_host_free(void *ctx, uintptr_t ptr)
 {
     ts_devmodel *m = dm_enter(ctx);
+    if (dm_capturing(m))
+        return dm_refuse(m); /* cuMemFreeHost is not allowed in a capture */
     for (size_t i = 0; i < m->nhost; i++) {
         if (m->host[i].addr != ptr)
             continue;
@@ -584,6 +608,7 @@ ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences)
     b.seg_free = dm_seg_free;
     b.mem_info = dm_mem_info;
     b.synchronize = dm_synchronize;
+    b.capture_active = dm_capture_active;
     b.host_alloc = dm_host_alloc;
     b.host_free = dm_host_free;
     if (with_fences) {
@@ -657,6 +682,11 @@ void ts_devmodel_fail_vm_create_after(ts_devmodel *m, uint64_t n)
 void ts_devmodel_fail_vm_map_after(ts_devmodel *m, uint64_t n)
 {
     m->fail_map = n;
+}
+
+void ts_devmodel_fail_fence_record_after(ts_devmodel *m, uint64_t n)
+{
+    m->fail_fence = n;
 }
 
 void ts_devmodel_set_address_script(ts_devmodel *m, ts_devmodel_addr_fn fn, void *user)

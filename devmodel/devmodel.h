@@ -23,7 +23,7 @@ typedef struct ts_devmodel ts_devmodel;
 typedef struct ts_devmodel_counters {
     uint64_t seg_allocs, seg_frees, seg_alloc_failures;
     uint64_t vm_reserves, vm_releases, vm_creates, vm_destroys, vm_maps, vm_unmaps;
-    uint64_t fences_recorded, fence_waits, synchronizes;
+    uint64_t fences_recorded, fences_released, fence_queries, fence_waits, synchronizes;
     uint64_t order_points; /* stream-order points that asked the device for something */
     uint64_t invalid_calls; /* calls refused as invalid (a bad range or handle): must be 0 */
     uint64_t calls_in_stats_window; /* calls made with the watched sequence lock odd (must be 0) */
@@ -56,7 +56,8 @@ size_t ts_devmodel_peak_bytes(const ts_devmodel *m);
 typedef enum ts_devmodel_order {
     TS_DEVMODEL_ONE_QUEUE = 0, /* all work in one queue: nothing to do (the default) */
     TS_DEVMODEL_STREAMS = 1,   /* several streams: each order point asks the device */
-    TS_DEVMODEL_CAPTURING = 2  /* a capture is underway: order points are refused */
+    TS_DEVMODEL_CAPTURING = 2  /* a capture is underway: order points and fences are refused, and
+                                * unpinning host memory is an invalid call */
 } ts_devmodel_order;
 void ts_devmodel_set_order(ts_devmodel *m, ts_devmodel_order mode);
 
@@ -72,6 +73,7 @@ void ts_devmodel_complete_fences(ts_devmodel *m); /* the device catches up with 
 void ts_devmodel_fail_seg_alloc_after(ts_devmodel *m, uint64_t n);
 void ts_devmodel_fail_vm_create_after(ts_devmodel *m, uint64_t n);
 void ts_devmodel_fail_vm_map_after(ts_devmodel *m, uint64_t n);
+void ts_devmodel_fail_fence_record_after(ts_devmodel *m, uint64_t n);
 
 /* Scripted addresses (tessera-replay's PyTorch check): when set, seg_alloc asks fn for the
  * address to return for a segment of size bytes; fn returns 0 to fall back to the model. */

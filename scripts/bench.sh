@@ -22,7 +22,8 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      overlap without per-round synchronisation (device time from event timestamps)
   6. pinned host memory through LD_PRELOAD (tests/bench/pinned.py): the cudaHostAlloc,
      cudaMallocHost and cuMemHostAlloc + free pair of tests/programs/staging without tessera,
-     with its pinned cache and with pinned_cache:False
+     with its pinned cache (and another tree's, --baseline) and with pinned_cache:False; and
+     the pinned bytes of tests/programs/offload against the bytes it asks for
   7. the cudaMallocAsync + cudaFreeAsync pair through LD_PRELOAD (tests/bench/async_pair.py):
      without tessera, with its defaults and with expandable_segments:True
   8. the default at the floor: tessera's default beside PyTorch's policy, expandable segments
@@ -45,6 +46,9 @@ Options:
   --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h200, the
                     default; a100, the published figures) or with FILE (tessera-costs writes it
                     on a GPU)
+  --baseline DIR    another tree's build directory (e.g. the tree before a change, built with
+                    --buildtype=release): the pinned part runs its libtessera.so beside this
+                    tree's, in one run
   -h, --help
 USAGE
 }
@@ -56,6 +60,7 @@ skip_build=0
 only="core,replay,steady,shim,stream,pinned,async,floor,python"
 traces_extra=()
 costs=()
+baseline=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) bd=$(realpath -m "$2"); shift 2 ;;
@@ -73,6 +78,8 @@ while [ $# -gt 0 ]; do
             costs=(--driver-costs "$(realpath "$2")") ;;
         esac
         shift 2 ;;
+    --baseline) [ -e "${2:-}/shim/libtessera.so" ] || { echo "bench.sh: --baseline: '${2:-}' has no shim/libtessera.so" >&2; exit 2; }
+        baseline=(--baseline "$(realpath "$2")"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -282,6 +289,7 @@ preload_part() {
         echo "bench.sh: $what on the simulated device ..." >&2
         local args=()
         [ "$quick" -eq 1 ] && args+=(--quick)
+        [ "$part" = pinned ] && args+=("${baseline[@]}")
         note_cmd "$part" "python3 tests/bench/$script $B $B/bench-raw/$part ${args[*]}"
         python3 "tests/bench/$script" "$bd" "$raw/$part" "${args[@]}" >/dev/null
     else

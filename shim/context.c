@@ -511,6 +511,20 @@ int ts_ctx_host_free(uintptr_t ptr)
     return TS_ENOTFOUND;
 }
 
+int ts_ctx_host_owner(uintptr_t ptr, int *index, ts_host_info *info)
+{
+    int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        ctx_entry *e = &table[i];
+        if (__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) && e->a &&
+            ts_host_lookup(e->a, ptr, info) == TS_OK) {
+            *index = i;
+            return TS_OK;
+        }
+    }
+    return TS_ENOTFOUND;
+}
+
 int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk)
 {
     int n = __atomic_load_n(&table_used, __ATOMIC_ACQUIRE);

@@ -171,24 +171,13 @@ CUresult ts_driver_free(CUdeviceptr dptr)
 
 /* --- stream-ordered allocation and memory left to the driver ----------------------------------- */
 
-/* Each device's default pool, learnt from the driver on first use (NULL: not yet), and whether the
- * program made another pool its current one (cuDeviceSetMemPool): cuMemAllocAsync then draws from
- * that pool, which is the driver's to serve. pool_shared: the program gave other devices access
- * to the default pool (cuMemPoolSetAccess) while tessera's blocks are plain segments, which no
- * other device can reach without peer access: its stream-ordered requests go to the driver. */
-static CUmemoryPool default_pool[64];
+/* Whether the program made another pool than the device's default (default_pool.c) its current
+ * one (cuDeviceSetMemPool): cuMemAllocAsync then draws from that pool, which is the driver's to
+ * serve. pool_shared: the program gave other devices access to the default pool
+ * (cuMemPoolSetAccess) while tessera's blocks are plain segments, which no other device can reach
+ * without peer access: its stream-ordered requests go to the driver. */
 static bool pool_replaced[64];
 static bool pool_shared[64];
-
-CUmemoryPool ts_pool_default(int dev)
-{
-    if (dev < 0 || dev >= 64 || !ts_real.cuDeviceGetDefaultMemPool)
-        return NULL;
-    CUmemoryPool p = __atomic_load_n(&default_pool[dev], __ATOMIC_ACQUIRE);
-    if (!p && ts_real.cuDeviceGetDefaultMemPool(&p, (CUdevice)dev) == CUDA_SUCCESS)
-        __atomic_store_n(&default_pool[dev], p, __ATOMIC_RELEASE);
-    return p;
-}
 
 /* The stream a stream-ordered call names, as the core's stream tag: the legacy stream and the
  * per-thread one get their own tags (never 0, which is cudaMalloc's). A per-thread default stream
@@ -581,6 +570,26 @@ static CUresult hook_cuMemFreeHost(void *p)
     if (rc == TS_EINVAL)
         return CUDA_ERROR_INVALID_VALUE;
     return ts_real.cuMemFreeHost(p);
+}
+
+/* A pointer into pinned memory tessera holds but has not handed out gets the driver's answer for
+ * memory it does not know: the program freed it (pointer.c); the others, the driver's own. */
+static CUresult hook_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    if (!HOOK_READY() || !ts_real.cuMemHostGetDevicePointer_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hook_pass(ts_tls_get()) && ts_pointer_host_unallocated(p))
+        return CUDA_ERROR_INVALID_VALUE;
+    return ts_real.cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
+}
+
+static CUresult hook_cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    if (!HOOK_READY() || !ts_real.cuMemHostGetFlags)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hook_pass(ts_tls_get()) && ts_pointer_host_unallocated(p))
+        return CUDA_ERROR_INVALID_VALUE;
+    return ts_real.cuMemHostGetFlags(pFlags, p);
 }
 
 static CUresult hook_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)

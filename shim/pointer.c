@@ -1,4 +1,4 @@
-/* Pointer queries about memory tessera hands out, answered for the block.
+/* Pointer queries about memory tessera hands out, answered for the block or the pinned piece.
  *
  * To the driver, a tessera block is a piece of a bigger allocation: a 20 MiB segment holding other
  * blocks, or a range mapped with the virtual-memory API. A library that asks the driver for a
@@ -13,37 +13,78 @@
  *   MEMPOOL_HANDLE: the device's default pool for a stream-ordered block (cudaMallocAsync),
  *     none for the others;
  *   everything else: the driver's own answer for the pointer.
- * Memory tessera holds but has not handed out (cached, free) answers as unallocated memory does. */
+ * Pinned host memory is the same story: a piece of a region the driver pinned (core/hostcache.c).
+ * For a pointer in a live piece, within the bytes the program asked for, tessera answers what the
+ * driver answers for a cudaHostAlloc of that size: the range, the mapping (start and asked size,
+ * as the driver gives them for pinned memory), and BUFFER_ID and MEMORY_BLOCK_ID are the piece's;
+ * everything else (memory type, context, device and host pointers, flags) is the driver's answer
+ * for the region, pinned with the piece's flags.
+ * Memory tessera holds but has not handed out (cached, free, freed and waiting for its fence)
+ * answers as unallocated memory does: device memory as the driver's unallocated device
+ * addresses, host memory as memory CUDA does not know. */
 #include <string.h>
 
+#include "core/hostcache.h"
 #include "shim/shim.h"
 
 /* Buffer ids of tessera's blocks: bit 62 set, so they never meet the driver's own small
- * counters; the allocator's table index above each allocator's allocation number. */
+ * counters; the allocator's table index above each allocator's allocation number. Pinned pieces
+ * have bit 61 set too: their numbers are the host cache's own. */
 #define BUFFER_ID_BASE (1ull << 62)
+#define BUFFER_ID_HOST (1ull << 61)
 #define BUFFER_ID_INDEX_SHIFT 48
 
+typedef enum view_kind {
+    VIEW_NONE,      /* not tessera's memory: the driver answers */
+    VIEW_BLOCK,     /* a live block */
+    VIEW_PIECE,     /* a live pinned piece */
+    VIEW_UNDEVICE,  /* device memory tessera holds, not handed out */
+    VIEW_UNHOST,    /* host memory tessera holds, not handed out */
+} view_kind;
+
 typedef struct ptr_view {
-    bool live;
-    ts_block_info blk;
+    view_kind kind;
+    uintptr_t base;   /* VIEW_BLOCK, VIEW_PIECE */
+    size_t requested; /* the size the program asked for */
+    size_t size;      /* VIEW_BLOCK: the block's */
+    uintptr_t stream; /* VIEW_BLOCK: the stream of a stream-ordered block */
     CUcontext ctx;
     int device;
     uint64_t buffer_id;
 } ptr_view;
 
-/* false: not tessera's memory. */
-static bool ptr_view_get(CUdeviceptr ptr, ptr_view *v)
+static uint64_t buffer_id(int index, uint64_t serial)
 {
+    return BUFFER_ID_BASE | ((uint64_t)index << BUFFER_ID_INDEX_SHIFT) | serial;
+}
+
+/* What tessera knows about ptr. */
+static view_kind ptr_view_get(CUdeviceptr ptr, ptr_view *v)
+{
+    memset(v, 0, sizeof *v);
     if (!ts_shim_active() || !ts_driver_ready())
-        return false;
+        return VIEW_NONE;
     ts_allocator *a = NULL;
     int index = 0;
-    if (ts_ctx_owner((uintptr_t)ptr, &a, &v->ctx, &index, &v->blk) != TS_OK)
-        return false;
-    v->live = v->blk.state == TS_BLOCK_ALLOCATED;
-    v->device = ts_allocator_device(a);
-    v->buffer_id = BUFFER_ID_BASE | ((uint64_t)index << BUFFER_ID_INDEX_SHIFT) | v->blk.serial;
-    return true;
+    ts_block_info blk;
+    ts_host_info host;
+    if (ts_ctx_owner((uintptr_t)ptr, &a, &v->ctx, &index, &blk) == TS_OK) {
+        v->kind = blk.state == TS_BLOCK_ALLOCATED ? VIEW_BLOCK : VIEW_UNDEVICE;
+        v->base = blk.addr;
+        v->requested = blk.requested;
+        v->size = blk.size;
+        v->stream = blk.stream;
+        v->device = ts_allocator_device(a);
+        v->buffer_id = buffer_id(index, blk.serial);
+    } else if (ts_ctx_host_owner((uintptr_t)ptr, &index, &host) == TS_OK) {
+        /* The bytes past the request (the last page's rest) are not the program's either. */
+        bool live = host.live && (uintptr_t)ptr - host.base < host.requested;
+        v->kind = live ? VIEW_PIECE : VIEW_UNHOST;
+        v->base = host.base;
+        v->requested = host.requested;
+        v->buffer_id = buffer_id(index, host.serial) | BUFFER_ID_HOST;
+    }
+    return v->kind;
 }
 
 static void put_bool(void *data, bool b)
@@ -53,7 +94,7 @@ static void put_bool(void *data, bool b)
 }
 
 /* Write attr for a live block; false when the driver's own answer stands. */
-static bool attr_put(void *data, CUpointer_attribute attr, const ptr_view *v)
+static bool attr_put_block(void *data, CUpointer_attribute attr, const ptr_view *v)
 {
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
@@ -74,13 +115,13 @@ static bool attr_put(void *data, CUpointer_attribute attr, const ptr_view *v)
         return true;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-        *(void **)data = (void *)v->blk.addr;
+        *(void **)data = (void *)v->base;
         return true;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = v->blk.requested;
+        *(size_t *)data = v->requested;
         return true;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-        *(size_t *)data = v->blk.size;
+        *(size_t *)data = v->size;
         return true;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
         *(unsigned long long *)data = 0;
@@ -88,19 +129,48 @@ static bool attr_put(void *data, CUpointer_attribute attr, const ptr_view *v)
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
         /* a stream-ordered block comes from the device's default pool, as far as the program
          * knows; cudaMalloc memory from none */
-        *(CUmemoryPool *)data = v->blk.stream ? ts_pool_default(v->device) : NULL;
+        *(CUmemoryPool *)data = v->stream ? ts_pool_default(v->device) : NULL;
         return true;
     default:
         return false;
     }
 }
 
-/* cuPointerGetAttributes' "default NULL values" for memory that is not allocated. */
-static void attr_put_none(void *data, CUpointer_attribute attr)
+/* Write attr for a live pinned piece; false when the driver's answer for its region stands. */
+static bool attr_put_piece(void *data, CUpointer_attribute attr, const ptr_view *v)
 {
     switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = v->buffer_id;
+        return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(void **)data = (void *)v->base;
+        return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *(size_t *)data = v->requested;
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool attr_put(void *data, CUpointer_attribute attr, const ptr_view *v)
+{
+    return v->kind == VIEW_BLOCK ? attr_put_block(data, attr, v) : attr_put_piece(data, attr, v);
+}
+
+/* cuPointerGetAttributes' "default NULL values" for memory that is not allocated; the host
+ * pointer of memory CUDA does not know is the pointer itself (what the driver answers). */
+static void attr_put_none(void *data, CUpointer_attribute attr, const ptr_view *v, CUdeviceptr ptr)
+{
+    switch (attr) {
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        *(void **)data = v->kind == VIEW_UNHOST ? (void *)(uintptr_t)ptr : NULL;
+        break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
@@ -133,19 +203,24 @@ static void attr_put_none(void *data, CUpointer_attribute attr)
     }
 }
 
+static bool view_live(const ptr_view *v)
+{
+    return v->kind == VIEW_BLOCK || v->kind == VIEW_PIECE;
+}
+
 bool ts_pointer_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *size, CUresult *r)
 {
     ptr_view v;
-    if (!ptr_view_get(ptr, &v))
+    if (ptr_view_get(ptr, &v) == VIEW_NONE)
         return false;
-    if (!v.live) {
+    if (!view_live(&v)) {
         *r = CUDA_ERROR_NOT_FOUND;
         return true;
     }
     if (base)
-        *base = (CUdeviceptr)v.blk.addr;
+        *base = (CUdeviceptr)v.base;
     if (size)
-        *size = v.blk.requested;
+        *size = v.requested;
     *r = CUDA_SUCCESS;
     return true;
 }
@@ -153,9 +228,9 @@ bool ts_pointer_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *size, CUresult
 bool ts_pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr, CUresult *r)
 {
     ptr_view v;
-    if (!data || !ptr_view_get(ptr, &v))
+    if (!data || ptr_view_get(ptr, &v) == VIEW_NONE)
         return false;
-    if (!v.live)
+    if (!view_live(&v))
         *r = CUDA_ERROR_INVALID_VALUE; /* not a valid CUDA pointer */
     else if (attr_put(data, attr, &v))
         *r = CUDA_SUCCESS;
@@ -168,9 +243,9 @@ bool ts_pointer_attributes(unsigned int n, CUpointer_attribute *attrs, void **da
                            CUdeviceptr ptr, CUresult *r)
 {
     ptr_view v;
-    if (!attrs || !data || !ptr_view_get(ptr, &v))
+    if (!attrs || !data || ptr_view_get(ptr, &v) == VIEW_NONE)
         return false;
-    if (v.live) {
+    if (view_live(&v)) {
         *r = ts_real.cuPointerGetAttributes(n, attrs, data, ptr);
         for (unsigned int i = 0; *r == CUDA_SUCCESS && i < n; i++)
             if (data[i])
@@ -179,7 +254,13 @@ bool ts_pointer_attributes(unsigned int n, CUpointer_attribute *attrs, void **da
     }
     for (unsigned int i = 0; i < n; i++)
         if (data[i])
-            attr_put_none(data[i], attrs[i]);
+            attr_put_none(data[i], attrs[i], &v, ptr);
     *r = CUDA_SUCCESS;
     return true;
+}
+
+bool ts_pointer_host_unallocated(const void *p)
+{
+    ptr_view v;
+    return ptr_view_get((CUdeviceptr)(uintptr_t)p, &v) == VIEW_UNHOST;
 }

@@ -126,6 +126,9 @@ TS_HIDDEN CUresult ts_driver_free(CUdeviceptr dptr);
 TS_HIDDEN CUresult ts_driver_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s);
 TS_HIDDEN CUresult ts_driver_free_async(CUdeviceptr dptr, CUstream s);
 TS_HIDDEN void ts_meminfo_adjust(size_t *free_bytes, size_t *total);
+
+/* --- default_pool.c --------------------------------------------------------------------------- */
+
 /* Device dev's default memory pool, learnt from the driver once (NULL when it has none). */
 TS_HIDDEN CUmemoryPool ts_pool_default(int dev);
 
@@ -150,6 +153,10 @@ TS_HIDDEN void ts_ctx_stream_created(CUcontext ctx, CUstream s, unsigned int fla
 /* Free a pinned host buffer of any allocator's host cache: TS_OK, TS_EINVAL (interior pointer or
  * freed twice), TS_ENOTFOUND (not tessera's: the driver's business). */
 TS_HIDDEN int ts_ctx_host_free(uintptr_t ptr);
+/* The host cache whose regions hold ptr: TS_OK with its allocator's table index and what it
+ * knows of the piece (core/hostcache.h); TS_ENOTFOUND when none does. */
+struct ts_host_info;
+TS_HIDDEN int ts_ctx_host_owner(uintptr_t ptr, int *index, struct ts_host_info *info);
 /* Look a pointer up in every allocator. */
 TS_HIDDEN int ts_ctx_lookup(uintptr_t ptr, ts_segment_info *seg, ts_block_info *blk);
 /* The allocator whose segments hold ptr: TS_OK with its allocator, context and table index (any
@@ -264,7 +271,7 @@ static inline void ts_ipc_tick(void)
         ts_ipc_reap();
 }
 
-/* --- pointer.c: pointer queries answered for tessera's blocks --------------------------------- */
+/* --- pointer.c: pointer queries answered for tessera's blocks and pinned pieces ---------------- */
 
 /* Each returns false when ptr is not in tessera's memory (forward the call), else true with the
  * call's result in *r: for a live block, what the driver answers for a cudaMalloc of its size;
@@ -274,6 +281,10 @@ TS_HIDDEN bool ts_pointer_attribute(void *data, CUpointer_attribute attr, CUdevi
                                     CUresult *r);
 TS_HIDDEN bool ts_pointer_attributes(unsigned int n, CUpointer_attribute *attrs, void **data,
                                      CUdeviceptr ptr, CUresult *r);
+/* Is p in pinned memory tessera holds but has not handed out (freed, cached, never handed out)?
+ * The driver's host-memory queries (cuMemHostGetDevicePointer, cuMemHostGetFlags) then answer as
+ * for memory it does not know. */
+TS_HIDDEN bool ts_pointer_host_unallocated(const void *p);
 
 /* --- pluggable.c: the library functions of exports.def, exported ------------------------------ */
 

@@ -84,11 +84,11 @@ enum tessera_pool_index {
  * has the same four without the "host_" prefix (allocations, allocated_bytes, active_requests,
  * active_bytes). Appended after the gauges (layout rule above). */
 #define TESSERA_HOST_STATS(X)                                                                      \
-    X(host_allocations, "count", "Pinned host buffers held (handed out or cached)")               \
-    X(host_allocated_bytes, "bytes", "Bytes of pinned host buffers held (power-of-two sizes)")    \
-    X(host_active_requests, "count", "Pinned host buffers handed out, or freed and not yet seen "  \
+    X(host_allocations, "count", "Pinned host regions held (the driver's buffers)")               \
+    X(host_allocated_bytes, "bytes", "Bytes of pinned host regions held (the driver's buffers)")   \
+    X(host_active_requests, "count", "Pinned host pieces handed out, or freed and not yet seen "   \
                                      "past their fence")                                            \
-    X(host_active_bytes, "bytes", "Bytes of active pinned host buffers")
+    X(host_active_bytes, "bytes", "Bytes of active pinned host pieces (whole pages)")
 
 /* X(name, help): pinned host memory counters (PyTorch's num_host_alloc and num_host_free; its
  * host_alloc_time.total and host_free_time.total, in microseconds). */

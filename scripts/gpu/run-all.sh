@@ -426,7 +426,7 @@ mapfile -t PROGRAMS < <(awk '/\\$/ { sub(/\\$/, ""); buf = buf $0; next }
     line ~ /^(RUNTIME|DRIVER)_PROGRAMS :=/ { sub(/^[A-Z_]+ :=/, "", line); n = split(line, w, " ");
         for (k = 1; k <= n; k++) print w[k] }' "$REPO/tests/programs/Makefile.nvcc")
 # probes of tests/integration whose RESULT line must be the same with and without tessera
-PROBES=(pinned_probe free_async_probe)
+PROBES=(pinned_probe pointer_probe free_async_probe)
 PDIR_shared="$BUILD_ABS/programs-shared"
 PDIR_static="$BUILD_ABS/programs-static"
 pdir() { [ "$1" = shared ] && echo "$PDIR_shared" || echo "$PDIR_static"; }
@@ -722,6 +722,9 @@ if [ "$CAP_D" -gt 0 ]; then
     STAGING_OK="r:status=ok r:host_bad=0 r:mallochost_bad=0 r:driver_bad=0 r:async_bad=0"
     pair shared staging 60 "$STAGING_OK" -- --size 4M --steps 200
     pair shared staging 60 "$STAGING_OK" -- --size 64M --steps 48
+    # CPU offload with pinned memory of mixed sizes: bytes checked; the pinned bytes (the stats
+    # line's host_allocated_bytes.peak) against the RESULT's peak_requested, and pair_ns
+    pair shared offload 120 "r:status=ok r:bad=0" --
     # stream-ordered allocation, pools and managed memory (never --limit-probe here: it asks for
     # managed memory until refused, which a GPU may grant past its memory); and streams that
     # should overlap, with cudaMalloc and with stream-ordered scratch (device time from events)

@@ -8,9 +8,10 @@ import sys
 import tempfile
 
 
-def run(build, argv, conf=None, extra=None, preload=True, ok_rcs=(0,), who="bench"):
+def run(build, argv, conf=None, extra=None, preload=True, ok_rcs=(0,), who="bench", shim=None):
     """Run argv (a program of BUILD/tests/programs and its arguments) on the simulator, under
-    tessera with TESSERA_ALLOC_CONF=conf when preload is true. Returns (the RESULT line's fields,
+    tessera with TESSERA_ALLOC_CONF=conf when preload is true (shim: another libtessera.so than
+    BUILD's, e.g. an older tree's, to compare side by side). Returns (the RESULT line's fields,
     the peak reserved bytes of the stats page, or None without tessera). A run that exits with a
     status outside ok_rcs, or prints no RESULT line, stops the benchmark with its output."""
     with tempfile.TemporaryDirectory(prefix="tessera-bench-") as d:
@@ -20,7 +21,7 @@ def run(build, argv, conf=None, extra=None, preload=True, ok_rcs=(0,), who="benc
         env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         env.pop("LD_PRELOAD", None)
         if preload:
-            env["LD_PRELOAD"] = os.path.join(build, "shim", "libtessera.so")
+            env["LD_PRELOAD"] = shim or os.path.join(build, "shim", "libtessera.so")
         env.update(extra or {})
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
         lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]

@@ -5,19 +5,6 @@
  * double cudaFreeAsync must fail with cudaErrorInvalidValue. */
 #include "probe_common.h"
 
-static int holds(const void *dev, size_t n, unsigned char v)
-{
-    unsigned char *h = malloc(n);
-    int ok = h != NULL;
-    if (ok) {
-        CHECK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n && ok; i++)
-            ok = h[i] == v;
-    }
-    free(h);
-    return ok;
-}
-
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -33,7 +20,7 @@ int main(void)
     /* the first block (a segment's start under a caching allocator), then the second */
     cudaError_t first = cudaFreeAsync(a, s);
     CHECK(cudaStreamSynchronize(s));
-    int kept = holds(b, n, 0x22);
+    int kept = device_holds(b, n, 0x22);
     cudaError_t second = cudaFreeAsync(b, s);
     CHECK(cudaStreamSynchronize(s));
     cudaError_t twice = cudaFreeAsync(b, s);

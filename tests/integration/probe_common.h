@@ -28,18 +28,24 @@ static inline void wait_for_go(const char *tag)
         exit(1);
 }
 
-static inline int fill_check(void *dev, size_t n, unsigned char v)
+/* Do the n bytes at dev all hold v? */
+static inline int device_holds(const void *dev, size_t n, unsigned char v)
 {
     unsigned char *h = malloc(n);
     int ok = h != NULL;
     if (ok) {
-        CHECK(cudaMemset(dev, v, n));
         CHECK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < n && ok; i++)
             ok = h[i] == v;
     }
     free(h);
     return ok;
+}
+
+static inline int fill_check(void *dev, size_t n, unsigned char v)
+{
+    CHECK(cudaMemset(dev, v, n));
+    return device_holds(dev, n, v);
 }
 
 #endif

@@ -1101,8 +1101,11 @@ class PinnedHost(Base):
     """Pinned host memory (cudaHostAlloc, cudaMallocHost, cuMemHostAlloc, cudaFreeHost,
     cuMemFreeHost) is cached by tessera: bytes right (staging checks every slot a queued copy
     wrote from a buffer freed at once), counted on the stats page, a buffer never handed out again
-    while a queued copy still reads it (slow copies: TESSERA_SIM_OP_DELAY_US), off with
-    pinned_cache:False, and outside memory_limit (device memory's limit)."""
+    while a queued copy still reads it (slow copies: TESSERA_SIM_OP_DELAY_US), not even when it
+    was freed during a capture, no event kept per free, pinned bytes within 1.05 times the bytes
+    asked for (offload), idle buffers given back (pinned_idle_s), every query about a freed
+    buffer answered as the driver answers it, off with pinned_cache:False, and outside
+    memory_limit (device memory's limit)."""
 
     STEPS = "64"
 
@@ -1127,11 +1130,25 @@ class PinnedHost(Base):
                 self.assertGreaterEqual(st["num_host_alloc"], 1, run)
                 self.assertLessEqual(st["num_host_alloc"], 8, run)
                 self.assertEqual(st["host_allocations.current"], st["num_host_alloc"], run)
-                self.assertEqual(st["host_allocated_bytes.current"], 65536 * st["num_host_alloc"], run)
+                # 64 KiB buffers are small: they share regions of 2 MiB
+                self.assertEqual(st["host_allocated_bytes.current"], 2 * MiB * st["num_host_alloc"], run)
+                self.assertEqual(run.sim[0]["peak_host_bytes"], st["host_allocated_bytes.peak"], run)
                 self.assertEqual(st["num_host_free"], 0, run)
                 self.assertEqual(st["num_invalid_frees"], 0, run)
                 # no device memory taken for it
                 self.assertEqual(st["allocation.all.allocated"], 1, run)  # the slots only
+
+    def test_fences_give_their_events_back(self):
+        # a fence per free (an event on the legacy stream and one on staging's stream): given
+        # back once seen complete, so the events a run creates do not grow with its steps
+        run = self.staging("host", steps="256")
+        self.ok(run)
+        self.assertEqual(run.result["host_bad"], "0", run)
+        self.assertGreaterEqual(run.stats["num_fences_recorded"], 256, run)
+        # at most 8 buffers are in flight (staging synchronises every 8 steps): 9 fences of 2
+        # events, and the order point's few
+        self.assertLessEqual(run.sim[0]["event_creates"], 40, run)
+        self.assertEqual(run.sim[0]["live_events"], run.sim[0]["event_creates"], run)
 
     def test_same_answers_as_the_driver(self):
         plain = self.env.run(probe("pinned_probe"), preload=False)
@@ -1139,14 +1156,82 @@ class PinnedHost(Base):
         self.assertEqual(plain.result["bytes"], "1", plain)
         self.assertEqual(plain.result["interior"], "cudaErrorInvalidValue", plain)
         self.assertEqual(plain.result["twice"], "cudaErrorInvalidValue", plain)
+        # what the driver says of freed pinned memory: memory it does not know
+        r = plain.result
+        for label in ("freed", "freedbase", "p1freed", "p2tail", "p2freed", "mhfreed"):
+            self.assertEqual(r[label + "_rt"], "cudaSuccess/0/-2/-/0", (label, plain))
+            self.assertEqual(r[label + "_type"], "CUDA_ERROR_INVALID_VALUE/0", (label, plain))
+            self.assertEqual(r[label + "_range"], "CUDA_ERROR_NOT_FOUND/-/0", (label, plain))
+            self.assertEqual(r[label + "_hdev"], "cudaErrorInvalidValue/-", (label, plain))
+            self.assertEqual(r[label + "_hflags"], "cudaErrorInvalidValue/0", (label, plain))
+            self.assertEqual(r[label + "_cflags"], "CUDA_ERROR_INVALID_VALUE/0", (label, plain))
+        # and of a live one: its own range and size, its flags (mapped | portable)
+        self.assertEqual(r["p2_range"], "CUDA_SUCCESS/100/%d" % (2 * MiB + 11), plain)
+        self.assertEqual(r["p2_msize"], "CUDA_SUCCESS/%d" % (2 * MiB + 11), plain)
+        self.assertEqual(r["p2_hflags"], "cudaSuccess/3", plain)
+        self.assertEqual(r["ids"], "1", plain)
         for conf in (None, "pinned_cache:False"):
             with self.subTest(conf=conf):
                 run = self.env.run(probe("pinned_probe"), conf=conf)
                 self.ok(run)
                 self.assertEqual(run.result, plain.result, run)
-                served = 0 if conf else 3
+                served = 0 if conf else 7
                 self.assertEqual(run.stats["num_host_alloc_calls"], served, run)
                 self.assertEqual(run.stats["num_invalid_frees"], 2 if served else 0, run)
+                if served:
+                    # the pieces of the big buffer served the two after it: at most the small
+                    # buffers' region, cudaMallocHost's (twice, when the floor rule gave it back
+                    # meanwhile) and the big buffer's were pinned
+                    self.assertLessEqual(run.stats["num_host_alloc"], 4, run)
+
+    def test_freed_during_a_capture_is_not_reused_early(self):
+        # the copy from the freed buffer runs 300 ms late: a buffer handed out again before it
+        # ran would send the device the new owner's bytes
+        extra = {"TESSERA_SIM_OP_DELAY_US": "300000"}
+        plain = self.env.run(probe("pinned_capture"), preload=False, extra=extra)
+        self.ok(plain)
+        self.assertEqual(plain.result["first"], "ok", plain)
+        run = self.env.run(probe("pinned_capture"), extra=extra)
+        self.ok(run)
+        self.assertEqual(run.result, plain.result, run)
+        self.assertEqual(run.stats["num_host_alloc_calls"], 3, run)
+        self.assertEqual(run.stats["num_invalid_frees"], 0, run)
+
+    def test_offload_pins_at_the_floor(self):
+        # weights of mixed sizes kept, activations of a cycle of sizes per step: the driver's own
+        # peak of pinned bytes is within 1.05 times the most the program held (a power-of-two
+        # cache pins 1.69 times as much here); the bytes are right
+        plain = self.env.run(prog("offload"), preload=False)
+        self.ok(plain)
+        self.assertLessEqual(float(plain.result["ratio"]), 1.001, plain)
+        run = self.env.run(prog("offload"))
+        self.ok(run)
+        self.assertEqual(run.result["peak_requested"], plain.result["peak_requested"], run)
+        self.assertLessEqual(int(run.result["driver_peak"]), 1.05 * int(run.result["peak_requested"]), run)
+        st = run.stats
+        self.assertEqual(st["host_allocated_bytes.peak"], int(run.result["driver_peak"]), run)
+        self.assertEqual(st["num_host_alloc_calls"], int(run.result["allocs"]), run)
+        # the cache served most requests without the driver
+        self.assertLess(st["num_host_alloc"], int(run.result["allocs"]) // 4, run)
+        self.assertEqual(st["num_invalid_frees"], 0, run)
+
+    def test_idle_buffers_go_back(self):
+        # a freed buffer stays cached for pinned_idle_s, then goes back at the next operation of
+        # any kind (here a cudaMalloc); the driver's count of pinned bytes says so
+        plain = self.env.run(probe("pinned_idle"), preload=False)
+        self.ok(plain)
+        self.assertEqual(plain.result["after_pause"], "0", plain)
+        kept = self.env.run(probe("pinned_idle"))
+        self.ok(kept)
+        self.assertEqual(kept.result["after_free"], str(4 * MiB), kept)
+        self.assertEqual(kept.result["after_pause"], str(4 * MiB), kept)
+        self.assertEqual(kept.stats["num_host_free"], 0, kept)
+        run = self.env.run(probe("pinned_idle"), conf="pinned_idle_s:1")
+        self.ok(run)
+        self.assertEqual(run.result["after_free"], str(4 * MiB), run)
+        self.assertEqual(run.result["after_pause"], "0", run)
+        self.assertEqual(run.stats["num_host_free"], 1, run)
+        self.assertEqual(run.stats["host_allocated_bytes.current"], 0, run)
 
     def test_off(self):
         run = self.staging("all", conf="pinned_cache:False")
@@ -1166,6 +1251,30 @@ class PinnedHost(Base):
         self.assertEqual(st["reserved_bytes.all.peak"], 16 * MiB, run)
         self.assertGreaterEqual(st["num_host_alloc"], 3, run)
         self.assertGreater(st["reserved_bytes.all.peak"] + st["host_allocated_bytes.peak"], 20 * MiB, run)
+
+
+class PointerQueries(Base):
+    """Pointer queries about device memory answer as the driver answers for a cudaMalloc of the
+    block's size, under every policy: for blocks whose size ends less than 512 bytes short of a
+    whole number of 2 MiB pages (tessera's block then has the driver's mapping), the range, the
+    mapping's base and size, the memory type and the host-memory queries while the block lives,
+    and unallocated memory's answers once it is freed (tessera keeps it cached)."""
+
+    def test_same_answers_as_the_driver(self):
+        plain = self.env.run(probe("pointer_probe"), preload=False)
+        self.ok(plain)
+        r = plain.result
+        self.assertEqual(r["live0_range"], "CUDA_SUCCESS/2097102/4194204", plain)
+        self.assertEqual(r["live0_msize"], "CUDA_SUCCESS/4194304", plain)
+        self.assertEqual(r["freed0_range"], "CUDA_ERROR_NOT_FOUND/-/0", plain)
+        self.assertEqual(r["freed0_size"], "CUDA_ERROR_INVALID_VALUE/0", plain)
+        self.assertEqual(r["ids"], "1", plain)
+        for conf in (PYTORCH, "expandable_segments:True", None, "defragment:True"):
+            with self.subTest(conf=conf):
+                run = self.env.run(probe("pointer_probe"), conf=conf)
+                self.ok(run)
+                self.assertEqual(run.result, plain.result, run)
+                self.assertEqual(run.stats["allocation.all.allocated"], 4, run)
 
 
 class StreamOrdered(Base):

@@ -71,6 +71,12 @@ struct tessera_sim_counters {
     uint64_t set_access_calls;      /* successful cuMemSetAccess (one per call, however many
                                      * cuMemMap ranges it covers), counted for the device of the
                                      * first range's handle */
+    uint64_t event_creates;         /* successful cuEventCreate in the device's contexts */
+    uint64_t live_events;           /* event handles alive now, created or opened from another
+                                     * process (not destroyed, context alive) */
+    uint64_t host_bytes;            /* cuMemHostAlloc/cuMemAllocHost memory pinned now from the
+                                     * device's contexts (whole pages) */
+    uint64_t peak_host_bytes;
 };
 
 typedef int (*tessera_sim_counters_fn)(int device, struct tessera_sim_counters *out);

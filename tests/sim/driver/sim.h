@@ -292,6 +292,7 @@ CUresult sim_host_free(void *p);
 CUresult sim_host_register(void *p, size_t size, unsigned flags);   /* cuMemHostRegister_v2 */
 CUresult sim_host_unregister(void *p);                               /* cuMemHostUnregister */
 CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags);
+CUresult sim_host_get_flags(unsigned *flags, void *p);                 /* cuMemHostGetFlags */
 CUresult sim_mem_alloc_managed(CUdeviceptr *out, size_t size, unsigned flags);
 /* Managed-memory hints: checked (a range inside one managed allocation, a valid location,
  * flags), then nothing to migrate. Prefetch and attach are stream work that does nothing. */

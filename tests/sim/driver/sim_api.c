@@ -273,6 +273,10 @@ SIM_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *
 {
     return sim_host_device_pointer(pdptr, p, Flags);
 }
+SIM_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    return sim_host_get_flags(pFlags, p);
+}
 SIM_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     return sim_mem_alloc_managed(dptr, bytesize, flags);
@@ -1018,6 +1022,7 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuMemHostRegister", 6050, cuMemHostRegister_v2),
     ROW("cuMemHostUnregister", 4000, cuMemHostUnregister),
     ROW("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+    ROW("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
     ROW("cuMemAllocManaged", 6000, cuMemAllocManaged),
     ROWP("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz),
     ROW("cuMemAdvise", 12020, cuMemAdvise_v2),

@@ -495,9 +495,11 @@ static void report_at_exit(void)
     for (int i = 0; i < sim_g.ndev; i++) {
         struct tessera_sim_counters c;
         sim_report_counters(i, &c);
-        char line[1024];
+        char line[2048];
         int n = snprintf(line, sizeof line,
                          "{\"pid\":%ld,\"device\":%d,\"total_bytes\":%" PRIu64
+                         ",\"event_creates\":%" PRIu64 ",\"live_events\":%" PRIu64
+                         ",\"host_bytes\":%" PRIu64 ",\"peak_host_bytes\":%" PRIu64
                          ",\"alloc_calls\":%" PRIu64 ",\"free_calls\":%" PRIu64
                          ",\"implicit_frees\":%" PRIu64 ",\"failed_allocs\":%" PRIu64
                          ",\"create_calls\":%" PRIu64 ",\"release_calls\":%" PRIu64
@@ -508,7 +510,8 @@ static void report_at_exit(void)
                          ",\"graph_free_calls\":%" PRIu64 ",\"imported_frees\":%" PRIu64
                          ",\"races\":%" PRIu64 ",\"untracked_streams\":%" PRIu64
                          ",\"set_access_calls\":%" PRIu64 "}\n",
-                         (long)getpid(), i, c.total_bytes, c.alloc_calls, c.free_calls,
+                         (long)getpid(), i, c.total_bytes, c.event_creates, c.live_events,
+                         c.host_bytes, c.peak_host_bytes, c.alloc_calls, c.free_calls,
                          c.implicit_frees, c.failed_allocs, c.create_calls, c.release_calls,
                          c.map_calls, c.unmap_calls, c.bytes_in_use, c.peak_bytes_in_use,
                          c.live_allocations, c.peak_live_allocations, c.live_handles,

@@ -565,6 +565,17 @@ static void host_link(struct sim_host *h, uintptr_t base, size_t size, unsigned 
     hosts = h;
 }
 
+/* Pinned bytes of the device whose context allocated h (not registered memory). Lock held. */
+static void host_count(const struct sim_host *h, int64_t sign)
+{
+    if (!h->ctx || h->registered)
+        return;
+    struct tessera_sim_counters *c = &sim_g.dev[h->ctx->device].ctr;
+    c->host_bytes = (uint64_t)((int64_t)c->host_bytes + sign * (int64_t)h->map_size);
+    if (c->host_bytes > c->peak_host_bytes)
+        c->peak_host_bytes = c->host_bytes;
+}
+
 CUresult sim_host_alloc(void **pp, size_t size, unsigned flags)
 {
     CUresult r = sim_check_init();
@@ -597,6 +608,7 @@ CUresult sim_host_alloc(void **pp, size_t size, unsigned flags)
         } else {
             h->map_size = msz;
             host_link(h, (uintptr_t)m, size, flags, cur);
+            host_count(h, 1);
             *pp = m;
         }
     }
@@ -626,6 +638,7 @@ CUresult sim_host_free(void *p)
         /* pinned memory may be the source or target of queued copies: like the real
          * driver, freeing it synchronises with the device first */
         sim_wait_ctx_idle(NULL);
+        host_count(h, -1);
         munmap((void *)h->base, h->map_size);
         free(h);
     }
@@ -690,6 +703,23 @@ CUresult sim_host_unregister(void *p)
     return r;
 }
 
+/* Is p in pinned (allocated or registered) host memory? CUDA_SUCCESS and its flags, or the
+ * driver's error for another memory (CUDA_ERROR_INVALID_VALUE) or no usable context. */
+static CUresult host_flags_of(const void *p, unsigned *flags)
+{
+    sim_lock();
+    struct sim_ctx *cur;
+    CUresult r = sim_current_ctx(&cur);
+    struct sim_ptrinfo pi;
+    sim_ptr_lookup((uintptr_t)p, &pi);
+    if (r == CUDA_SUCCESS && pi.kind != SIM_PTR_HOST)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *flags = pi.host->flags;
+    sim_unlock();
+    return r;
+}
+
 /* Unified addressing: pinned (allocated or registered) host memory has the same address on
  * the device. */
 CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags)
@@ -699,17 +729,23 @@ CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags)
         return r;
     if (!d || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    sim_lock();
-    struct sim_ctx *cur;
-    r = sim_current_ctx(&cur);
-    struct sim_ptrinfo pi;
-    sim_ptr_lookup((uintptr_t)p, &pi);
-    if (r == CUDA_SUCCESS && pi.kind != SIM_PTR_HOST)
-        r = CUDA_ERROR_INVALID_VALUE;
-    sim_unlock();
+    unsigned made_with;
+    r = host_flags_of(p, &made_with);
     if (r == CUDA_SUCCESS)
         *d = (CUdeviceptr)(uintptr_t)p;
     return r;
+}
+
+/* The flags pinned (allocated or registered) host memory was made with, for any pointer into
+ * it; CUDA_ERROR_INVALID_VALUE for other memory. */
+CUresult sim_host_get_flags(unsigned *flags, void *p)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    return host_flags_of(p, flags);
 }
 
 /* ---- pointer attributes -------------------------------------------------------------- */

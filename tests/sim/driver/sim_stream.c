@@ -307,6 +307,7 @@ static bool registry_remove_event(struct sim_event *e)
         if (*pp == e) {
             *pp = e->reg_next;
             e->reg_next = NULL;
+            sim_g.dev[e->ctx->device].ctr.live_events--;
             return true;
         }
     }
@@ -1282,8 +1283,10 @@ CUresult sim_event_create(CUevent *pe, unsigned flags)
             event_unref(e);
         }
     }
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
+        sim_g.dev[cur->device].ctr.event_creates++;
         *pe = (CUevent)e;
+    }
     sim_unlock();
     return r;
 }
@@ -1299,6 +1302,7 @@ CUresult sim_event_new_locked(struct sim_ctx *ctx, unsigned flags, struct sim_ev
     e->refs = 1;
     e->reg_next = sim_g.events;
     sim_g.events = e;
+    sim_g.dev[ctx->device].ctr.live_events++;   /* registry_remove_event takes it back */
     *out = e;
     return CUDA_SUCCESS;
 }

@@ -118,6 +118,7 @@
     X(cuMemHostRegister, cuMemHostRegister_v2, "cuMemHostRegister", 6050, 0)                 \
     X(cuMemHostUnregister, cuMemHostUnregister, "cuMemHostUnregister", 4000, 0)               \
     X(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer", 3020, 0) \
+    X(cuMemHostGetFlags, cuMemHostGetFlags, "cuMemHostGetFlags", 2030, 0)                     \
     X(cuMemAllocManaged, cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)                     \
     X(cuMemPrefetchAsync, cuMemPrefetchAsync_v2, "cuMemPrefetchAsync", 12020, 0)              \
     X(cuMemPrefetchAsync_ptsz, cuMemPrefetchAsync_v2_ptsz, "cuMemPrefetchAsync", 12020, 2)    \
@@ -1593,6 +1594,14 @@ RT_API cudaError_t CUDARTAPI cudaHostGetDevicePointer(void **pDevice, void *pHos
         return rt_ret(cudaErrorInvalidValue);
     RT_ENTER();
     return rt_cu(drv.cuMemHostGetDevicePointer((CUdeviceptr *)(void *)pDevice, pHost, flags));
+}
+
+RT_API cudaError_t CUDARTAPI cudaHostGetFlags(unsigned int *pFlags, void *pHost)
+{
+    if (!pFlags)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    return rt_cu(drv.cuMemHostGetFlags(pFlags, pHost));
 }
 
 RT_API cudaError_t CUDARTAPI cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
