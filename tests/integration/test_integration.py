@@ -502,6 +502,29 @@ class Configuration(Base):
         self.assertIn("unknown key 'turbo'", run.stderr)
         self.assertIn("expandable_segments:True", self.env_page_config(run))
 
+    def test_size_beyond_any_device_refused(self):
+        # a size key whose bytes overflow (2^44 MiB wrapped the page to 0: SIGFPE at the first
+        # cudaMalloc) or make no sense (a page of 2^32 MiB: every allocation "device is full")
+        cases = [("expandable_page_mb", "17592186044416"), ("expandable_page_mb", "4294967296"),
+                 ("expandable_page_mb", "1025"), ("max_non_split_rounding_mb", "17592186044416"),
+                 ("max_split_size_mb", "17592186044416"), ("stitch_min_block_mb", "1099511627776")]
+        for key, value in cases:
+            with self.subTest(key=key, value=value):
+                run = self.env.run(prog("meminfo", "--unit", "4M"), conf=f"{key}:{value}")
+                self.assertEqual(run.rc, 1, run)
+                self.assertEqual(run.stdout, "", run)  # main never ran
+                self.assertEqual(run.stderr.count("tessera:"), 1, run.stderr)
+                self.assertIn(f"key '{key}' at position 0: value '{value}' is too large", run.stderr)
+                # the PyTorch variable: one warning, the value ignored, the program served
+                run = self.env.run(prog("meminfo", "--unit", "4M"),
+                                   extra={"PYTORCH_CUDA_ALLOC_CONF": f"{key}:{value}"})
+                self.ok(run)
+                self.assertIn(f"key '{key}' at position 0: value '{value}' is too large", run.stderr)
+                self.assertIn("; ignored", run.stderr)
+        # the largest page still served
+        run = self.env.run(prog("meminfo", "--unit", "4M"), conf="expandable_page_mb:1024", memory="4G")
+        self.ok(run)
+
     def test_contradiction_refused_in_strict_mode(self):
         run = self.env.run(prog("meminfo"), conf="defragment:True,expandable_segments:False")
         self.assertEqual(run.rc, 1)
