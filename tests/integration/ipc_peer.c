@@ -15,6 +15,8 @@
  *   fds                   fds N            (descriptors open here, the simulator's not counted)
  *   files                 files N          (how many more files it can open: each closed after)
  *   stdio                 stdio 1|0        (descriptors 0, 1 and 2 are still open)
+ *   fork                  child PID FDS    (a child that lives on, without exec, until killed;
+ *                                           FDS: its descriptors, as `fds` counts them)
  *   quit                  (exits 0)
  */
 #include <dirent.h>
@@ -187,6 +189,18 @@ int main(void)
         } else if (!strcmp(cmd, "stdio")) {
             printf("stdio %d\n", fcntl(0, F_GETFD) >= 0 && fcntl(1, F_GETFD) >= 0 &&
                                      fcntl(2, F_GETFD) >= 0);
+        } else if (!strcmp(cmd, "fork")) {
+            /* a child that lives on without exec (the answer is the child's) */
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                printf("child %d %d\n", (int)getpid(), count_fds());
+                fflush(stdout);
+                for (;;)
+                    pause();
+            }
+            if (pid < 0)
+                printf("child -1 -1\n");
         } else if (!strcmp(cmd, "quit")) {
             return 0;
         } else {

@@ -195,7 +195,7 @@ class Peer:
 
     def kill(self):
         self.proc.kill()
-        self.proc.communicate(timeout=120)
+        self.proc.wait(timeout=120)  # not its pipes: a child it forked may hold them
 
 
 class Base(unittest.TestCase):
@@ -1158,6 +1158,28 @@ class Ipc(Base):
                 # given back at an allocation after the channel thread has seen the close
                 self.assertEqual(exp.ask(f"reuse {8 * MiB} {addr:#x} 60000")[1], "1")
                 exp.quit()
+
+    def test_forked_children_keep_no_channel(self):
+        # a child forked without exec (a data-loader worker) closes its copies of the channel's
+        # descriptors: the exporter's socket and connections, the importer's connection, so a
+        # connection's close still means what it says
+        exp = Peer(self.env, conf=PYTORCH)
+        idx, addr = exp.alloc(8 * MiB)
+        handle = exp.export(idx)
+        imp = Peer(self.env, conf=PYTORCH)
+        self.assertEqual(imp.open(handle)[0], "cudaSuccess")
+        children = []
+        for peer, channel in ((exp, 2), (imp, 1)):  # socket and connection; connection
+            fds = peer.value("fds")
+            child = peer.ask("fork")
+            children.append(int(child[1]))
+            self.assertEqual(int(child[2]), fds - channel, child)
+        self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+        imp.kill()  # its child lives on
+        self.assertEqual(exp.ask(f"reuse {8 * MiB} {addr:#x} 60000")[1], "1")
+        for pid in children:
+            os.kill(pid, 9)
+        exp.quit()
 
     def test_second_free_of_a_held_block_is_invalid(self):
         for conf in (PYTORCH, None):
