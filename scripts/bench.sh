@@ -28,6 +28,9 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
   8. plan:True beside PyTorch's policy, expandable segments, defragment:True and tessera's
      default (tests/bench/plan_bench.py): every trace repeated 8 times (tessera-replay --repeat
      8) and every synthetic workload, with the targets of planned memory
+  9. CUDA IPC through LD_PRELOAD (tests/bench/ipc_cost.py): cudaIpcGetMemHandle and
+     cudaIpcOpenMemHandle of tests/programs/ipc_share without tessera and under tessera's
+     default, PyTorch's policy and expandable segments
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -37,7 +40,7 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    plan (default: all)
+                    plan,ipc (default: all)
   --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
                     GPU) instead of the published figures
   -h, --help
@@ -48,7 +51,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,plan"
+only="core,replay,steady,shim,stream,pinned,async,plan,ipc"
 costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -277,6 +280,7 @@ preload_part() {
 preload_part stream stream_order.py tight_loop "stream-ordered reuse"
 preload_part pinned pinned.py staging "pinned host memory"
 preload_part async async_pair.py staging "cudaMallocAsync/cudaFreeAsync pairs"
+preload_part ipc ipc_cost.py ipc_share "CUDA IPC export and open"
 
 # --- 8. planned memory ----------------------------------------------------------------------------
 if want plan; then
@@ -298,4 +302,5 @@ report_part stream "Stream-ordered reuse through LD_PRELOAD (simulated device)"
 report_part pinned "Pinned host memory through LD_PRELOAD (simulated device)"
 report_part async "cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated device)"
 report_part plan "Planned memory: plan:True beside the other policies"
+report_part ipc "CUDA IPC: export and open through LD_PRELOAD (simulated device)"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

@@ -55,7 +55,7 @@
 #define CTL_PEERS_MIN 16
 #define CTL_PEERS_MAX 1024
 #define CTL_ACCEPT_BATCH 16 /* connections accepted per round of the loop */
-#define CTL_READ_BATCH 8    /* messages read from one peer per round */
+#define CTL_READ_BATCH 1    /* messages read from one peer per round (a request waits for its answer) */
 
 /* One connected process, as the server sees it. data[i] is service i's state for it (NULL:
  * none, and then the peer holds nothing and may be closed when idle). */
@@ -277,18 +277,24 @@ static bool answer_send(int fd, const ts_ctl_answer *ans)
     return sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)ans->len;
 }
 
+/* The server thread's request and answer. */
+typedef struct ctl_buffers {
+    unsigned char in[TS_CTL_MSG_MAX];
+    ts_ctl_answer ans;
+} ctl_buffers;
+
 /* Read and answer up to CTL_READ_BATCH requests of p. False: drop it (closed, a protocol error,
  * an answer it would not take, or its descriptor is no longer its socket). */
-static bool peer_serve(ts_ctl_peer *p, uint64_t now)
+static bool peer_serve(ts_ctl_peer *p, uint64_t now, ctl_buffers *bufs)
 {
-    static unsigned char in[TS_CTL_MSG_MAX]; /* the server thread's own */
-    static ts_ctl_answer ans;
+    unsigned char *in = bufs->in;
+    ts_ctl_answer *ans = &bufs->ans;
     if (!fd_is(p->fd, p->dev, p->ino)) {
         p->fd = -1; /* the number is the program's now: never touched again */
         return false;
     }
     for (int k = 0; k < CTL_READ_BATCH; k++) {
-        struct iovec iov = {in, sizeof in};
+        struct iovec iov = {in, TS_CTL_MSG_MAX};
         /* no control buffer: descriptors a peer sends are discarded by the kernel (MSG_CTRUNC),
          * never installed in this process */
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -304,8 +310,8 @@ static bool peer_serve(ts_ctl_peer *p, uint64_t now)
         if (h.magic != TS_CTL_MAGIC)
             return false;
         ts_ctl_header ah = {.magic = TS_CTL_MAGIC, .type = h.type, .seq = h.seq};
-        ans.len = sizeof ah;
-        ans.nfds = 0;
+        ans->len = sizeof ah;
+        ans->nfds = 0;
         unsigned s = 0;
         while (s < srv.nservices &&
                (h.type < srv.services[s]->type_first || h.type > srv.services[s]->type_last))
@@ -315,15 +321,15 @@ static bool peer_serve(ts_ctl_peer *p, uint64_t now)
             ah.type = TS_CTL_UNKNOWN; /* a request this tessera does not know: said, not fatal */
         } else {
             ts_ctl_peer_info who = {.pid = p->pid, .uid = p->uid};
-            memcpy(ans.buf, &ah, sizeof ah);
-            keep = srv.services[s]->request(&p->data[s], &who, in, (size_t)n, &ans);
-            memcpy(&ah, ans.buf, sizeof ah);
+            memcpy(ans->buf, &ah, sizeof ah);
+            keep = srv.services[s]->request(&p->data[s], &who, in, (size_t)n, ans);
+            memcpy(&ah, ans->buf, sizeof ah);
             ah.magic = TS_CTL_MAGIC; /* the envelope is the channel's */
             ah.seq = h.seq;
         }
-        memcpy(ans.buf, &ah, sizeof ah);
-        bool sent = keep && ans.len <= sizeof ans.buf && ans.nfds <= TS_CTL_FDS_MAX &&
-                    (ans.len < sizeof ah || answer_send(p->fd, &ans));
+        memcpy(ans->buf, &ah, sizeof ah);
+        bool sent = keep && ans->len <= sizeof ans->buf && ans->nfds <= TS_CTL_FDS_MAX &&
+                    (ans->len < sizeof ah || answer_send(p->fd, ans));
         if (!sent && keep && (errno == ETOOMANYREFS || errno == ENOBUFS || errno == ENOMEM)) {
             /* descriptors this process may not have in flight now (its limit), or no memory:
              * the request failed, the peer did nothing wrong */
@@ -332,8 +338,8 @@ static bool peer_serve(ts_ctl_peer *p, uint64_t now)
             sent = send(p->fd, &failed, sizeof failed, MSG_DONTWAIT | MSG_NOSIGNAL) ==
                    (ssize_t)sizeof failed;
         }
-        for (unsigned f = 0; f < ans.nfds && f < TS_CTL_FDS_MAX; f++)
-            close(ans.fds[f]); /* sent or not: this process keeps no copy */
+        for (unsigned f = 0; f < ans->nfds && f < TS_CTL_FDS_MAX; f++)
+            close(ans->fds[f]); /* sent or not: this process keeps no copy */
         if (!sent)
             return false;
     }
@@ -403,6 +409,12 @@ static int next_timeout_ms(uint64_t now)
 static void *server_main(void *arg)
 {
     (void)arg;
+    /* the thread's buffers, from its own heap: its first allocation (an arena of its own) is
+     * made now, at the first export, not when the first importer waits for an answer */
+    static ctl_buffers spare;
+    ctl_buffers *bufs = malloc(sizeof *bufs);
+    if (!bufs)
+        bufs = &spare;
     uint64_t listen_pause = 0;
     for (;;) {
         uint64_t now = now_ns();
@@ -424,7 +436,7 @@ static void *server_main(void *arg)
             /* downwards: a dropped peer's place takes the last one, already seen */
             ts_ctl_peer *p = srv.peers[i];
             short ev = r > 0 ? srv.pfd[i + 1].revents : 0;
-            bool keep = ev ? peer_serve(p, now)
+            bool keep = ev ? peer_serve(p, now, bufs)
                            : peer_holds(p) || now - p->last_ns < CTL_IDLE_NS;
             if (!keep)
                 peer_drop(i);

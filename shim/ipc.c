@@ -75,6 +75,13 @@ typedef struct ipc_request {
     uint32_t first, count;
 } ipc_request;
 
+/* A run of a block's handles: count descriptors come with the message that carries it, in
+ * order, each of size[i] bytes. */
+typedef struct ipc_run {
+    uint32_t first, count;
+    uint64_t size[IPC_CHUNK];
+} ipc_run;
+
 typedef struct ipc_open_answer {
     ts_ctl_header h;
     uint32_t kind;
@@ -82,17 +89,19 @@ typedef struct ipc_open_answer {
     uint64_t size;    /* the block */
     uint64_t offset;  /* its first byte, from the start of what the importer maps */
     uint64_t map_size;
-    uint32_t npieces; /* IPC_VM: handles to ask for */
+    uint32_t npieces; /* IPC_VM: its handles, the first run of them below */
     uint32_t reserved;
     CUipcMemHandle legacy; /* IPC_PLAIN: the segment's driver handle */
+    ipc_run run;
 } ipc_open_answer;
+_Static_assert(sizeof(ipc_open_answer) <= TS_CTL_MSG_MAX, "an answer fits one message");
 
+/* IPC_PIECES: a later run, for a block of more than IPC_CHUNK handles. */
 typedef struct ipc_pieces_answer {
     ts_ctl_header h;
-    uint32_t first, count; /* count descriptors come with it, in order */
     int32_t cu_error;
     uint32_t reserved;
-    uint64_t size[IPC_CHUNK];
+    ipc_run run;
 } ipc_pieces_answer;
 _Static_assert(sizeof(ipc_pieces_answer) <= TS_CTL_MSG_MAX, "an answer fits one message");
 
@@ -259,11 +268,60 @@ static void holds_free(void **data)
     *data = NULL; /* holding nothing: the channel may close the peer when it is idle */
 }
 
+/* The peer closes one open of id. One it does not hold changes nothing (an importer whose
+ * open timed out closes what the exporter may or may not have counted). */
+static void serve_close(void **data, const ipc_request *q)
+{
+    ipc_holds *hs = *data;
+    struct ipc_hold *h = hold_find(hs, q->id);
+    if (!h)
+        return;
+    pthread_mutex_lock(&ipc_lock);
+    export_unhold(q->id, 1);
+    pthread_mutex_unlock(&ipc_lock);
+    if (--h->count == 0)
+        *h = hs->v[--hs->n];
+    if (hs->n == 0)
+        holds_free(data);
+}
+
+/* Export n handles of ctx as descriptors, now, into the answer (the channel sends them with it
+ * and closes them) and their sizes into *run. The caller's peer holds the block, so its handles
+ * stay mapped meanwhile. */
+static CUresult export_run(CUcontext ctx, const ipc_piece *pieces, uint32_t first, uint32_t n,
+                           ipc_run *run, ts_ctl_answer *ans)
+{
+    CUresult r = ts_real.cuMemExportToShareableHandle ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_SUCCESS && ts_real.cuCtxSetCurrent)
+        r = ts_real.cuCtxSetCurrent(ctx);
+    run->first = first;
+    run->count = n;
+    for (uint32_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
+        int fd = -1;
+        r = ts_real.cuMemExportToShareableHandle(&fd, (CUmemGenericAllocationHandle)pieces[i].handle,
+                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (r == CUDA_SUCCESS) {
+            ans->fds[ans->nfds++] = fd;
+            run->size[i] = pieces[i].size;
+        }
+    }
+    if (r != CUDA_SUCCESS) {
+        for (unsigned i = 0; i < ans->nfds; i++)
+            close(ans->fds[i]);
+        ans->nfds = 0;
+    }
+    return r;
+}
+
+/* The peer opens id: counted in its holds and the export's, answered with how to map it and,
+ * for a block of physical handles, the first run of them. */
 static void serve_open(void **data, const ipc_request *q, ts_ctl_answer *ans)
 {
     ipc_open_answer a;
     memset(&a, 0, sizeof a);
     memcpy(&a.h, ans->buf, sizeof a.h);
+    ipc_piece run[IPC_CHUNK];
+    CUcontext ctx = NULL;
     pthread_mutex_lock(&ipc_lock);
     ipc_export *e = export_by_id(q->id);
     if (!e || e->released) {
@@ -279,16 +337,28 @@ static void serve_open(void **data, const ipc_request *q, ts_ctl_answer *ans)
         a.map_size = e->map_size;
         a.npieces = e->npieces;
         a.legacy = e->legacy;
+        a.run.count = e->npieces < IPC_CHUNK ? e->npieces : IPC_CHUNK;
+        if (a.run.count)
+            memcpy(run, e->pieces, a.run.count * sizeof *run);
+        ctx = e->ctx;
     }
     pthread_mutex_unlock(&ipc_lock);
+    if (a.h.status == IPC_OK && a.run.count) {
+        CUresult r = export_run(ctx, run, 0, a.run.count, &a.run, ans);
+        if (r != CUDA_SUCCESS) {
+            a.h.status = IPC_FAILED; /* not opened after all: the hold goes */
+            a.cu_error = (int32_t)r;
+            ipc_request undo = *q;
+            serve_close(data, &undo);
+        }
+    }
     if (*data && ((ipc_holds *)*data)->n == 0)
         holds_free(data);
     memcpy(ans->buf, &a, sizeof a);
     ans->len = sizeof a;
 }
 
-/* Export handles [first, first + count) of id as descriptors, now, into the answer: the
- * channel sends them and closes them. False: a request no honest importer makes. */
+/* A later run of id's handles. False: a request no honest importer makes. */
 static bool serve_pieces(void **data, const ipc_request *q, ts_ctl_answer *ans)
 {
     if (!hold_find(*data, q->id) || q->count == 0 || q->count > IPC_CHUNK)
@@ -296,8 +366,6 @@ static bool serve_pieces(void **data, const ipc_request *q, ts_ctl_answer *ans)
     ipc_pieces_answer a;
     memset(&a, 0, sizeof a);
     memcpy(&a.h, ans->buf, sizeof a.h);
-    a.first = q->first;
-    a.count = q->count;
     ipc_piece run[IPC_CHUNK];
     CUcontext ctx = NULL;
     pthread_mutex_lock(&ipc_lock);
@@ -314,23 +382,8 @@ static bool serve_pieces(void **data, const ipc_request *q, ts_ctl_answer *ans)
     if (!ok) {
         a.h.status = IPC_GONE; /* its context went away meanwhile */
     } else {
-        /* The block is held by this peer, so its handles stay mapped while they are exported. */
-        CUresult r = ts_real.cuMemExportToShareableHandle ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
-        if (r == CUDA_SUCCESS && ts_real.cuCtxSetCurrent)
-            r = ts_real.cuCtxSetCurrent(ctx);
-        for (uint32_t i = 0; r == CUDA_SUCCESS && i < q->count; i++) {
-            int fd = -1;
-            r = ts_real.cuMemExportToShareableHandle(&fd, (CUmemGenericAllocationHandle)run[i].handle,
-                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-            if (r == CUDA_SUCCESS) {
-                ans->fds[ans->nfds++] = fd;
-                a.size[i] = run[i].size;
-            }
-        }
+        CUresult r = export_run(ctx, run, q->first, q->count, &a.run, ans);
         if (r != CUDA_SUCCESS) {
-            for (unsigned i = 0; i < ans->nfds; i++)
-                close(ans->fds[i]);
-            ans->nfds = 0;
             a.h.status = IPC_FAILED;
             a.cu_error = (int32_t)r;
         }
@@ -338,23 +391,6 @@ static bool serve_pieces(void **data, const ipc_request *q, ts_ctl_answer *ans)
     memcpy(ans->buf, &a, sizeof a);
     ans->len = sizeof a;
     return true;
-}
-
-/* The peer closes one open of id. One it does not hold changes nothing (an importer whose
- * open timed out closes what the exporter may or may not have counted). */
-static void serve_close(void **data, const ipc_request *q)
-{
-    ipc_holds *hs = *data;
-    struct ipc_hold *h = hold_find(hs, q->id);
-    if (!h)
-        return;
-    pthread_mutex_lock(&ipc_lock);
-    export_unhold(q->id, 1);
-    pthread_mutex_unlock(&ipc_lock);
-    if (--h->count == 0)
-        *h = hs->v[--hs->n];
-    if (hs->n == 0)
-        holds_free(data);
 }
 
 static bool ipc_request_served(void **data, const ts_ctl_peer_info *who, const void *msg,
@@ -412,17 +448,25 @@ static CUresult export_refused(uintptr_t ptr, CUresult r)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-/* Can the driver export this memory's handles at all? Asked of the first handle, whose
- * descriptor is closed at once: the importer's request must not be the first to find out. */
+/* Can the driver export this memory's handles at all? Asked of a block's first handle, whose
+ * descriptor is closed at once, until it once can: the backend creates every handle exportable
+ * unless the driver refused that at its first creation, so one success answers for the rest
+ * (and the program's exports pay no driver call after it: the handles are exported when an
+ * importer asks). */
 static CUresult export_probe(const ts_backing_piece *first)
 {
+    static bool exportable;
+    if (__atomic_load_n(&exportable, __ATOMIC_ACQUIRE))
+        return CUDA_SUCCESS;
     if (!ts_real.cuMemExportToShareableHandle)
         return CUDA_ERROR_NOT_SUPPORTED;
     int fd = -1;
     CUresult r = ts_real.cuMemExportToShareableHandle(
         &fd, (CUmemGenericAllocationHandle)first->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         close(fd);
+        __atomic_store_n(&exportable, true, __ATOMIC_RELEASE);
+    }
     return r;
 }
 
@@ -741,57 +785,80 @@ static CUresult malformed(int32_t pid, const char *what)
     return CUDA_ERROR_INVALID_HANDLE;
 }
 
-/* Map the block's handles in order into a range of our own, with access for our device. Each
- * descriptor received is imported and closed at once; on any failure every one is closed. */
-static CUresult import_vm(ipc_conn *c, uint64_t id, const ipc_open_answer *o, CUdeviceptr *base)
+static void close_all(const int *fds, unsigned n)
 {
-    if (!ts_real.cuMemImportFromShareableHandle || !ts_real.cuMemAddressReserve)
-        return CUDA_ERROR_NOT_SUPPORTED;
+    for (unsigned i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+/* Map one run of handles (their descriptors fds[0..nfds), each closed here, imported or not) at
+ * va + *mapped, after checking it is the run expected and fits the range. */
+static CUresult map_run(int32_t pid, const ipc_run *run, uint32_t first, uint32_t count,
+                        const int *fds, unsigned nfds, CUdeviceptr va, size_t map_size,
+                        size_t *mapped)
+{
+    CUresult r = CUDA_SUCCESS;
+    if (run->first != first || run->count != count || nfds != count)
+        r = malformed(pid, "a run of handles not the one asked for");
+    for (unsigned i = 0; i < nfds; i++) {
+        uint64_t size = run->size[i];
+        if (r == CUDA_SUCCESS && (size == 0 || size > map_size - *mapped))
+            r = malformed(pid, "handles larger than the range");
+        CUmemGenericAllocationHandle h = 0;
+        if (r == CUDA_SUCCESS)
+            r = ts_real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fds[i],
+                                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        close(fds[i]); /* imported or not: this process keeps no descriptor */
+        if (r != CUDA_SUCCESS)
+            continue;
+        r = ts_real.cuMemMap(va + *mapped, size, 0, h, 0);
+        ts_real.cuMemRelease(h); /* the mapping keeps the memory */
+        if (r == CUDA_SUCCESS)
+            *mapped += size;
+    }
+    return r;
+}
+
+/* Map the block's handles in order into a range of our own, with access for our device: the
+ * first run came with the open's answer (fds), the others are asked for. Every descriptor
+ * received is closed, on success and on failure. */
+static CUresult import_vm(ipc_conn *c, uint64_t id, const ipc_open_answer *o, const int *fds,
+                          unsigned nfds, CUdeviceptr *base)
+{
     CUdevice dev;
-    CUresult r = ts_real.cuCtxGetDevice(&dev);
-    if (r != CUDA_SUCCESS)
-        return r;
     CUdeviceptr va = 0;
-    r = ts_real.cuMemAddressReserve(&va, o->map_size, 0, 0, 0);
-    if (r != CUDA_SUCCESS)
+    CUresult r = ts_real.cuMemImportFromShareableHandle && ts_real.cuMemAddressReserve
+                     ? ts_real.cuCtxGetDevice(&dev)
+                     : CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_SUCCESS)
+        r = ts_real.cuMemAddressReserve(&va, o->map_size, 0, 0, 0);
+    if (r != CUDA_SUCCESS) {
+        close_all(fds, nfds);
         return r;
+    }
     size_t mapped = 0;
-    for (uint32_t first = 0; r == CUDA_SUCCESS && first < o->npieces;) {
-        uint32_t count = o->npieces - first < IPC_CHUNK ? o->npieces - first : IPC_CHUNK;
+    uint32_t count = o->npieces < IPC_CHUNK ? o->npieces : IPC_CHUNK;
+    r = map_run(c->addr.pid, &o->run, 0, count, fds, nfds, va, o->map_size, &mapped);
+    for (uint32_t first = count; r == CUDA_SUCCESS && first < o->npieces; first += count) {
+        count = o->npieces - first < IPC_CHUNK ? o->npieces - first : IPC_CHUNK;
         ipc_request q = {.h = {.type = IPC_PIECES}, .id = id, .first = first, .count = count};
         ipc_pieces_answer a;
-        int fds[IPC_CHUNK];
-        unsigned nfds = 0;
-        ssize_t n = ts_ctl_call(c->client, &q, sizeof q, &a, sizeof a, fds, IPC_CHUNK, &nfds);
-        if (n < 0) {
+        int more[IPC_CHUNK];
+        unsigned got = 0;
+        ssize_t n = ts_ctl_call(c->client, &q, sizeof q, &a, sizeof a, more, IPC_CHUNK, &got);
+        if (n < 0)
             r = call_error(n, c->addr.pid);
-            break;
-        }
-        if ((size_t)n != sizeof a || a.h.type != IPC_PIECES)
+        else if ((size_t)n != sizeof a || a.h.type != IPC_PIECES)
             r = malformed(c->addr.pid, "the size of a run of handles");
         else if (a.h.status == IPC_FAILED)
             r = driver_refused(c->addr.pid, a.cu_error);
         else if (a.h.status != IPC_OK)
             r = CUDA_ERROR_INVALID_HANDLE; /* gone meanwhile */
-        else if (a.first != first || a.count != count || nfds != count)
-            r = malformed(c->addr.pid, "a run of handles not the one asked for");
-        for (unsigned i = 0; i < nfds; i++) {
-            uint64_t size = a.size[i];
-            if (r == CUDA_SUCCESS && (size == 0 || size > o->map_size - mapped))
-                r = malformed(c->addr.pid, "handles larger than the range");
-            CUmemGenericAllocationHandle h = 0;
-            if (r == CUDA_SUCCESS)
-                r = ts_real.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fds[i],
-                                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-            close(fds[i]); /* imported or not: this process keeps no descriptor */
-            if (r != CUDA_SUCCESS)
-                continue;
-            r = ts_real.cuMemMap(va + mapped, size, 0, h, 0);
-            ts_real.cuMemRelease(h); /* the mapping keeps the memory */
-            if (r == CUDA_SUCCESS)
-                mapped += size;
+        if (r != CUDA_SUCCESS) {
+            close_all(more, got);
+            break;
         }
-        first += count;
+        r = map_run(c->addr.pid, &a.run, first, count, more, got, va, o->map_size, &mapped);
     }
     if (r == CUDA_SUCCESS && mapped != o->map_size)
         r = malformed(c->addr.pid, "handles that do not fill the range");
@@ -810,6 +877,55 @@ static CUresult import_vm(ipc_conn *c, uint64_t id, const ipc_open_answer *o, CU
     return CUDA_SUCCESS;
 }
 
+/* Check the open's answer (every bound, before anything is mapped: it is another process's
+ * word) and map the block. Takes the descriptors that came with it: each is closed. */
+static CUresult import_answered(ipc_conn *c, const ipc_wire *w, const ipc_open_answer *o,
+                                unsigned int flags, const int *fds, unsigned nfds, ipc_import *im)
+{
+    CUresult r = CUDA_SUCCESS;
+    if (o->h.status == IPC_GONE) {
+        ts_log_once(&import_answered, "cudaIpcOpenMemHandle: process %d no longer exports this "
+                                      "block (freed, or the handle was altered); refused with "
+                                      "CUDA_ERROR_INVALID_HANDLE", (int)w->pid);
+        r = CUDA_ERROR_INVALID_HANDLE;
+    } else if (o->h.status == IPC_FAILED) {
+        r = driver_refused(w->pid, o->cu_error);
+    } else if (o->h.status != IPC_OK || o->size != w->size || o->size == 0 ||
+               o->offset >= o->map_size || o->size > o->map_size - o->offset) {
+        r = malformed(w->pid, "a block outside its mapping");
+    } else if ((o->kind == IPC_PLAIN && (o->npieces != 0 || nfds != 0)) ||
+               (o->kind == IPC_VM && (o->npieces == 0 || o->npieces > IPC_MAX_PIECES)) ||
+               (o->kind != IPC_PLAIN && o->kind != IPC_VM)) {
+        r = malformed(w->pid, "its kind");
+    }
+    if (r != CUDA_SUCCESS) {
+        close_all(fds, nfds);
+        return r;
+    }
+    CUdeviceptr base = 0;
+    if (o->kind == IPC_VM) {
+        r = import_vm(c, w->id, o, fds, nfds, &base);
+    } else {
+        r = ts_real.cuIpcOpenMemHandle_v2(&base, o->legacy, flags);
+        CUdeviceptr rb = 0;
+        size_t rs = 0;
+        /* the offset, checked against what the driver mapped, not against the answer */
+        if (r == CUDA_SUCCESS &&
+            (ts_real.cuMemGetAddressRange_v2(&rb, &rs, base) != CUDA_SUCCESS || rb != base ||
+             o->offset >= rs || o->size > rs - o->offset)) {
+            ts_real.cuIpcCloseMemHandle(base);
+            r = malformed(w->pid, "a block outside the segment");
+        }
+    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    im->kind = o->kind;
+    im->base = base;
+    im->map_size = o->map_size;
+    im->ptr = base + o->offset;
+    return CUDA_SUCCESS;
+}
+
 /* Ask the exporter for the block of w and map it: *im gets the mapping. *opened: the exporter
  * may count an open for us (to be closed if this fails). */
 static CUresult import_block(ipc_conn *c, const ipc_wire *w, unsigned int flags, ipc_import *im,
@@ -817,53 +933,18 @@ static CUresult import_block(ipc_conn *c, const ipc_wire *w, unsigned int flags,
 {
     ipc_request q = {.h = {.type = IPC_OPEN}, .id = w->id};
     ipc_open_answer o;
+    int fds[IPC_CHUNK];
     unsigned nfds = 0;
-    ssize_t n = ts_ctl_call(c->client, &q, sizeof q, &o, sizeof o, NULL, 0, &nfds);
+    ssize_t n = ts_ctl_call(c->client, &q, sizeof q, &o, sizeof o, fds, IPC_CHUNK, &nfds);
     *opened = n != -ECONNRESET && n != -EPIPE && n != -EACCES && n != -EUSERS;
     if (n < 0)
         return call_error(n, w->pid);
-    if ((size_t)n != sizeof o || o.h.type != IPC_OPEN)
+    if ((size_t)n != sizeof o || o.h.type != IPC_OPEN) {
+        close_all(fds, nfds);
         return malformed(w->pid, "the size of the answer");
+    }
     *opened = o.h.status == IPC_OK;
-    if (o.h.status == IPC_GONE) {
-        ts_log_once(&import_block, "cudaIpcOpenMemHandle: process %d no longer exports this "
-                                   "block (freed, or the handle was altered); refused with "
-                                   "CUDA_ERROR_INVALID_HANDLE", (int)w->pid);
-        return CUDA_ERROR_INVALID_HANDLE;
-    }
-    if (o.h.status == IPC_FAILED)
-        return driver_refused(w->pid, o.cu_error);
-    /* every bound checked before anything is mapped: the answer is another process's word */
-    if (o.h.status != IPC_OK || o.size != w->size || o.size == 0 ||
-        o.offset >= o.map_size || o.size > o.map_size - o.offset)
-        return malformed(w->pid, "a block outside its mapping");
-    if ((o.kind == IPC_PLAIN && o.npieces != 0) ||
-        (o.kind == IPC_VM && (o.npieces == 0 || o.npieces > IPC_MAX_PIECES)) ||
-        (o.kind != IPC_PLAIN && o.kind != IPC_VM))
-        return malformed(w->pid, "its kind");
-    CUdeviceptr base = 0;
-    CUresult r;
-    if (o.kind == IPC_PLAIN) {
-        r = ts_real.cuIpcOpenMemHandle_v2(&base, o.legacy, flags);
-        CUdeviceptr rb = 0;
-        size_t rs = 0;
-        /* the offset, checked against what the driver mapped, not against the answer */
-        if (r == CUDA_SUCCESS &&
-            (ts_real.cuMemGetAddressRange_v2(&rb, &rs, base) != CUDA_SUCCESS || rb != base ||
-             o.offset >= rs || o.size > rs - o.offset)) {
-            ts_real.cuIpcCloseMemHandle(base);
-            r = malformed(w->pid, "a block outside the segment");
-        }
-    } else {
-        r = import_vm(c, w->id, &o, &base);
-    }
-    if (r != CUDA_SUCCESS)
-        return r;
-    im->kind = o.kind;
-    im->base = base;
-    im->map_size = o.map_size;
-    im->ptr = base + o.offset;
-    return CUDA_SUCCESS;
+    return import_answered(c, w, &o, flags, fds, nfds, im);
 }
 
 static void unmap(const ipc_import *im)

@@ -53,6 +53,11 @@ typedef struct request {
     uint32_t first, count;
 } request;
 
+typedef struct run {
+    uint32_t first, count;
+    uint64_t size[64];
+} run;
+
 typedef struct open_answer {
     head h;
     uint32_t kind;
@@ -60,14 +65,14 @@ typedef struct open_answer {
     uint64_t size, offset, map_size;
     uint32_t npieces, reserved;
     unsigned char legacy[64];
+    run run;
 } open_answer;
 
 typedef struct pieces_answer {
     head h;
-    uint32_t first, count;
     int32_t cu_error;
     uint32_t reserved;
-    uint64_t size[64];
+    run run;
 } pieces_answer;
 
 static uint64_t start_of(pid_t pid)
@@ -165,17 +170,14 @@ static int answer(int fd, const char *kind, const unsigned char *in, ssize_t n, 
         pieces_answer p;
         memset(&p, 0, sizeof p);
         p.h = h;
-        p.first = r.first;
-        p.count = r.count;
-        int nfds = (int)r.count;
+        p.run.first = r.first;
+        p.run.count = r.count;
         for (uint32_t i = 0; i < r.count && i < 64; i++)
-            p.size[i] = 2u << 20;
-        if (!strcmp(kind, "pieces_short"))
-            nfds = (int)r.count - 1;
-        if (!strcmp(kind, "pieces_big"))
-            p.size[0] = 1ull << 40;
-        return send_fds(fd, &p, sizeof p, nfds > 8 ? 8 : nfds) >= 0;
+            p.run.size[i] = 2u << 20;
+        return send_fds(fd, &p, sizeof p, r.count > 8 ? 8 : (int)r.count) >= 0;
     }
+    /* a block of two handles of 2 MiB, both in the open's answer, as tessera sends it; each
+     * kind spoils one thing */
     open_answer o;
     memset(&o, 0, sizeof o);
     o.h = h;
@@ -184,8 +186,10 @@ static int answer(int fd, const char *kind, const unsigned char *in, ssize_t n, 
     o.offset = 0;
     o.map_size = 4u << 20;
     o.npieces = 2;
+    o.run.count = 2;
+    o.run.size[0] = o.run.size[1] = 2u << 20;
     size_t len = sizeof o;
-    int nfds = 0;
+    int nfds = 2;
     if (!strcmp(kind, "short"))
         len -= 8;
     else if (!strcmp(kind, "long"))
@@ -206,10 +210,16 @@ static int answer(int fd, const char *kind, const unsigned char *in, ssize_t n, 
         o.npieces = 1u << 21;
     else if (!strcmp(kind, "gone"))
         o.h.status = GONE;
+    else if (!strcmp(kind, "pieces_short"))
+        nfds = 1;
+    else if (!strcmp(kind, "pieces_big"))
+        o.run.size[0] = 1ull << 40;
     else if (!strcmp(kind, "plain_offset")) {
         /* a real legacy handle of 2 MiB, an offset past it that the answer's own map_size allows */
         o.kind = 1;
         o.npieces = 0;
+        o.run.count = 0;
+        nfds = 0;
         o.offset = 3u << 20;
         o.map_size = 8u << 20;
         memcpy(o.legacy, legacy, sizeof legacy);

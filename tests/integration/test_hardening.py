@@ -1070,7 +1070,7 @@ class Sharing(Base):
             "long": ("cudaErrorInvalidResourceHandle", "not one tessera gives"),
             "magic": ("cudaErrorInvalidResourceHandle", "not one tessera gives"),
             "seq": ("cudaErrorInvalidResourceHandle", "not one tessera gives"),
-            "fds": ("cudaErrorInvalidResourceHandle", "not one tessera gives"),
+            "fds": ("cudaErrorInvalidResourceHandle", "not the one asked for"),
             "offset": ("cudaErrorInvalidResourceHandle", "a block outside its mapping"),
             "size": ("cudaErrorInvalidResourceHandle", "a block outside its mapping"),
             "kind": ("cudaErrorInvalidResourceHandle", "its kind"),
