@@ -55,7 +55,7 @@
 #define CTL_PEERS_MIN 16
 #define CTL_PEERS_MAX 1024
 #define CTL_ACCEPT_BATCH 16 /* connections accepted per round of the loop */
-#define CTL_READ_BATCH 1    /* messages read from one peer per round (a request waits for its answer) */
+#define CTL_READ_BATCH 1    /* requests read from a peer per round: each waits for its answer */
 
 /* One connected process, as the server sees it. data[i] is service i's state for it (NULL:
  * none, and then the peer holds nothing and may be closed when idle). */
@@ -719,26 +719,21 @@ ssize_t ts_ctl_call(ts_ctl_client *c, void *req, size_t len, void *ans, size_t c
             rc = -ECONNRESET;
         if (rc < 0)
             break;
-        ts_ctl_header h;
+        ts_ctl_header h = {0};
         if ((size_t)rc >= sizeof h)
             memcpy(&h, ans, sizeof h);
-        bool refused = (size_t)rc >= sizeof h && h.magic == TS_CTL_MAGIC && h.type == TS_CTL_REFUSED;
-        if (!closed && (size_t)rc >= sizeof h && h.magic == TS_CTL_MAGIC && h.seq == seq &&
-            h.type == TS_CTL_FAILED) {
-            for (unsigned i = 0; i < *nfds; i++)
-                close(fds[i]);
-            *nfds = 0;
-            rc = -EAGAIN; /* the server could not send its answer now */
-            break;
-        }
-        if (!closed && (size_t)rc >= sizeof h && h.magic == TS_CTL_MAGIC && h.seq == seq && !refused)
+        bool ours = (size_t)rc >= sizeof h && h.magic == TS_CTL_MAGIC;
+        bool mine = ours && !closed && h.seq == seq && h.type != TS_CTL_REFUSED;
+        if (mine && h.type != TS_CTL_FAILED)
             break; /* this call's answer */
         for (unsigned i = 0; i < *nfds; i++)
             close(fds[i]);
         *nfds = 0;
-        if (refused)
+        if (mine)
+            rc = -EAGAIN; /* TS_CTL_FAILED: the server could not send its answer now */
+        else if (ours && h.type == TS_CTL_REFUSED)
             rc = h.status == TS_CTL_WHY_BUSY ? -EUSERS : -EACCES;
-        else if ((size_t)rc < sizeof h || h.magic != TS_CTL_MAGIC || h.seq > seq)
+        else if (!ours || h.seq > seq)
             rc = -EPROTO; /* not an answer of this channel */
         else if (closed)
             rc = -ECONNRESET;

@@ -9,10 +9,11 @@
  *   - a block of a plain segment (cuMemAlloc): the segment's legacy handle and the block's offset
  *     in it; the importer opens the legacy handle with the driver and adds the offset;
  *   - a block of an expandable segment or a stitched range: the physical handles mapped over it,
- *     in order, each exported by the exporter's channel thread at that moment as a POSIX file
- *     descriptor, sent with SCM_RIGHTS and closed there at once; the importer imports each, closes
- *     it, maps the handles in order into an address range of its own and grants its device
- *     access. A handle maps only whole, so the block starts at an offset into that range.
+ *     in order, in runs of up to IPC_CHUNK (the first with the open's answer), each exported by
+ *     the exporter's channel thread at that moment as a POSIX file descriptor, sent with
+ *     SCM_RIGHTS and closed there at once; the importer imports each, closes it, maps the
+ *     handles in order into an address range of its own and grants its device access. A handle
+ *     maps only whole, so the block starts at an offset into that range.
  * Either way the importer gets a pointer to the block's first byte, with the whole block behind
  * it (and, as with PyTorch's own IPC, the rest of the first and last handle or of the segment).
  *
@@ -110,7 +111,9 @@ typedef struct ipc_piece {
     uint64_t size;
 } ipc_piece;
 
-/* Exporter side: one per exported live block (or held block). Only this process sees it. */
+/* Exporter side: one per exported live block (or held block). Only this process sees it.
+ * holders is the sum of this id's counts in the holds of the connected processes; a record
+ * released with no holder is counted in ts_ipc_reapable until ts_ipc_reap gives it back. */
 typedef struct ipc_export {
     uint64_t id;
     uintptr_t addr;
@@ -225,8 +228,9 @@ static void export_unhold(uint64_t id, uint64_t count)
     ipc_export *e = export_by_id(id);
     if (!e) /* its context went away meanwhile */
         return;
+    bool held = e->holders != 0;
     e->holders = count < e->holders ? e->holders - count : 0;
-    if (e->released && e->holders == 0)
+    if (held && e->released && e->holders == 0) /* the last holder let go: give it back */
         __atomic_add_fetch(&ts_ipc_reapable, 1, __ATOMIC_RELEASE);
 }
 
@@ -298,8 +302,9 @@ static CUresult export_run(CUcontext ctx, const ipc_piece *pieces, uint32_t firs
     run->count = n;
     for (uint32_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
         int fd = -1;
-        r = ts_real.cuMemExportToShareableHandle(&fd, (CUmemGenericAllocationHandle)pieces[i].handle,
-                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        r = ts_real.cuMemExportToShareableHandle(
+            &fd, (CUmemGenericAllocationHandle)pieces[i].handle,
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         if (r == CUDA_SUCCESS) {
             ans->fds[ans->nfds++] = fd;
             run->size[i] = pieces[i].size;
@@ -462,7 +467,8 @@ static CUresult export_probe(const ts_backing_piece *first)
         return CUDA_ERROR_NOT_SUPPORTED;
     int fd = -1;
     CUresult r = ts_real.cuMemExportToShareableHandle(
-        &fd, (CUmemGenericAllocationHandle)first->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        &fd, (CUmemGenericAllocationHandle)first->handle,
+        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (r == CUDA_SUCCESS) {
         close(fd);
         __atomic_store_n(&exportable, true, __ATOMIC_RELEASE);
@@ -514,8 +520,10 @@ CUresult ts_ipc_export(CUipcMemHandle *h, ts_allocator *a, CUcontext ctx, uintpt
         }
     }
     CUresult r = CUDA_SUCCESS;
-    if (seg.kind != TS_SEGMENT_PLAIN && (n == 0 || (r = export_probe(&pieces[0])) != CUDA_SUCCESS)) {
-        r = export_refused(ptr, n ? r : CUDA_ERROR_NOT_SUPPORTED);
+    if (seg.kind != TS_SEGMENT_PLAIN)
+        r = n ? export_probe(&pieces[0]) : CUDA_ERROR_NOT_SUPPORTED;
+    if (r != CUDA_SUCCESS) {
+        r = export_refused(ptr, r);
         goto done;
     }
     /* The channel first (the first export starts it), outside ipc_lock: lock order. */
@@ -629,7 +637,7 @@ void ts_ipc_forget(ts_allocator *a)
     pthread_mutex_unlock(&ipc_lock);
 }
 
-/* --- importer ---------------------------------------------------------------------------------- */
+/* --- importer --------------------------------------------------------------------------------- */
 
 bool ts_ipc_is_ours(const CUipcMemHandle *h)
 {

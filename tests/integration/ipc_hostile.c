@@ -101,27 +101,6 @@ static socklen_t name_of(int32_t pid, uint64_t secret, struct sockaddr_un *un)
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-static void hex(const void *v, size_t n, char *out)
-{
-    const unsigned char *b = v;
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", b[i]);
-}
-
-static int unhex(const char *s, void *v, size_t n)
-{
-    unsigned char *b = v;
-    if (strlen(s) != 2 * n)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned x;
-        if (sscanf(s + 2 * i, "%2x", &x) != 1)
-            return -1;
-        b[i] = (unsigned char)x;
-    }
-    return 0;
-}
-
 static ssize_t send_fds(int fd, const void *buf, size_t len, int nfds)
 {
     union {
