@@ -332,7 +332,8 @@ TS_HIDDEN int ts_ctl_connect(const ts_ctl_address *addr, ts_ctl_client **out);
  * a foreign head). */
 TS_HIDDEN ssize_t ts_ctl_call(ts_ctl_client *c, void *req, size_t len, void *ans, size_t cap,
                               int *fds, unsigned max_fds, unsigned *nfds);
-/* A request that has no answer. 0 or -errno. */
+/* A request sent without waiting for an answer (one that comes is skipped by the next call).
+ * 0 or -errno. */
 TS_HIDDEN int ts_ctl_send(ts_ctl_client *c, void *msg, size_t len);
 /* Close the connection (the server lets go of what it held for it) and free c. */
 TS_HIDDEN void ts_ctl_close(ts_ctl_client *c);

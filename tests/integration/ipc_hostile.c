@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -304,10 +305,13 @@ static const char *outcome(int fd, char *buf, size_t cap)
 {
     unsigned char in[8192];
     ssize_t n = recv(fd, in, sizeof in, 0);
-    if (n < 0 && errno == ECONNRESET) /* reported before a last message still waiting */
+    bool reset = n < 0 && errno == ECONNRESET;
+    if (reset) /* reported before a last message still waiting */
         n = recv(fd, in, sizeof in, MSG_DONTWAIT);
-    if (n <= 0)
-        return "dropped";
+    if (n == 0 || (n < 0 && reset))
+        return "dropped"; /* the exporter closed the connection */
+    if (n < 0)
+        return "silent"; /* nothing in 60 s, and still connected */
     head h;
     memcpy(&h, in, sizeof h);
     if (h.type == REFUSED)
@@ -396,7 +400,9 @@ static int client(const char *hx, const char *attack, int count)
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         while (sent < 100000 && send(fd, &q, sizeof q, MSG_NOSIGNAL) == (ssize_t)sizeof q)
             sent++;
-        out = sent < 100000 ? "dropped" : "answered";
+        out = sent == 100000                                ? "answered"
+              : errno == EPIPE || errno == ECONNRESET ? "dropped"
+                                                            : "silent"; /* blocked for 60 s */
     } else if (!strcmp(attack, "silent")) {
         out = outcome(fd, buf, sizeof buf); /* says nothing: closed once idle */
     } else if (!strcmp(attack, "open_hold")) {
