@@ -81,7 +81,7 @@ struct ts_ctl_client {
 };
 
 /* The server. Written under ctl_lock; peers[] and pfd[] are the thread's own between rounds. */
-static struct {
+typedef struct ctl_server {
     bool started;
     int lfd;
     dev_t ldev;
@@ -93,7 +93,9 @@ static struct {
     ts_ctl_peer **peers;
     size_t npeers, peers_max;
     struct pollfd *pfd;
-} srv = {.lfd = -1};
+} ctl_server;
+
+static ctl_server srv = {.lfd = -1};
 
 static struct ts_ctl_client *clients;
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -193,32 +195,26 @@ static void fork_parent(void)
 }
 
 /* The child closes its copies of the channel's descriptors (only those still the sockets they
- * were: a number the program took over is left alone), frees the server's tables, and keeps the
- * client records its callers still point to, without a descriptor. */
+ * were: a number the program took over is left alone; a forgotten one, -1, is no socket) and
+ * starts without a server. The server's tables are the parent's, copied: left as they are
+ * (the child has no thread to serve them, and a later export starts a new server). The client
+ * records its callers still point to stay, without a descriptor. */
 static void fork_child(void)
 {
     pthread_mutex_init(&ctl_lock, NULL);
     if (srv.started) {
         for (size_t i = 0; i < srv.npeers; i++) {
             ts_ctl_peer *p = srv.peers[i];
-            if (p->fd >= 0 && fd_is(p->fd, p->dev, p->ino))
+            if (fd_is(p->fd, p->dev, p->ino))
                 close(p->fd);
-            free(p); /* service data: the child's copies of the parent's, dropped with it */
         }
-        if (srv.lfd >= 0 && fd_is(srv.lfd, srv.ldev, srv.lino))
+        if (fd_is(srv.lfd, srv.ldev, srv.lino))
             close(srv.lfd);
-        free(srv.peers);
-        free(srv.pfd);
-        srv.peers = NULL;
-        srv.pfd = NULL;
-        srv.npeers = 0;
-        srv.lfd = -1;
-        srv.started = false;
-        srv.nservices = 0;
+        srv = (ctl_server){.lfd = -1};
     }
     for (struct ts_ctl_client *c = clients; c; c = c->next) {
         pthread_mutex_init(&c->lock, NULL);
-        if (c->fd >= 0)
+        if (fd_is(c->fd, c->dev, c->ino))
             close(c->fd); /* the child's copy: the parent's connection stays open */
         c->fd = -1;
     }
@@ -249,7 +245,7 @@ static void peer_drop(size_t i)
     for (unsigned s = 0; s < srv.nservices; s++)
         if (p->data[s])
             srv.services[s]->gone(&p->data[s]);
-    if (p->fd >= 0 && fd_is(p->fd, p->dev, p->ino))
+    if (fd_is(p->fd, p->dev, p->ino)) /* -1, forgotten, is no socket */
         close(p->fd);
     free(p);
     srv.peers[i] = srv.peers[--srv.npeers];
@@ -558,7 +554,7 @@ void ts_ctl_close(ts_ctl_client *c)
             *pp = c->next;
             break;
         }
-    if (c->fd >= 0 && fd_is(c->fd, c->dev, c->ino))
+    if (fd_is(c->fd, c->dev, c->ino))
         close(c->fd); /* the server sees the close: what this connection held is let go */
     pthread_mutex_unlock(&ctl_lock);
     pthread_mutex_destroy(&c->lock);
@@ -671,12 +667,11 @@ static ssize_t answer_recv(const ts_ctl_client *c, void *buf, size_t cap, int *f
     return n;
 }
 
+/* msg: a request of its service's fixed size (at least the header, at most TS_CTL_MSG_MAX). */
 static int request_send(ts_ctl_client *c, void *msg, size_t len, uint32_t seq)
 {
-    if (c->fd < 0 || len < sizeof(ts_ctl_header) || len > TS_CTL_MSG_MAX)
-        return -EBADF;
     if (!fd_is(c->fd, c->dev, c->ino)) {
-        c->fd = -1; /* the program closed it; the number may be its own file now */
+        c->fd = -1; /* gone after a fork, or closed by the program: the number is not ours */
         return -EBADF;
     }
     ts_ctl_header h;
