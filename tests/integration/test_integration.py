@@ -14,6 +14,7 @@ import re
 import resource
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -130,6 +131,25 @@ def probe(name):
     return [os.path.join(PROBES, name)]
 
 
+def stop(pid):
+    """SIGSTOP pid, and wait until every thread of it is stopped (a thread may still be
+    running for a moment after kill() returns)."""
+    os.kill(pid, signal.SIGSTOP)
+    for _ in range(10000):
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = []
+        for t in tasks:
+            try:
+                text = open(f"/proc/{pid}/task/{t}/stat").read()
+                states.append(text[text.rindex(")") + 2])
+            except OSError:
+                pass
+        if states and all(st in "tT" for st in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} did not stop")
+
+
 class Peer:
     """A CUDA process driven line by line (tests/integration/ipc_peer): one command, one answer.
     uid: run as that user (the test runs as root); nofile: its descriptor limit."""
@@ -146,16 +166,25 @@ class Peer:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=env.base(memory, preload, conf), preexec_fn=drop)
 
-    def ask(self, line):
-        """The answer to one command, split into words."""
+    def tell(self, line):
+        """Send one command; its answer is read with answer()."""
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], 120)
-        answer = self.proc.stdout.readline() if ready else ""
+
+    def answer(self, timeout=120):
+        """The next answer line, split into words, or None when none came within timeout s."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        return line.split() if line else None
+
+    def ask(self, line):
+        """The answer to one command, split into words."""
+        self.tell(line)
+        answer = self.answer()
         if not answer:
             self.proc.kill()
             raise AssertionError(f"no answer to {line!r}: {self.proc.stderr.read()}")
-        return answer.split()
+        return answer
 
     def value(self, line):
         """The second word of the answer (its value), as an int when it is one."""
@@ -1180,6 +1209,30 @@ class Ipc(Base):
         for pid in children:
             os.kill(pid, 9)
         exp.quit()
+
+    def test_close_is_answered_by_the_exporter(self):
+        # cudaIpcCloseMemHandle returns once the exporter has let go: with the exporter
+        # stopped, the importer's close waits; let it run, and the close returns, and the
+        # exporter's next allocation finds the block (nothing left to a later wake-up)
+        for conf in (PYTORCH, None):
+            with self.subTest(conf=conf):
+                exp = Peer(self.env, conf=conf)
+                idx, addr = exp.alloc(8 * MiB)
+                handle = exp.export(idx)
+                imps = [Peer(self.env, conf=conf) for _ in range(2)]
+                opened = [p.open(handle) for p in imps]
+                self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+                for p, (_, i) in zip(imps, opened):  # one close not the last, then the last
+                    stop(exp.proc.pid)
+                    p.tell(f"close {i}")
+                    waited = p.answer(timeout=1)
+                    os.kill(exp.proc.pid, signal.SIGCONT)
+                    self.assertIsNone(waited)  # no answer while the exporter cannot give one
+                    self.assertEqual(p.answer(), ["close", "cudaSuccess"])
+                self.assertEqual(exp.ask(f"reuse {8 * MiB} {addr:#x} 1"), ["reuse", "1", "1"])
+                for p in imps:
+                    p.quit()
+                exp.quit()
 
     def test_second_free_of_a_held_block_is_invalid(self):
         for conf in (PYTORCH, None):
