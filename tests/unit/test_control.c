@@ -316,8 +316,12 @@ static void test_server_identity_checked(void **state)
     close(squat);
 }
 
-/* The socket of this process that is a client of the server (not the server's end). */
-static int client_fd(void)
+enum { CLIENT_END, SERVER_END, LISTENING };
+
+/* A socket of the channel in this process: a client's end (its peer has the server's name), the
+ * server's end of a connection (its own name is the server's, it does not listen), or the
+ * listening socket. The last one found, or -1. */
+static int channel_fd(int which)
 {
     DIR *d = opendir("/proc/self/fd");
     int found = -1;
@@ -326,13 +330,25 @@ static int client_fd(void)
         int fd = atoi(e->d_name);
         struct sockaddr_un un;
         socklen_t len = sizeof un;
-        if (e->d_name[0] != '.' && fd != dirfd(d) &&
-            getpeername(fd, (struct sockaddr *)&un, &len) == 0 && len > sizeof(sa_family_t) + 1 &&
-            un.sun_path[0] == '\0' && strncmp(un.sun_path + 1, "tessera.", 8) == 0)
+        int listening = 0;
+        socklen_t ll = sizeof listening;
+        if (e->d_name[0] == '.' || fd == dirfd(d) ||
+            getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) != 0)
+            continue;
+        int named = which == CLIENT_END ? getpeername(fd, (struct sockaddr *)&un, &len)
+                                        : getsockname(fd, (struct sockaddr *)&un, &len);
+        if (named == 0 && len > sizeof(sa_family_t) + 1 && un.sun_path[0] == '\0' &&
+            strncmp(un.sun_path + 1, "tessera.", 8) == 0 &&
+            (which == CLIENT_END || listening == (which == LISTENING)))
             found = fd;
     }
     closedir(d);
     return found;
+}
+
+static int client_fd(void)
+{
+    return channel_fd(CLIENT_END);
 }
 
 static void test_descriptor_taken_over_is_never_touched(void **state)
@@ -359,6 +375,75 @@ static void test_descriptor_taken_over_is_never_touched(void **state)
     char byte;
     assert_int_equal(read(p[0], &byte, 1), 0);
     close(p[0]);
+}
+
+/* The server's end of a connection, closed by the program and its number given to a socket
+ * of the program's own: the server drops the peer (what it held is let go) and never reads
+ * from, writes to or closes the program's socket. */
+static void test_server_end_taken_over_is_never_touched(void **state)
+{
+    (void)state;
+    ts_ctl_client *c = connected();
+    msg a;
+    assert_int_equal(call(c, HOLD, NULL, &a), sizeof a.h);
+    int held = __atomic_load_n(&holding, __ATOMIC_SEQ_CST);
+    int fd = channel_fd(SERVER_END);
+    assert_true(fd >= 0);
+    int sp[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+    close(fd);
+    assert_int_equal(dup2(sp[0], fd), fd);
+    close(sp[0]);
+    /* a message waits on the program's socket: readable, as a request would be */
+    msg q = {.h = {.magic = TS_CTL_MAGIC, .type = ECHO, .seq = 9}, .body = "mine"};
+    assert_int_equal(send(sp[1], &q, sizeof q, 0), sizeof q);
+    /* the server polls the number again once something else wakes it */
+    ts_ctl_client *waker = connected();
+    assert_int_equal(call(waker, ECHO, "wake", &a), sizeof a);
+    assert_int_equal(call(waker, ECHO, "wake", &a), sizeof a);
+    ts_ctl_close(waker);
+    assert_int_equal(holding_settles(held - 1), held - 1);
+    /* the program's message is still there, and nothing was sent to it */
+    msg got;
+    assert_int_equal(recv(fd, &got, sizeof got, MSG_DONTWAIT), sizeof got);
+    assert_string_equal(got.body, "mine");
+    assert_int_equal(recv(sp[1], &got, sizeof got, MSG_DONTWAIT), -1);
+    assert_int_equal(errno, EAGAIN);
+    assert_true(fcntl(fd, F_GETFD) >= 0);
+    close(fd);
+    close(sp[1]);
+    ts_ctl_close(c);
+}
+
+/* Descriptors that come with an answer need room here: a client with none left (a child of
+ * its own, so that the server keeps its room) fails with -EMFILE and keeps nothing. */
+static void test_answer_descriptors_without_room(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    if (pid == 0) {
+        ts_ctl_client *c = NULL;
+        msg a;
+        if (ts_ctl_connect(&addr, &c) != 0 || call(c, ECHO, "x", &a) != sizeof a)
+            _exit(2);
+        int before = count_fds(NULL), fill[64], n = 0;
+        while (n < 64 && (fill[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+            n++;
+        if (n == 0 || n == 64)
+            _exit(3);
+        close(fill[--n]); /* one left: not room for three */
+        msg q = {.h = {.type = FDS}, .body = {3}};
+        int fds[4];
+        unsigned nfds = 9;
+        ssize_t rc = ts_ctl_call(c, &q, sizeof q, &a, sizeof a, fds, 4, &nfds);
+        while (n > 0)
+            close(fill[--n]);
+        _exit(rc == -EMFILE && nfds == 0 && count_fds(NULL) == before ? 0 : 1);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 static void test_fork_child_closes_the_channel(void **state)
@@ -495,6 +580,8 @@ int main(void)
         cmocka_unit_test(test_raw_requests_out_of_bounds_are_dropped),
         cmocka_unit_test(test_server_identity_checked),
         cmocka_unit_test(test_descriptor_taken_over_is_never_touched),
+        cmocka_unit_test(test_server_end_taken_over_is_never_touched),
+        cmocka_unit_test(test_answer_descriptors_without_room),
         cmocka_unit_test(test_fork_child_closes_the_channel),
         cmocka_unit_test(test_many_threads),
         cmocka_unit_test(test_another_user_refused),
