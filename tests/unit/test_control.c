@@ -565,6 +565,45 @@ static void test_another_user_refused(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* Run last: the listening socket closed by the program and its number given to a listening
+ * socket of the program's own, a connection waiting on it. The server stops taking connections
+ * (its name is gone) and never accepts the program's; connections made before still work. */
+static void test_listening_socket_taken_over(void **state)
+{
+    (void)state;
+    ts_ctl_client *c = connected();
+    msg a;
+    assert_int_equal(call(c, ECHO, "before", &a), sizeof a);
+    int lfd = channel_fd(LISTENING);
+    assert_true(lfd >= 0);
+    struct sockaddr_un un;
+    memset(&un, 0, sizeof un);
+    un.sun_family = AF_UNIX;
+    int n = snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "program.%d", (int)getpid());
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    int mine = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    assert_int_equal(bind(mine, (struct sockaddr *)&un, len), 0);
+    assert_int_equal(listen(mine, 4), 0);
+    close(lfd);
+    assert_int_equal(dup2(mine, lfd), lfd);
+    close(mine);
+    int waiting = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_int_equal(connect(waiting, (struct sockaddr *)&un, len), 0);
+    /* the server polls the number again: woken by a request; a second one after that round */
+    assert_int_equal(call(c, ECHO, "wake", &a), sizeof a);
+    assert_int_equal(call(c, ECHO, "after", &a), sizeof a);
+    assert_string_equal(a.body, "after");
+    /* the program's connection is still there for the program to take */
+    int taken = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    assert_true(taken >= 0);
+    close(taken);
+    close(waiting);
+    close(lfd);
+    ts_ctl_client *late = NULL;
+    assert_int_equal(ts_ctl_connect(&addr, &late), -ESRCH);
+    ts_ctl_close(c);
+}
+
 int main(void)
 {
     /* the server's bounds come from the descriptor limit when it starts */
@@ -586,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_many_threads),
         cmocka_unit_test(test_another_user_refused),
         cmocka_unit_test(test_connections_bounded),
+        cmocka_unit_test(test_listening_socket_taken_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
