@@ -12,6 +12,9 @@
  *   addr IDX              addr 0xADDR
  *   reuse SIZE ADDR N     reuse 1|0 TRIES  (allocate SIZE, free it, until it lands at ADDR, up
  *                                           to N tries 1 ms apart: a held block given back)
+ *   allocs N SIZE         allocs A1,...,AN FIRST  (N blocks of SIZE; their addresses, 0x0 for a
+ *                                           failed one; FIRST: the index of the first)
+ *   reset                 reset ERROR      (cudaDeviceReset: every block is gone)
  *   fds                   fds N            (descriptors open here, the simulator's not counted)
  *   files                 files N          (how many more files it can open: each closed after)
  *   stdio                 stdio 1|0        (descriptors 0, 1 and 2 are still open)
@@ -169,6 +172,19 @@ int main(void)
         } else if (!strcmp(cmd, "stdio")) {
             printf("stdio %d\n", fcntl(0, F_GETFD) >= 0 && fcntl(1, F_GETFD) >= 0 &&
                                      fcntl(2, F_GETFD) >= 0);
+        } else if (!strcmp(cmd, "allocs")) {
+            int count = atoi(a1), first = nblocks;
+            size_t size = strtoull(a2, NULL, 0);
+            printf("allocs");
+            for (int k = 0; k < count; k++) {
+                void *p = NULL;
+                cudaError_t e = cudaMalloc(&p, size);
+                printf("%s%p", k ? "," : " ", e == cudaSuccess && add(p, size) >= 0 ? p : NULL);
+            }
+            printf(" %d\n", first);
+        } else if (!strcmp(cmd, "reset")) {
+            printf("reset %s\n", err(cudaDeviceReset()));
+            nblocks = 0; /* every block went with the context */
         } else if (!strcmp(cmd, "fork")) {
             /* a child that lives on without exec (the answer is the child's) */
             fflush(stdout);

@@ -1234,6 +1234,20 @@ class Ipc(Base):
                     p.quit()
                 exp.quit()
 
+    def test_context_gone_takes_its_exports(self):
+        # a context reset frees every block of it: its exports go with them, and a handle made
+        # before finds nothing to open
+        for conf in (PYTORCH, None):
+            with self.subTest(conf=conf):
+                exp = Peer(self.env, conf=conf)
+                idx, _ = exp.alloc(8 * MiB)
+                handle = exp.export(idx)
+                self.assertEqual(exp.ask("reset"), ["reset", "cudaSuccess"])
+                imp = Peer(self.env, conf=conf)
+                self.assertEqual(imp.open(handle), ("cudaErrorInvalidResourceHandle", -1))
+                self.assertIn("no longer exports this block", imp.quit())
+                exp.quit()
+
     def test_second_free_of_a_held_block_is_invalid(self):
         for conf in (PYTORCH, None):
             with self.subTest(conf=conf):
@@ -1290,7 +1304,9 @@ class Ipc(Base):
         for conf in (PYTORCH, None):
             with self.subTest(conf=conf):
                 exp = Peer(self.env, conf=conf, nofile=64)
-                blocks = [exp.alloc(4096)[0] for _ in range(40)]
+                answer = exp.ask("allocs 40 4096")
+                addrs, first = answer[1].split(","), int(answer[2])
+                blocks = list(range(first, first + 40))
                 files, fds = exp.value("files"), exp.value("fds")
                 handles = [exp.export(i) for i in blocks]
                 self.assertEqual(exp.value("fds"), fds + 1)
@@ -1301,9 +1317,14 @@ class Ipc(Base):
                 self.assertEqual([o[0] for o in opened], ["cudaSuccess"] * 40)
                 self.assertEqual(imp.value("fds"), ifds + 1)
                 self.assertEqual(exp.value("fds"), fds + 2)
+                # all 40 freed while held, then closed: all given back (in batches of 32), and
+                # the same 40 allocations land in the same bytes
+                for i in blocks:
+                    self.assertEqual(exp.ask(f"free {i}"), ["free", "cudaSuccess"])
                 for _, i in opened:
                     self.assertEqual(imp.ask(f"close {i}"), ["close", "cudaSuccess"])
                 self.assertEqual(imp.value("fds"), ifds)
+                self.assertEqual(sorted(exp.ask("allocs 40 4096")[1].split(",")), sorted(addrs))
                 self.assertEqual(exp.fds_settle(fds + 1), fds + 1)
                 self.assertEqual(exp.value("stdio"), 1)
                 imp.quit()
