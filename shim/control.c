@@ -296,7 +296,7 @@ static bool peer_serve(ts_ctl_peer *p, uint64_t now, ctl_buffers *bufs)
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
         ssize_t n = recvmsg(p->fd, &mh, MSG_DONTWAIT);
         if (n < 0)
-            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+            return errno == EAGAIN; /* nothing after all; any other error drops the peer */
         if (n == 0 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
             (size_t)n < sizeof(ts_ctl_header))
             return false; /* closed (the peer let go of everything), too long, descriptors */

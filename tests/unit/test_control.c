@@ -253,6 +253,11 @@ static void test_raw_requests_out_of_bounds_are_dropped(void **state)
     assert_int_equal(send(fd, big, TS_CTL_MSG_MAX, 0), TS_CTL_MSG_MAX);
     assert_int_equal(raw_answered(fd), 1);
     close(fd);
+    /* a head alone is a request */
+    fd = raw_connect();
+    assert_int_equal(send(fd, &q, sizeof q.h, 0), sizeof q.h);
+    assert_int_equal(raw_answered(fd), 1);
+    close(fd);
     /* shorter than a head, and a foreign head */
     fd = raw_connect();
     assert_int_equal(send(fd, &q, sizeof q.h - 1, 0), sizeof q.h - 1);
