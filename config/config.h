@@ -126,6 +126,12 @@ void ts_config_defaults(ts_config *cfg);
 int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_config_mode mode,
                     ts_config_diag *diag, ts_config_warn_fn warn, void *user);
 
+/* The configuration text a policy name stands for (config/names.c): "default" (tessera's default
+ * policy, what no configuration gives: "") and "pytorch" (PyTorch's caching allocator:
+ * "expandable_segments:False"); NULL when text is not a name. ts_config_parse takes a whole
+ * string that is a name as the text it stands for. */
+const char *ts_config_named_policy(const char *text);
+
 /* Read the environment with the precedence above. *source receives the variable used (NULL when
  * none is set). Returns 0, or -1 with *diag filled when TESSERA_ALLOC_CONF is invalid. */
 int ts_config_from_env(ts_config *out, const char **source, ts_config_diag *diag,
@@ -150,7 +156,9 @@ typedef struct ts_config_device {
  * allocator uses and what verbose output and the stats page print:
  *  - stitching needs expandable segments (it lends their pages), so it turns them on;
  *  - on a device without the virtual-memory API (dev->vm_granularity 0) both are off;
- *  - with defragment, expandable pages default to the device's granularity.
+ *  - with defragment, expandable pages default to 2 MiB (every CUDA device's granularity), so
+ *    that the process's configuration is the one in force on its devices;
+ *  - on a device, an expandable page is whole granules of it (rounded up).
  * dev NULL applies the rules that need no device (ts_config_parse does, before returning).
  * Idempotent: resolving a resolved configuration changes nothing. */
 void ts_config_resolve(ts_config *cfg, const ts_config_device *dev);

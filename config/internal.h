@@ -4,6 +4,7 @@
  *   parse.c    the parser: diagnostics, values, the walk, ts_config_parse / ts_config_from_env
  *   format.c   the configuration in force, and the description of every key
  *   resolve.c  what follows from what (ts_config_resolve), equality
+ *   names.c    the named policies ("default", "pytorch")
  */
 #ifndef TS_CONFIG_INTERNAL_H
 #define TS_CONFIG_INTERNAL_H

@@ -214,13 +214,18 @@ const key_desc cfg_keys[KEY_COUNT] = {
         .offset = FIELD(snapshot_on_oom),
         .range = "a file path without ':', ',' or spaces; %p: the pid, %n: a count, %%: %",
         .help = "Write a PyTorch memory snapshot (pickle; open it with PyTorch's memory_viz) to "
-                "this path when an allocation fails with out of memory, at most 8 per process. "
-                "An existing file is never replaced. Files are mode 0600 and at most 64 MiB (the "
-                "oldest history is cut, and a line says so); the directory must be one only this "
-                "user can write (a missing one is created, mode 0700; /tmp and other shared "
-                "directories are refused), e.g. $HOME/tessera-oom/oom-%p-%n.pickle. With "
-                "history_events, the snapshot holds the events that led there; their frames "
-                "(history_frames) are file offsets, which tessera-stat symbolize names.",
+                "this path when an allocation fails with out of memory. The directory must be "
+                "one only this user can write, not a symbolic link (a missing one is created, "
+                "mode 0700; /tmp and other shared directories are refused), e.g. "
+                "$HOME/tessera-oom/oom-%p-%n.pickle; one that would be refused is refused at "
+                "start (TESSERA_ALLOC_CONF: as a bad key; the PyTorch variables: a warning, no "
+                "snapshots). A taken name gets a number (oom-2.pickle, ...): no file is "
+                "replaced but the eighth one a process writes, which each later failure's "
+                "snapshot replaces, so the failure that ends the run has its snapshot. Files "
+                "are mode 0600 and at most 64 MiB (the oldest history is cut, and a line says "
+                "so). With history_events, the snapshot holds the events that led there; with "
+                "history_frames, each event's, block's and segment's call stack, as file "
+                "offsets, which tessera-stat symbolize names.",
     },
     [KEY_PINNED_CACHE] = {
         .name = "pinned_cache", .kind = KIND_BOOL, .flags = F_TESSERA,

@@ -253,6 +253,8 @@ static bool parse_divisions(parser *p, const entry *e)
     uint32_t work[TS_ROUNDUP_INTERVALS];
     memcpy(work, table, sizeof work);
     bool seen = false; /* an explicit K:V came before */
+    /* The last explicit interval; '>' fills the intervals after it. Before any, PyTorch counts
+     * from interval 0, so a leading '>' leaves interval 0 (below 2 MiB) as it was. */
     unsigned last = 0;
     size_t i = e->val->pos + 1;
     token k, val;
@@ -265,7 +267,7 @@ static bool parse_divisions(parser *p, const entry *e)
         if (v > DIVISIONS_MAX)
             return bad_item(p, e, "division", &val, "is too large", division_range);
         if (strcmp(k.text, ">") == 0) {
-            for (unsigned j = seen ? last + 1 : 0; j < TS_ROUNDUP_INTERVALS; j++)
+            for (unsigned j = last + 1; j < TS_ROUNDUP_INTERVALS; j++)
                 work[j] = (uint32_t)v;
             continue;
         }
@@ -724,7 +726,8 @@ int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_co
 {
     parser p;
     memset(&p, 0, sizeof p);
-    p.text = text ? text : "";
+    const char *named = ts_config_named_policy(text);
+    p.text = named ? named : text ? text : "";
     p.var = varname ? varname : "config";
     p.mode = mode == TS_CONFIG_STRICT ? TS_CONFIG_STRICT : TS_CONFIG_LENIENT;
     p.diag = diag;

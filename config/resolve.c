@@ -4,20 +4,29 @@
 
 #include <string.h>
 
+/* The granularity of device memory on every CUDA device to date: defragment's page before a
+ * device is known, so that the configuration a process prints (its stats page, --json,
+ * snapshots) is the one its devices use (verbose output, the trace), not a placeholder. */
+#define TS_CONFIG_VM_PAGE (2 * MIB)
+
 void ts_config_resolve(ts_config *cfg, const ts_config_device *dev)
 {
     if (cfg->stitching)
         cfg->expandable_segments = true; /* stitching lends pages of expandable segments */
+    /* defragment: the finest pages a device allows, so that any free hole of at least a page
+     * can be given back or stitched (20 MiB pages leave holes below 20 MiB stuck) */
+    if (cfg->expandable_segments && cfg->defragment && cfg->expandable_page == 0)
+        cfg->expandable_page = TS_CONFIG_VM_PAGE;
     if (!dev)
         return;
     if (dev->vm_granularity == 0) {
         cfg->expandable_segments = cfg->stitching = false; /* no VM API: plain segments */
         return;
     }
-    /* defragment: the finest pages the device allows, so that any free hole of at least a page
-     * can be given back or stitched (20 MiB pages leave holes below 20 MiB stuck) */
-    if (cfg->expandable_segments && cfg->defragment && cfg->expandable_page == 0)
-        cfg->expandable_page = dev->vm_granularity;
+    /* a page is whole granules of the device (what the allocator maps): said as it is used */
+    size_t g = dev->vm_granularity;
+    if (cfg->expandable_segments && cfg->expandable_page % g)
+        cfg->expandable_page = (cfg->expandable_page / g + 1) * g;
 }
 
 bool ts_config_equal(const ts_config *a, const ts_config *b)

@@ -88,8 +88,10 @@ int ts_free_on_stream(ts_allocator *a, uintptr_t ptr, uintptr_t stream, size_t *
 void ts_allocator_stream_retire(ts_allocator *a, uintptr_t stream);
 
 /* What the stream-ordered allocations served here (those made with a non-zero stream) add up
- * to: requested bytes and block bytes, now and at their high marks. reset_used_high,
- * reset_reserved_high: drop that mark to the current value first. */
+ * to, as a memory pool reports its own: used, the bytes asked for; reserved, the memory of the
+ * segments made for a stream (mapped, cached blocks included), never below their live blocks;
+ * each now and at its high mark (reserved's: the highest seen by an allocation or a query).
+ * reset_used_high, reset_reserved_high: drop that mark to the current value first. */
 typedef struct ts_stream_usage {
     size_t used, used_high, reserved, reserved_high;
 } ts_stream_usage;

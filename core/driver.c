@@ -62,16 +62,39 @@ int ts_allocator_driver_forget(ts_allocator *a, uintptr_t addr, size_t *bytes)
     return v ? TS_OK : TS_ENOTFOUND;
 }
 
+/* What a pool's reserved memory is, for the stream-ordered allocations: the memory of the
+ * segments made for a stream (a stream's blocks come only from those), mapped, its free cached
+ * blocks included; a stitched range maps pages of those and is not counted again. Walked at a
+ * query: pool queries are rare, the allocation path keeps no count of it. */
+static size_t tagged_reserved(const ts_allocator *a)
+{
+    size_t r = 0;
+    for (ts_node *n = ts_tree_first(&a->segments); n; n = ts_tree_next(n)) {
+        const ts_segment *seg = segment_of_node(n);
+        if (seg->stream && seg->kind != TS_SEGMENT_STITCHED)
+            r += seg->mapped;
+    }
+    return r;
+}
+
 void ts_allocator_stream_usage(ts_allocator *a, bool reset_used_high, bool reset_reserved_high,
                                ts_stream_usage *out)
 {
     allocator_lock(a);
+    /* tagged.reserved counts live block bytes (ts_malloc_ex, ts_free); reserved memory holds them
+     * and what is cached beside them. Its high mark is the highest of the two seen: the block
+     * bytes at every allocation, the memory at every query. */
+    size_t reserved = tagged_reserved(a);
+    if (reserved < a->tagged.reserved)
+        reserved = a->tagged.reserved;
     if (reset_used_high)
         a->tagged.used_high = a->tagged.used;
-    if (reset_reserved_high)
-        a->tagged.reserved_high = a->tagged.reserved;
-    if (out)
+    if (reset_reserved_high || reserved > a->tagged.reserved_high)
+        a->tagged.reserved_high = reserved;
+    if (out) {
         *out = a->tagged;
+        out->reserved = reserved;
+    }
     allocator_unlock(a);
 }
 

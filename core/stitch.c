@@ -233,8 +233,8 @@ static ts_block *carve_lent(ts_block *b, uintptr_t start, size_t bytes, ts_segme
 /* Committed: lend the taken handles to s (their blocks become LENT, listed from lenders[0] on),
  * and enter the nhandles aliases in s's handle tree. Returns the latest free epoch among the
  * lenders: the pages were last freed when the latest of them was. */
-static uint64_t runs_lend(stitch_runs *r, ts_segment *s, ts_block **lenders, stitch_meta *m,
-                          size_t nhandles)
+static uint64_t runs_lend(ts_allocator *a, stitch_runs *r, ts_segment *s, ts_block **lenders,
+                          stitch_meta *m, size_t nhandles)
 {
     uint64_t epoch = 0;
     size_t k = 0;
@@ -243,6 +243,9 @@ static uint64_t runs_lend(stitch_runs *r, ts_segment *s, ts_block **lenders, sti
         if (run->take_hi == run->lo)
             continue;
         ts_block *l = carve_lent(run->b, run->lo, run->take_hi - run->lo, s, m);
+        /* In the history the pages leave their segment (and appear in s, through the backend's
+         * map events): a snapshot lists each byte once, where it is in use. */
+        TS_HISTORY_NOTE(a, TESSERA_EV_SEGMENT_UNMAP, l->addr, l->size, l->seg->stream, 0);
         if (l->free_epoch > epoch)
             epoch = l->free_epoch;
         lenders[k++] = l;
@@ -268,6 +271,7 @@ static void unstitch(ts_allocator *a, ts_segment *s)
     a->be.vm_release(a->be.ctx, s->addr, s->va_size);
     for (size_t i = 0; i < s->nlenders; i++) {
         ts_block *l = s->lenders[i];
+        TS_HISTORY_NOTE(a, TESSERA_EV_SEGMENT_MAP, l->addr, l->size, l->seg->stream, 0);
         l->lent_to = NULL;
         l->state = TS_BLOCK_FREE;
         block_merge(a, l, l->prev);
@@ -352,7 +356,7 @@ static ts_block *stitch_grow(ts_allocator *a, ts_pool *p, size_t size, stitch_ru
     }
 
     /* Committed: the handles are now also mapped at [s->addr + s->size, + grown). */
-    uint64_t epoch = runs_lend(r, s, s->lenders + s->nlenders, &m, nhandles);
+    uint64_t epoch = runs_lend(a, r, s, s->lenders + s->nlenders, &m, nhandles);
     meta_put(a, &m, nhandles);
     s->nlenders += used;
     if (renumber)
@@ -417,7 +421,7 @@ static ts_block *stitch_new(ts_allocator *a, ts_pool *p, size_t size, uint64_t s
     }
 
     /* Committed: the handles are now also mapped at [va, va + stitched). */
-    uint64_t epoch = runs_lend(r, s, lenders, &m, nhandles);
+    uint64_t epoch = runs_lend(a, r, s, lenders, &m, nhandles);
     meta_put(a, &m, nhandles);
     segment_install(a, s, va, stitched, stream, p, TS_SEGMENT_STITCHED, sb);
     s->va_size = va_size;

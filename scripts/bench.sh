@@ -28,9 +28,11 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
   8. plan:True beside PyTorch's policy, expandable segments, defragment:True and tessera's
      default (tests/bench/plan_bench.py): every trace repeated 8 times (tessera-replay --repeat
      8) and every synthetic workload, with the targets of planned memory
-  9. CUDA IPC through LD_PRELOAD (tests/bench/ipc_cost.py): cudaIpcGetMemHandle and
-     cudaIpcOpenMemHandle of tests/programs/ipc_share without tessera and under tessera's
-     default, PyTorch's policy and expandable segments
+  9. the counters read from Python (tests/bench/py_stats.py): tessera.stats() in a process
+     under tessera run --sim, beside tessera.stats(pid) and tessera-stat --json run and parsed
+  10. CUDA IPC through LD_PRELOAD (tests/bench/ipc_cost.py): cudaIpcGetMemHandle and
+      cudaIpcOpenMemHandle of tests/programs/ipc_share without tessera and under tessera's
+      default, PyTorch's policy and expandable segments
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -40,7 +42,7 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    plan,ipc (default: all)
+                    plan,python,ipc (default: all)
   --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
                     GPU) instead of the published figures
   -h, --help
@@ -51,7 +53,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,plan,ipc"
+only="core,replay,steady,shim,stream,pinned,async,plan,python,ipc"
 costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -289,6 +291,19 @@ if want plan; then
     python3 tests/bench/plan_bench.py "$bd" "$raw/plan" --repeat 8 >/dev/null
 fi
 
+# --- 9. the counters from Python -------------------------------------------------------------------
+if want python; then
+    if [ -d "$bd/python/tessera" ] && [ -x "$bd/tools/tessera" ] && [ -d "$bd/tests/sim" ]; then
+        echo "bench.sh: tessera.stats() from Python ..." >&2
+        pyargs=()
+        [ "$quick" -eq 1 ] && pyargs+=(--quick)
+        note_cmd python "python3 tests/bench/py_stats.py $B $B/bench-raw/python ${pyargs[*]}"
+        python3 tests/bench/py_stats.py "$bd" "$raw/python" "${pyargs[@]}" >/dev/null
+    else
+        echo "bench.sh: the Python module, tessera or the simulator is not built: skipping" >&2
+    fi
+fi
+
 # --- report -------------------------------------------------------------------------------------
 TS_BENCH_DRIVER_COSTS="${costs[1]:-}" python3 tests/bench/report.py "$bd" "$B" | tee "$bd/bench-results.md"
 # report_part PART TITLE: a part's Markdown, under its title and command
@@ -302,5 +317,6 @@ report_part stream "Stream-ordered reuse through LD_PRELOAD (simulated device)"
 report_part pinned "Pinned host memory through LD_PRELOAD (simulated device)"
 report_part async "cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated device)"
 report_part plan "Planned memory: plan:True beside the other policies"
+report_part python "The counters from Python: tessera.stats() every step"
 report_part ipc "CUDA IPC: export and open through LD_PRELOAD (simulated device)"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

@@ -2,7 +2,13 @@
 # Mutation check: apply small bugs to the sources one at a time, run the tests that should catch
 # each, and report how many were caught (the kill rate) and which survived.
 #
-#   scripts/mutate.sh [--list FILE] [--build DIR] [--only TEXT]
+#   scripts/mutate.sh --generate [--base REV] [--whole] [FILE.c ...]   mechanical mutants
+#   scripts/mutate.sh [--list FILE] [--build DIR] [--only TEXT]         the hand-written list
+#
+# --generate mutates every comparison, refusal, release and order point of the C files a change
+# touched (scripts/mutants.py; `scripts/mutate.sh --generate --help`): nobody picks the mutants,
+# and each runs the tests that execute its line. It is the judge of a change; the list below is
+# kept for the rules it names.
 #
 # The list (default scripts/mutants.txt) has one mutant per line, four fields separated by " @@ ":
 #   file @@ original text @@ replacement @@ tests
@@ -18,6 +24,10 @@
 # restored on every exit (trap), and rebuilt at the end. Not run in CI: it takes a while.
 set -u
 cd "$(dirname "$0")/.." || exit 1
+if [ "${1:-}" = --generate ]; then
+  shift
+  exec python3 scripts/mutants.py "$@"
+fi
 list=scripts/mutants.txt
 build=build
 only=
@@ -26,7 +36,7 @@ while [ $# -gt 0 ]; do
     --list) list=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "mutate.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

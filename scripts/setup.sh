@@ -23,6 +23,18 @@ if have_cmd dpkg-query; then
   fi
   # libmicrohttpd: the HTTP server of tessera-stat --serve (without it --serve says so)
   have_pkg libmicrohttpd-dev || need_pkgs+=(libmicrohttpd-dev)
+  # chromium, node and npm: PyTorch's memory viewer opens tessera's snapshots in a headless
+  # browser (tests/integration/test_snapshot.py SnapshotViewer, tests/viz/); optional.
+  if [ "${TESSERA_SETUP_VIEWER:-1}" = 1 ]; then
+    have_cmd chromium || { apt-cache show chromium >/dev/null 2>&1 && need_pkgs+=(chromium); } || true
+    have_cmd node || need_pkgs+=(nodejs)
+    have_cmd npm || need_pkgs+=(npm)
+  fi
+  # the Python module (import tessera: Python's headers) and the wheel (pyproject.toml, built
+  # by meson-python with python-build, installed into a venv by tests/python/test_wheel.py)
+  for p in python3-dev python3-venv python3-mesonpy python3-build; do
+    have_pkg "$p" || need_pkgs+=("$p")
+  done
   # prometheus: promtool checks the Prometheus output with the real parser, and the server
   # scrapes tessera-stat --serve in tests/integration/test_prometheus.py; optional.
   if [ "${TESSERA_SETUP_PROMTOOL:-1}" = 1 ] && { ! have_cmd promtool || ! have_cmd prometheus; }; then
@@ -53,8 +65,25 @@ make_comma_locale() {
   fi
 }
 
+# d3 and playwright-core from the npm registry, for the viewer test, into build-viz/ (ignored,
+# never committed); the versions are tests/viz/package.json's. Without them that test skips.
+viewer_modules() {
+  [ "${TESSERA_SETUP_VIEWER:-1}" = 1 ] && have_cmd npm || return 0
+  local root dir
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  dir=$root/build-viz
+  cmp -s "$root/tests/viz/package.json" "$dir/package.json" &&
+    [ -d "$dir/node_modules/d3" ] && [ -d "$dir/node_modules/playwright-core" ] && return 0
+  mkdir -p "$dir" && cp "$root/tests/viz/package.json" "$dir/package.json" &&
+    (cd "$dir" && npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
+    { rm -f "$dir/package.json"; echo "tessera setup: npm could not install d3 and" \
+      "playwright-core into $dir (the memory viewer test will be skipped)" >&2; }
+  return 0
+}
+
 if [ ${#need_pkgs[@]} -eq 0 ]; then
   make_comma_locale
+  viewer_modules
   exit 0
 fi
 
@@ -81,10 +110,14 @@ export DEBIAN_FRONTEND=noninteractive
 # A stale package index is the usual cause of 404s on a fresh machine.
 $SUDO apt-get update -qq >/dev/null 2>&1 || $SUDO apt-get update -qq
 if ! $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null; then
-  # prometheus is optional: retry without it rather than failing the whole setup
+  # prometheus and the viewer's browser are optional: retry without them rather than failing
+  # the whole setup
   rest=()
-  for p in "${need_pkgs[@]}"; do [ "$p" = prometheus ] || rest+=("$p"); done
+  for p in "${need_pkgs[@]}"; do
+    case "$p" in prometheus|chromium|nodejs|npm) ;; *) rest+=("$p") ;; esac
+  done
   $SUDO apt-get install -y -qq --no-install-recommends "${rest[@]}" >/dev/null
 fi
 
 make_comma_locale
+viewer_modules

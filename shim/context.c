@@ -22,6 +22,7 @@
 #include "statspage/writer.h"
 #include "shim/shim.h"
 #include "core/hostcache.h"
+#include "core/peers.h"
 
 #define MAX_CONTEXTS 256
 #define STATS_PUBLISH_EVERY 64 /* ops between segment-map refreshes */
@@ -46,6 +47,9 @@ typedef struct peer_grant {
 
 static ctx_entry table[MAX_CONTEXTS];
 static peer_grant grants[MAX_CONTEXTS];
+/* Devices given access to each device's default pool (bit d: device d), for the allocators of
+ * that device made from then on. Guarded by table_lock. */
+static uint64_t pool_grants[64];
 static int table_used; /* entries [0, table_used) have been used */
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread ctx_entry *tls_last __attribute__((tls_model("initial-exec")));
@@ -72,8 +76,10 @@ static void announce(void);
  * process of a job script (ls, bash, python). A program linked with a CUDA library stops before
  * main; any other stops at its first hooked call. One line, then _exit (no atexit handler of a
  * half-started program runs). */
-static char g_conf_error[sizeof(((ts_config_diag *)0)->message)];
+static char g_conf_error[sizeof(((ts_config_diag *)0)->message) + 256];
 static bool g_conf_failed;
+static bool g_snapshot_check_due; /* snapshot_on_oom not checked yet: at the first CUDA call */
+static bool snapshot_dir_refused(void);
 
 __attribute__((noreturn, cold)) static void config_stop(const char *when)
 {
@@ -93,6 +99,9 @@ static int find_cuda_library(struct dl_phdr_info *info, size_t size, void *user)
 bool ts_shim_active(void)
 {
     if (__builtin_expect(g_conf_failed, 0))
+        config_stop("at the first CUDA call");
+    if (__builtin_expect(g_snapshot_check_due, 0) &&
+        __atomic_exchange_n(&g_snapshot_check_due, false, __ATOMIC_ACQ_REL) && snapshot_dir_refused())
         config_stop("at the first CUDA call");
     /* Stepping aside (caching:False, backend:cudaMallocAsync) creates no allocator, the usual
      * place to announce: the first hook that steps aside says the warnings and verbose lines. */
@@ -116,17 +125,44 @@ static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
 
+/* snapshot_on_oom is checked when the configuration is: a directory it would be refused at the
+ * out of memory is refused now, so that no snapshot is lost to it. TESSERA_ALLOC_CONF (strict):
+ * like any bad key; the PyTorch variables (lenient): a warning, and no snapshots. Only a process
+ * that uses CUDA gets here (the missing directory is created then). */
+static bool snapshot_dir_refused(void)
+{
+    char why[640];
+    if (!g_cfg.snapshot_on_oom[0] || ts_oom_snapshot_check(g_cfg.snapshot_on_oom, why, sizeof why))
+        return false;
+    if (g_source && strcmp(g_source, "TESSERA_ALLOC_CONF") == 0) {
+        snprintf(g_conf_error, sizeof g_conf_error, "TESSERA_ALLOC_CONF: key 'snapshot_on_oom': %s",
+                 why);
+        return true;
+    }
+    char line[sizeof why + 96];
+    snprintf(line, sizeof line, "%s: key 'snapshot_on_oom': %s; ignored (no snapshots)",
+             g_source ? g_source : "configuration", why);
+    warn_collect(NULL, line);
+    g_cfg.snapshot_on_oom[0] = '\0';
+    return false;
+}
+
 /* Runs when the library is loaded, before main: no CUDA here, only the configuration. A bad
  * TESSERA_ALLOC_CONF stops a program linked with CUDA now; any other program keeps it for its
  * first hook (config_stop), so one that never uses CUDA runs untouched and silent. */
 __attribute__((constructor)) static void shim_load(void)
 {
     ts_config_diag diag;
+    bool cuda = dl_iterate_phdr(find_cuda_library, NULL) != 0;
     if (ts_config_from_env(&g_cfg, &g_source, &diag, warn_collect, NULL) != 0) {
         snprintf(g_conf_error, sizeof g_conf_error, "%s", diag.message);
-        if (dl_iterate_phdr(find_cuda_library, NULL))
+        if (cuda)
             config_stop("before the program starts");
         g_conf_failed = true;
+    } else if (cuda && snapshot_dir_refused()) {
+        config_stop("before the program starts");
+    } else if (!cuda) {
+        g_snapshot_check_due = g_cfg.snapshot_on_oom[0] != '\0';
     }
     g_active = g_cfg.caching && g_cfg.backend == TS_BACKEND_NATIVE;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
@@ -303,6 +339,18 @@ void ts_ctx_peer_enabled(CUcontext peer, CUdevice from)
     pthread_mutex_unlock(&table_lock);
 }
 
+void ts_ctx_pool_access(CUdevice owner, CUdevice to)
+{
+    uint64_t bit = 0;
+    ts_peer_add(&bit, to); /* a device past 63 gets nothing, as with peer access */
+    pthread_mutex_lock(&table_lock);
+    pool_grants[owner] |= bit;
+    for (int i = 0; i != table_used; i++)
+        if (table[i].ctx && table[i].dev == owner && table[i].a)
+            allocator_grant_peers(table[i].a, bit);
+    pthread_mutex_unlock(&table_lock);
+}
+
 static ctx_entry *table_create(CUcontext ctx)
 {
     CUdevice dev = 0;
@@ -357,7 +405,10 @@ static ctx_entry *table_create(CUcontext ctx)
     }
     e->dev = dev;
     e->primary = context_is_primary(ctx, dev);
-    allocator_grant_peers(e->a, grants_take(ctx));
+    uint64_t pending = grants_take(ctx), self = 0;
+    if (ts_peer_add(&self, dev) == TS_OK) /* a device 0-63: its pool may have been shared */
+        pending |= pool_grants[dev];
+    allocator_grant_peers(e->a, pending);
     __atomic_store_n(&e->ctx, ctx, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&table_lock);
     return e;
@@ -576,9 +627,30 @@ void ts_ctx_count_passthrough(void)
 
 /* --- out of memory ------------------------------------------------------------------------------ */
 
+/* The out-of-memory line is rate-limited to one a second, except that a failure larger than any
+ * reported or held back in that second is always said: a later, larger failure is never hidden
+ * behind a small one. What is held back is counted in the next line; the last of it is said at
+ * exit when no line came after it, so the failure that ends a run has its line. */
 static pthread_mutex_t oom_lock = PTHREAD_MUTEX_INITIALIZER;
-static time_t oom_last;
+static time_t oom_last;        /* the second of the last line said */
+static size_t oom_largest;     /* the largest request said or held back in that second */
 static unsigned oom_suppressed;
+static ts_oom_info oom_held;   /* the last failure held back, when oom_suppressed */
+static bool oom_atexit;
+
+static void oom_exit(void)
+{
+    pthread_mutex_lock(&oom_lock);
+    unsigned n = oom_suppressed;
+    ts_oom_info last = oom_held;
+    oom_suppressed = 0;
+    pthread_mutex_unlock(&oom_lock);
+    if (!n)
+        return;
+    char line[768];
+    ts_format_oom(&last, line, sizeof line);
+    ts_log("%u more out-of-memory report%s suppressed; the last: %s", n, n == 1 ? "" : "s", line);
+}
 
 void ts_report_oom(const ts_oom_info *oom)
 {
@@ -587,11 +659,18 @@ void ts_report_oom(const ts_oom_info *oom)
         ts_oom_snapshot(g_cfg.snapshot_on_oom, e->a, e->history);
     if (!g_cfg.oom_report)
         return;
-    /* At most one line a second: a program retrying in a loop must not flood its log. */
     pthread_mutex_lock(&oom_lock);
     time_t now = time(NULL);
-    if (oom_last == now) {
+    if (oom_last != now)
+        oom_largest = 0;
+    bool say = oom_last != now || oom->requested > oom_largest;
+    if (oom->requested > oom_largest)
+        oom_largest = oom->requested;
+    if (!say) {
         oom_suppressed++;
+        oom_held = *oom;
+        if (!oom_atexit)
+            oom_atexit = atexit(oom_exit) == 0;
         pthread_mutex_unlock(&oom_lock);
         return;
     }
@@ -630,9 +709,12 @@ static void fork_child(void)
     pthread_mutex_init(&table_lock, NULL);
     pthread_mutex_init(&page_lock, NULL);
     pthread_mutex_init(&oom_lock, NULL);
+    oom_suppressed = 0; /* the parent's held-back failure is the parent's to say */
+    ts_oom_snapshot_forget();
     for (int i = 0; i < table_used; i++)
         ts_history_forget(table[i].history); /* the parent's rings: never written by the child */
     memset(table, 0, sizeof table);
+    memset(pool_grants, 0, sizeof pool_grants);
     table_used = 0;
     tls_last = NULL;
     ts_statspage_forget(g_page);

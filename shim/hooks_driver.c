@@ -173,9 +173,12 @@ CUresult ts_driver_free(CUdeviceptr dptr)
 
 /* Each device's default pool, learnt from the driver on first use (NULL: not yet), and whether the
  * program made another pool its current one (cuDeviceSetMemPool): cuMemAllocAsync then draws from
- * that pool, which is the driver's to serve. */
+ * that pool, which is the driver's to serve. pool_shared: the program gave other devices access
+ * to the default pool (cuMemPoolSetAccess) while tessera's blocks are plain segments, which no
+ * other device can reach without peer access: its stream-ordered requests go to the driver. */
 static CUmemoryPool default_pool[64];
 static bool pool_replaced[64];
+static bool pool_shared[64];
 
 CUmemoryPool ts_pool_default(int dev)
 {
@@ -277,6 +280,8 @@ static CUresult alloc_async(const alloc_call *c, bool ptsz)
     bool ours = c->from_pool ? c->pool && c->pool == ts_pool_default(dev)
                              : dev < 0 || dev >= 64 ||
                                    !__atomic_load_n(&pool_replaced[dev], __ATOMIC_ACQUIRE);
+    if (ts_pool_default(dev) && __atomic_load_n(&pool_shared[dev], __ATOMIC_ACQUIRE))
+        ours = false; /* (a default pool is known for devices 0-63 only) */
     if (!ours)
         return alloc_left(c);
     uintptr_t p = 0, tag = stream_tag(c->s, ptsz);
@@ -339,6 +344,50 @@ static CUresult hook_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     CUresult r = ts_real.cuDeviceSetMemPool(dev, pool);
     if (r == CUDA_SUCCESS && dev >= 0 && dev < 64)
         __atomic_store_n(&pool_replaced[dev], pool != ts_pool_default(dev), __ATOMIC_RELEASE);
+    return r;
+}
+
+/* The device whose default pool `pool` is, or -1 (a pool of the program's own, or unknown):
+ * devices are asked in order until the driver knows none (ts_pool_default stops at 64). */
+static int pool_owner(CUmemoryPool pool)
+{
+    CUmemoryPool p;
+    for (int d = 0; (p = ts_pool_default(d)) != NULL; d++)
+        if (p == pool)
+            return d;
+    return -1;
+}
+
+/* Access to a device's default pool for other devices (cuMemPoolSetAccess). The driver applies it
+ * to every allocation of the pool, made before the call and after; tessera serves that pool's
+ * stream-ordered blocks, so tessera applies it to them: each device given read or read-write
+ * access is granted every virtual-memory mapping of the pool's device (expandable segments,
+ * stitched ranges), now and later, as peer access is. A plain segment (expandable_segments:False)
+ * cannot be opened to one device without peer access to all of its context's memory, so with
+ * plain segments the device's later stream-ordered requests go to the driver instead (counted
+ * and capped), whose pool memory follows the access; the blocks served before stay out of the
+ * other device's reach, which a line says. Taking access away changes nothing of tessera's
+ * (grants allow, never forbid). */
+static CUresult hook_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    if (!HOOK_READY() || !ts_real.cuMemPoolSetAccess)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ts_real.cuMemPoolSetAccess(pool, map, count);
+    int owner = r == CUDA_SUCCESS && !hook_pass(ts_tls_get()) ? pool_owner(pool) : -1;
+    for (size_t i = 0; owner >= 0 && i != count; i++) {
+        int to = map[i].location.id;
+        if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || to == owner ||
+            map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE)
+            continue;
+        ts_ctx_pool_access(owner, to);
+        if (!ts_shim_config()->expandable_segments) {
+            __atomic_store_n(&pool_shared[owner], true, __ATOMIC_RELEASE);
+            ts_log_once(pool_shared, "device %d was given access to device %d's default pool: its "
+                        "stream-ordered allocations now go to the driver; blocks tessera served "
+                        "before sit in plain segments (expandable_segments:False) that device %d "
+                        "cannot reach", to, owner, to);
+        }
+    }
     return r;
 }
 
@@ -438,6 +487,16 @@ static CUresult hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 static CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
     return free_async(ts_real.cuMemFreeAsync_ptsz, dptr, s, true);
+}
+
+CUresult ts_driver_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return hook_cuMemAllocAsync(dptr, size, s);
+}
+
+CUresult ts_driver_free_async(CUdeviceptr dptr, CUstream s)
+{
+    return hook_cuMemFreeAsync(dptr, s);
 }
 
 void ts_meminfo_adjust(size_t *free_bytes, size_t *total)

@@ -4,6 +4,8 @@
  *   dlsym.c           the dlsym interposer: hands out our cuGetProcAddress wrappers
  *   hooks_driver.c    cuGetProcAddress(_v2) wrappers and the driver hooks (exported too)
  *   hooks_runtime.c   cudaMalloc, cudaFree, cudaMemGetInfo, ... (shared cudart only)
+ *   pluggable.c       PyTorch's pluggable allocator entry points (the library is loaded, not
+ *                     preloaded: nothing is interposed), over the stream-ordered hooks' service
  *   context.c         CUDA context -> allocator; page, trace, fork and exit handling
  *   ipc.c             CUDA IPC of tessera's blocks: what is exported, held, imported
  *   control.c         the control channel: a socket and a thread of tessera's own, started at
@@ -121,6 +123,11 @@ TS_HIDDEN void ts_hook_announce(const char *via, const char *symbol, int version
 /* Driver-level allocation paths, shared with the runtime hooks. */
 TS_HIDDEN CUresult ts_driver_alloc(CUdeviceptr *dptr, size_t size);
 TS_HIDDEN CUresult ts_driver_free(CUdeviceptr dptr);
+/* Stream-ordered allocation and free on stream s (not the per-thread variants), served exactly as
+ * the cuMemAllocAsync and cuMemFreeAsync hooks serve them: for other entry points of the shim
+ * (pluggable.c), which must never call tessera's exported names (they may bind to the driver's). */
+TS_HIDDEN CUresult ts_driver_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s);
+TS_HIDDEN CUresult ts_driver_free_async(CUdeviceptr dptr, CUstream s);
 TS_HIDDEN void ts_meminfo_adjust(size_t *free_bytes, size_t *total);
 /* Device dev's default memory pool, learnt from the driver once (NULL when it has none). */
 TS_HIDDEN CUmemoryPool ts_pool_default(int dev);
@@ -157,6 +164,10 @@ TS_HIDDEN void ts_ctx_forget(CUcontext ctx);
 /* The current context, on device `from`, was given peer access to the memory of context peer:
  * peer's allocator grants `from` its virtual-memory mappings, now or once it exists. */
 TS_HIDDEN void ts_ctx_peer_enabled(CUcontext peer, CUdevice from);
+/* Device `to` was given access to device `owner`'s default memory pool (cuMemPoolSetAccess):
+ * every allocator of `owner` grants `to` its virtual-memory mappings, now or once it exists.
+ * owner: 0-63 (a device whose default pool tessera knows). */
+TS_HIDDEN void ts_ctx_pool_access(CUdevice owner, CUdevice to);
 TS_HIDDEN void ts_ctx_forget_primary(CUdevice dev);
 /* cudaFreeAsync on stream (0: not one stream's order): ts_ctx_free, with ts_free_on_stream's
  * rule for a block allocated for that stream. */
@@ -353,6 +364,11 @@ TS_HIDDEN bool ts_pointer_attribute(void *data, CUpointer_attribute attr, CUdevi
 TS_HIDDEN bool ts_pointer_attributes(unsigned int n, CUpointer_attribute *attrs, void **data,
                                      CUdeviceptr ptr, CUresult *r);
 
+/* --- pluggable.c: the library functions of exports.def, exported ------------------------------ */
+
+#define TS_EXPORT_API(name, ret, params) TS_EXPORT ret name params;
+#include "shim/exports.def"
+
 /* --- log.c ------------------------------------------------------------------------------------- */
 
 /* One line on stderr, prefixed "tessera: ", formatted on the stack (no allocation), written with
@@ -360,6 +376,11 @@ TS_HIDDEN bool ts_pointer_attributes(unsigned int n, CUpointer_attribute *attrs,
 /* oom_snapshot.c: write the snapshot_on_oom snapshot of a (its history ring h may be NULL). */
 struct ts_history;
 TS_HIDDEN void ts_oom_snapshot(const char *path_template, ts_allocator *a, struct ts_history *h);
+/* At start: would a snapshot be written into the directory path_template names (created, mode
+ * 0700, when missing)? false with why when it would be refused at the out of memory. */
+TS_HIDDEN bool ts_oom_snapshot_check(const char *path_template, char *why, size_t len);
+/* In a fork child. */
+TS_HIDDEN void ts_oom_snapshot_forget(void);
 TS_HIDDEN void ts_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The same at most once per key per process (key: any stable pointer). */
 TS_HIDDEN void ts_log_once(const void *key, const char *fmt, ...)

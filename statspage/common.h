@@ -5,6 +5,11 @@
 
 #include <stddef.h>
 
+/* Set by `tessera run --summary` for its program: an absolute directory, private to the user,
+ * beside the pages, into which every process of the run also links its page when it creates it
+ * (ts_statspage_create), so that the summary finds the run's pages after they are gone. */
+#define TS_SUMMARY_DIR_ENV "TESSERA_SUMMARY_DIR"
+
 /* The directory pages live in: $TESSERA_STATS_DIR when set and non-empty, else /dev/shm. */
 const char *ts_statspage_dir(void);
 

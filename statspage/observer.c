@@ -7,6 +7,7 @@ _Static_assert((int)TS_BLOCK_ALLOCATED == TESSERA_BLOCK_ALLOCATED, "block states
 _Static_assert((int)TS_BLOCK_PENDING == TESSERA_BLOCK_PENDING, "block states match the ABI");
 _Static_assert((int)TS_BLOCK_FREE == TESSERA_BLOCK_FREE, "block states match the ABI");
 _Static_assert((int)TS_BLOCK_UNMAPPED == TESSERA_BLOCK_UNMAPPED, "block states match the ABI");
+_Static_assert((int)TS_BLOCK_LENT == TESSERA_BLOCK_LENT, "block states match the ABI");
 _Static_assert((int)TS_SEGMENT_PLAIN == TESSERA_SEGMENT_PLAIN, "segment kinds match the ABI");
 _Static_assert((int)TS_SEGMENT_EXPANDABLE == TESSERA_SEGMENT_EXPANDABLE, "kinds match the ABI");
 _Static_assert((int)TS_SEGMENT_STITCHED == TESSERA_SEGMENT_STITCHED, "kinds match the ABI");

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,9 +113,28 @@ void ts_page_close(ts_page *pg)
         return;
     if (pg->fd >= 0)
         close(pg->fd);
+    if (pg->mapped)
+        munmap((void *)pg->mem, (size_t)pg->hdr.total_size);
     pg->fd = -1;
     pg->mem = NULL;
+    pg->mapped = 0;
     pg->size = 0;
+}
+
+int ts_page_map(ts_page *pg)
+{
+    if (pg->fd < 0 || pg->hdr.magic != TESSERA_PAGE_MAGIC || pg->hdr.total_size > pg->size)
+        return EBADF;
+    if (pg->uid != (uint32_t)geteuid())
+        return EPERM;
+    void *m = mmap(NULL, (size_t)pg->hdr.total_size, PROT_READ, MAP_SHARED, pg->fd, 0);
+    if (m == MAP_FAILED)
+        return errno;
+    close(pg->fd);
+    pg->fd = -1;
+    pg->mem = m;
+    pg->mapped = 1;
+    return 0;
 }
 
 static int page_fail(ts_page *pg, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -44,6 +44,7 @@ typedef struct ts_page {
     unsigned retries;             /* snapshot attempts before EBUSY; 1 once a slot of this
                                    * page was busy or its owner is known dead */
     unsigned have_identity;       /* hdr's identity prefix is valid (OK, ENEWER, some ECORRUPT) */
+    unsigned mapped;              /* mem is this reader's own mapping of the file (ts_page_map) */
     tessera_page_header hdr;      /* validated copy (whole header only after TS_PAGE_OK) */
     char path[PATH_MAX];          /* as long as any page name a writer can create */
     char error[320];              /* message for the last error */
@@ -65,6 +66,14 @@ int ts_page_open_pid(ts_page *pg, const char *dir, int pid);
 int ts_page_parse(ts_page *pg, const void *buf, size_t len);
 
 void ts_page_close(ts_page *pg);
+
+/* Read an opened page (TS_PAGE_OK) from a read-only shared mapping from now on, instead of pread:
+ * slot copies then cost no system call (a process reading its own counters every step). Only for
+ * a file owned by the caller's effective user: no other user can shrink it under the mapping (the
+ * reason readers otherwise never map a page: a page that shrinks would fault the reader). The
+ * descriptor is closed; ts_page_close unmaps. Returns 0, or an errno value (EPERM: another
+ * user's file; the page stays readable with pread). */
+int ts_page_map(ts_page *pg);
 
 /* A consistent copy of slot index: head always; segs/blocks too when both are non-NULL (arrays
  * of TESSERA_PAGE_MAX_SEGMENTS / TESSERA_PAGE_MAX_BLOCKS entries). Validated: TS_PAGE_OK,

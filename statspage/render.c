@@ -5,6 +5,7 @@
 #include "statspage/render.h"
 
 #include "statspage/collect.h"
+#include "statspage/keys.h"
 #include "statspage/render_text.h"
 
 #include <inttypes.h>
@@ -83,6 +84,23 @@ static int64_t get_stat(const tessera_device_stats *s, const char *name, int poo
         return stat_word(s, f->offset);
     }
     return 0;
+}
+
+ts_floor ts_floor_of(const tessera_device_stats *s)
+{
+    ts_floor fl = {TS_FLOOR_OK, 0, 0.0};
+    int64_t alloc = get_stat(s, "allocated_bytes", TESSERA_POOL_ALL, 1);
+    int64_t reserved = get_stat(s, "reserved_bytes", TESSERA_POOL_ALL, 1);
+    if (alloc < 0 || reserved < alloc) {
+        fl.state = TS_FLOOR_BAD;
+        return fl;
+    }
+    fl.above = reserved - alloc;
+    if (alloc == 0)
+        fl.state = TS_FLOOR_NONE;
+    else
+        fl.percent = 100.0 * (double)fl.above / (double)alloc;
+    return fl;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -399,6 +417,7 @@ static void views_count(const ts_proc_view *views, size_t n, size_t *live, size_
 typedef struct table_numbers {
     int64_t allocated, reserved, unallocated;
     double frag; /* 0..1; -1 when nothing is reserved */
+    ts_floor floor;
     bool inconsistent;
 } table_numbers;
 
@@ -447,7 +466,8 @@ static table_numbers table_numbers_of(const tessera_device_stats *st)
             usable = free_bytes;
         t.frag = 1.0 - (double)usable / (double)free_bytes;
     }
-    t.inconsistent = bad;
+    t.floor = ts_floor_of(st);
+    t.inconsistent = bad || t.floor.state == TS_FLOOR_BAD;
     return t;
 }
 
@@ -455,7 +475,7 @@ static table_numbers table_numbers_of(const tessera_device_stats *st)
 static void table_row(FILE *f, const ts_proc_view *v, uint32_t k, const char *mark)
 {
     const ts_slot_view *s = &v->slots[k];
-    char dev[48], a[48], r[48], u[48], frag[16];
+    char dev[48], a[48], r[48], u[48], frag[16], above[24];
     slot_label(v, k, dev, sizeof dev);
     fprintf(f, "%-8d ", v->pid);
     ts_render_put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28, true);
@@ -476,15 +496,21 @@ static void table_row(FILE *f, const ts_proc_view *v, uint32_t k, const char *ma
         snprintf(frag, sizeof frag, "%.1f%%", 100.0 * t.frag);
     else
         snprintf(frag, sizeof frag, "-");
-    fprintf(f, " %11s%1s %11s%1s %11s%1s %7s %8" PRId64 " %6" PRId64 "%s%s\n", a, q, r, q, u, q,
-            frag, get_stat(st, "num_alloc_retries", 0, 0), get_stat(st, "num_ooms", 0, 0),
-            *mark ? "  " : "", mark);
+    if (t.floor.state == TS_FLOOR_BAD)
+        snprintf(above, sizeof above, "?");
+    else if (t.floor.state == TS_FLOOR_NONE)
+        snprintf(above, sizeof above, "-");
+    else
+        snprintf(above, sizeof above, "+%.1f%%", t.floor.percent);
+    fprintf(f, " %11s%1s %11s%1s %11s%1s %7s %11s %8" PRId64 " %6" PRId64 "%s%s\n", a, q, r, q,
+            u, q, frag, above, get_stat(st, "num_alloc_retries", 0, 0),
+            get_stat(st, "num_ooms", 0, 0), *mark ? "  " : "", mark);
 }
 
 static void table_header(FILE *f)
 {
-    fprintf(f, "%-8s %-28s %-6s %12s %12s %12s %7s %8s %6s\n", "PID", "COMMAND", "DEVICE",
-            "ALLOCATED", "RESERVED", "UNALLOCATED", "FRAG", "RETRIES", "OOMS");
+    fprintf(f, "%-8s %-28s %-6s %12s %12s %12s %7s %11s %8s %6s\n", "PID", "COMMAND", "DEVICE",
+            "ALLOCATED", "RESERVED", "UNALLOCATED", "FRAG", "ABOVE FLOOR", "RETRIES", "OOMS");
 }
 
 /* Does any readable slot of the n views (live ones, or stale ones) hold inconsistent counters? */
@@ -508,6 +534,13 @@ static void table_inconsistent_note(FILE *f)
                "page; shown clamped\n");
 }
 
+/* What ABOVE FLOOR means, under a table that has rows. */
+static void table_floor_note(FILE *f)
+{
+    fprintf(f, "ABOVE FLOOR: how far peak reserved was above peak allocated (the floor: the least "
+               "any allocator could have reserved), in %% of peak allocated\n");
+}
+
 void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *dir)
 {
     size_t live, stale, bad;
@@ -523,7 +556,8 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
             if (v->nslots == 0) {
                 fprintf(f, "%-8d ", v->pid);
                 ts_render_put_command(f, v->hdr.cmdline, sizeof v->hdr.cmdline, 28, true);
-                fprintf(f, " %-6s %12s %12s %12s %7s %8s %6s\n", "-", "-", "-", "-", "-", "-", "-");
+                fprintf(f, " %-6s %12s %12s %12s %7s %11s %8s %6s\n", "-", "-", "-", "-", "-",
+                        "-", "-", "-");
                 continue;
             }
             for (uint32_t k = 0; k < v->nslots; k++)
@@ -531,6 +565,7 @@ void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *d
         }
         if (views_inconsistent(views, n, false))
             table_inconsistent_note(f);
+        table_floor_note(f);
     }
     if (stale) {
         fprintf(f, "\nstale pages (their processes are gone; remove them with `tessera-stat --gc`):\n");
@@ -611,7 +646,7 @@ static void put_key(FILE *f, const char *key)
 
 void ts_render_detail(FILE *f, const ts_proc_view *v, const ts_render_env *env)
 {
-    char buf[96], tbuf[64];
+    char tbuf[64];
     fprintf(f, "pid       %d", v->pid);
     fprintf(f, " (%s: ", ts_owner_is_stale(v->owner) ? "STALE" : ts_owner_state_name(v->owner));
     put_text(f, v->owner_why, sizeof v->owner_why, SIZE_MAX, ESC_TERM);
@@ -659,28 +694,20 @@ void ts_render_detail(FILE *f, const ts_proc_view *v, const ts_render_env *env)
         fprintf(f, "\ndevice %" PRId32 "  context 0x%" PRIx64 "  slot %" PRIu32 "  sequence %" PRIu64 "\n",
                 s->head.device, s->head.context_id, s->index, s->head.seq);
         const tessera_device_stats *st = &s->head.stats;
-        for (size_t i = 0; i < NFIELDS; i++) {
-            const struct field *fd = &FIELDS[i];
-            if (!field_present(h, fd))
-                continue;
-            if (fd->kind == F_ARRAY) {
-                for (int p = 0; p < TESSERA_POOL_COUNT; p++)
-                    for (int sub = 0; sub < 4; sub++) {
-                        snprintf(buf, sizeof buf, "%s.%s.%s", fd->name, POOL_NAMES[p], SUB_NAMES[sub]);
-                        put_key(f, buf);
-                        fprintf(f, "%" PRId64 "\n", stat_word(st, stat_off(fd, p, sub)));
-                    }
-            } else if (fd->kind == F_SINGLE) {
-                for (int sub = 0; sub < 4; sub++) {
-                    snprintf(buf, sizeof buf, "%s.%s", fd->name, SUB_NAMES[sub]);
-                    put_key(f, buf);
-                    fprintf(f, "%" PRId64 "\n", stat_word(st, fd->offset + (size_t)sub * 8));
-                }
-            } else {
-                put_key(f, fd->name);
-                fprintf(f, "%" PRId64 "\n", stat_word(st, fd->offset));
-            }
+        for (size_t w = 0; w < TS_STATS_KEYS && w < h->stats_words; w++) {
+            put_key(f, ts_stats_key_name(w));
+            fprintf(f, "%" PRId64 "\n", stat_word(st, w * sizeof(int64_t)));
         }
+        ts_floor fl = ts_floor_of(st);
+        if (fl.state == TS_FLOOR_OK)
+            fprintf(f, "  peak reserved above peak allocated (the floor): %" PRId64 " bytes, +%.1f%%"
+                       "\n", fl.above, fl.percent);
+        else if (fl.state == TS_FLOOR_NONE)
+            fprintf(f, "  peak reserved above peak allocated (the floor): %" PRId64
+                       " bytes (nothing allocated yet)\n", fl.above);
+        else
+            fprintf(f, "  peak reserved above peak allocated (the floor): ? (peak reserved below "
+                       "peak allocated: a damaged page)\n");
         const tessera_page_map *m = &s->head.map;
         if (m->flags & TESSERA_MAP_VALID) {
             char lf[48];
@@ -751,22 +778,18 @@ void ts_render_json(FILE *f, const ts_proc_view *views, size_t n)
             const tessera_device_stats *st = &s->head.stats;
             fprintf(f, "\n      \"device\": %" PRId32 ",\n      \"context_id\": %" PRIu64, s->head.device,
                     s->head.context_id);
-            for (size_t x = 0; x < NFIELDS; x++) {
-                const struct field *fd = &FIELDS[x];
-                if (!field_present(h, fd))
-                    continue;
-                if (fd->kind == F_ARRAY) {
-                    for (int p = 0; p < TESSERA_POOL_COUNT; p++)
-                        for (int sub = 0; sub < 4; sub++)
-                            fprintf(f, ",\n      \"%s.%s.%s\": %" PRId64, fd->name, POOL_NAMES[p],
-                                    SUB_NAMES[sub], stat_word(st, stat_off(fd, p, sub)));
-                } else if (fd->kind == F_SINGLE) {
-                    for (int sub = 0; sub < 4; sub++)
-                        fprintf(f, ",\n      \"%s.%s\": %" PRId64, fd->name, SUB_NAMES[sub],
-                                stat_word(st, fd->offset + (size_t)sub * 8));
-                } else {
-                    fprintf(f, ",\n      \"%s\": %" PRId64, fd->name, stat_word(st, fd->offset));
-                }
+            /* key i is word i (statspage/keys.h); words past the writer's are not shown */
+            for (size_t w = 0; w < TS_STATS_KEYS && w < h->stats_words; w++)
+                fprintf(f, ",\n      \"%s\": %" PRId64, ts_stats_key_name(w),
+                        stat_word(st, w * sizeof(int64_t)));
+            ts_floor fl = ts_floor_of(st);
+            if (fl.state != TS_FLOOR_BAD) {
+                fprintf(f, ",\n      \"peak_reserved_above_allocated_bytes\": %" PRId64, fl.above);
+                if (fl.state == TS_FLOOR_OK)
+                    fprintf(f, ",\n      \"peak_reserved_above_allocated_percent\": %.3f",
+                            fl.percent);
+                else
+                    fprintf(f, ",\n      \"peak_reserved_above_allocated_percent\": null");
             }
             const tessera_page_map *m = &s->head.map;
             fprintf(f, ",\n      \"segment_map\": {\"published\": %s, \"ops\": %" PRIu64
@@ -944,6 +967,31 @@ void ts_render_prometheus_labels(FILE *f, const ts_proc_view *views, size_t n,
         fputs("tessera_utilization_ratio", f);
         prom_labels(f, v, k, -1);
         fprintf(f, " %.6g\n", (double)ap / (double)rp);
+    }
+
+    prom_family(f, "tessera_peak_reserved_above_allocated_bytes", "gauge",
+                "Peak reserved bytes minus peak allocated bytes (all pools): how far the peak was "
+                "above the floor", NULL);
+    FOR_LIVE_SLOTS(views, n, v, k)
+    {
+        ts_floor fl = ts_floor_of(&v->slots[k].head.stats);
+        if (fl.state == TS_FLOOR_BAD)
+            continue;
+        fputs("tessera_peak_reserved_above_allocated_bytes", f);
+        prom_labels(f, v, k, -1);
+        fprintf(f, " %" PRId64 "\n", fl.above);
+    }
+    prom_family(f, "tessera_peak_reserved_above_allocated_ratio", "gauge",
+                "(peak reserved - peak allocated) / peak allocated (all pools); absent while "
+                "nothing was allocated", NULL);
+    FOR_LIVE_SLOTS(views, n, v, k)
+    {
+        ts_floor fl = ts_floor_of(&v->slots[k].head.stats);
+        if (fl.state != TS_FLOOR_OK)
+            continue;
+        fputs("tessera_peak_reserved_above_allocated_ratio", f);
+        prom_labels(f, v, k, -1);
+        fprintf(f, " %.6g\n", fl.percent / 100.0);
     }
 
     prom_family(f, "tessera_page_info", "gauge",

@@ -57,6 +57,18 @@ void ts_render_env_load(ts_render_env *env);
 /* "1.50 GiB", "512.00 MiB", "12 B" (2 decimals from KiB up). */
 const char *ts_format_bytes(char *buf, size_t len, uint64_t bytes);
 
+/* How far a slot's peak reserved (reserved_bytes.all.peak) was above its peak allocated
+ * (allocated_bytes.all.peak): the floor, what the program held at its peak and so the least any
+ * allocator could have reserved. above: bytes; percent: of peak allocated. */
+enum { TS_FLOOR_OK = 0, TS_FLOOR_NONE = 1 /* nothing allocated yet: no percent */,
+       TS_FLOOR_BAD = 2 /* peak reserved below peak allocated, or negative: a damaged page */ };
+typedef struct ts_floor {
+    int state;
+    int64_t above;
+    double percent;
+} ts_floor;
+ts_floor ts_floor_of(const tessera_device_stats *s);
+
 /* The outputs of tessera-stat. views are sorted by pid by the caller. */
 void ts_render_table(FILE *f, const ts_proc_view *views, size_t n, const char *dir);
 void ts_render_detail(FILE *f, const ts_proc_view *v, const ts_render_env *env);

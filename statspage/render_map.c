@@ -59,6 +59,7 @@ static int cell_of_block(const tessera_page_segment *s, uint32_t state)
     case TESSERA_BLOCK_ALLOCATED: return s->kind == TESSERA_SEGMENT_STITCHED ? C_STITCH : C_ALLOC;
     case TESSERA_BLOCK_PENDING: return C_PENDING;
     case TESSERA_BLOCK_FREE: return C_FREE;
+    case TESSERA_BLOCK_LENT: return C_ALLOC; /* in use, by the stitched segment it backs */
     default: return C_UNMAPPED;
     }
 }
@@ -334,14 +335,34 @@ void ts_render_map(FILE *f, const ts_proc_view *v, const tessera_page_slot_head 
     if (m->nsegments < m->total_segments)
         fprintf(f, "   ... %" PRIu32 " more segments not recorded\n", m->total_segments - m->nsegments);
 
-    fprintf(f, "\nreserved %s in %" PRIu32 " segments (%s mapped): allocated %s, pending free %s, "
-               "free %s in %" PRIu32 " blocks, unmapped %s\n",
-            ts_format_bytes(b1, sizeof b1, m->segment_bytes), m->total_segments,
-            ts_format_bytes(b2, sizeof b2, m->mapped_bytes),
+    /* What the counters count, said beside what the map shows: reserved_bytes is memory mapped in
+     * plain and expandable segments (a stitched range maps pages those already hold, so it is
+     * not reserved again); segment.*.current counts plain segments only, as PyTorch counts its
+     * cudaMalloc segments (an expandable segment is one reservation of address space, mostly
+     * unmapped). */
+    uint32_t kinds[TESSERA_SEGMENT_KIND_COUNT] = {0};
+    uint64_t stitched_mapped = 0;
+    for (uint32_t i = 0; i < m->nsegments; i++) {
+        kinds[segs[i].kind]++;
+        if (segs[i].kind == TESSERA_SEGMENT_STITCHED)
+            stitched_mapped += segs[i].mapped;
+    }
+    uint64_t reserved = m->mapped_bytes >= stitched_mapped ? m->mapped_bytes - stitched_mapped : 0;
+    fprintf(f, "\nreserved %s (mapped memory: what reserved_bytes counts) in %" PRIu32
+               " segments of %s address space: allocated %s, pending free %s, free %s in %" PRIu32
+               " blocks, unmapped %s\n",
+            ts_format_bytes(b1, sizeof b1, reserved), m->total_segments,
+            ts_format_bytes(b2, sizeof b2, m->segment_bytes),
             ts_format_bytes(b3, sizeof b3, m->allocated_bytes),
             ts_format_bytes(b4, sizeof b4, m->pending_bytes),
             ts_format_bytes(b5, sizeof b5, m->free_bytes), m->free_blocks,
             ts_format_bytes(b6, sizeof b6, m->unmapped_bytes));
+    fprintf(f, "segments%s: %" PRIu32 " plain, %" PRIu32 " expandable, %" PRIu32
+               " stitched; segment.all.current counts the plain ones only (as PyTorch counts its "
+               "cudaMalloc segments), and a stitched range maps pages of the others: not reserved "
+               "again\n",
+            m->nsegments < m->total_segments ? " recorded" : "", kinds[TESSERA_SEGMENT_PLAIN],
+            kinds[TESSERA_SEGMENT_EXPANDABLE], kinds[TESSERA_SEGMENT_STITCHED]);
     fprintf(f, "largest free block %s", ts_format_bytes(b1, sizeof b1, m->largest_free));
     if (m->free_blocks == 0)
         fprintf(f, ": nothing is free in the cache, so every new request needs new device memory");

@@ -2,6 +2,7 @@
  * pickle writer (protocol 2: dicts, lists, tuples, str, int, float, bool; no classes). */
 #include "statspage/snapshot.h"
 
+#include "config/config.h"
 #include "statspage/history_read.h"
 #include "statspage/symbols.h"
 
@@ -19,7 +20,7 @@
 void ts_snap_init(ts_snap *s)
 {
     memset(s, 0, sizeof *s);
-    s->max_split_size = -1;
+    s->settings.max_split_size = -1;
 }
 
 void ts_snap_free(ts_snap *s)
@@ -46,34 +47,63 @@ static int grow(void **arr, size_t *cap, size_t n, size_t esz)
     return 0;
 }
 
-int ts_snap_add_segment(ts_snap *s, int device, uint64_t addr, uint64_t size, uint64_t stream,
-                        bool small_pool, bool expandable)
+int ts_snap_add_segment(ts_snap *s, int device, uint64_t stream, bool small_pool,
+                        bool expandable)
 {
-    if (grow((void **)&s->segs, &s->cap_segs, s->nsegs, sizeof *s->segs))
-        return ENOMEM;
-    ts_snap_segment *g = &s->segs[s->nsegs++];
-    g->device = device;
-    g->addr = addr;
-    g->size = size;
-    g->stream = stream;
-    g->small_pool = small_pool;
-    g->expandable = expandable;
-    g->first_block = s->nblocks;
-    g->nblocks = 0;
+    memset(&s->adding, 0, sizeof s->adding);
+    s->adding.device = device;
+    s->adding.stream = stream;
+    s->adding.small_pool = small_pool;
+    s->adding.expandable = expandable;
+    s->adding.origin.trace = -1;
+    s->have_adding = true;
+    s->run_open = false;
     return 0;
+}
+
+/* Blocks with device memory of their segment behind them. */
+static bool block_is_mapped(uint32_t state)
+{
+    return state == TESSERA_BLOCK_ALLOCATED || state == TESSERA_BLOCK_PENDING ||
+           state == TESSERA_BLOCK_FREE;
 }
 
 int ts_snap_add_block(ts_snap *s, uint64_t addr, uint64_t size, uint64_t requested,
                       uint32_t state)
 {
-    if (!s->nsegs || grow((void **)&s->blocks, &s->cap_blocks, s->nblocks, sizeof *s->blocks))
+    if (!s->have_adding)
+        return EINVAL;
+    if (!block_is_mapped(state)) {
+        s->run_open = false; /* a hole: the next mapped block starts a segment of its own */
+        return 0;
+    }
+    ts_snap_segment *g = s->run_open ? &s->segs[s->nsegs - 1] : NULL;
+    /* A block that does not continue the run (a truncated or forged map) starts a new one: a
+     * segment's blocks always tile it from its address. */
+    if (g && addr != g->addr + g->size)
+        g = NULL;
+    if (!g) {
+        if (grow((void **)&s->segs, &s->cap_segs, s->nsegs, sizeof *s->segs))
+            return ENOMEM;
+        g = &s->segs[s->nsegs++];
+        *g = s->adding;
+        g->addr = addr;
+        g->size = 0;
+        g->first_block = s->nblocks;
+        g->nblocks = 0;
+        s->run_open = true;
+    }
+    if (grow((void **)&s->blocks, &s->cap_blocks, s->nblocks, sizeof *s->blocks))
         return ENOMEM;
     ts_snap_block *b = &s->blocks[s->nblocks++];
     b->addr = addr;
     b->size = size;
     b->requested = requested > size ? size : requested;
     b->state = state;
-    s->segs[s->nsegs - 1].nblocks++;
+    b->origin.trace = -1;
+    g->nblocks++;
+    g->size += size;
+    s->linked = false;
     return 0;
 }
 
@@ -85,6 +115,7 @@ int ts_snap_add_trace(ts_snap *s, int device, tessera_history_event *events, siz
     t->device = device;
     t->events = events;
     t->nevents = n;
+    s->linked = false;
     return 0;
 }
 
@@ -98,45 +129,28 @@ void ts_snap_add_device(ts_snap *s, int device, uint64_t total, uint64_t limit)
     s->devices[s->ndevices++] = (ts_snap_device){device, total, limit};
 }
 
-/* The value of key in a canonical "k:v,k:v" string, copied into out; false when absent. */
-static bool conf_value(const char *conf, const char *key, char *out, size_t len)
-{
-    size_t klen = strlen(key);
-    for (const char *p = conf; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
-        if (strncmp(p, key, klen) == 0 && p[klen] == ':') {
-            const char *v = p + klen + 1;
-            size_t n = strcspn(v, ",");
-            if (n >= len)
-                return false;
-            memcpy(out, v, n);
-            out[n] = '\0';
-            return true;
-        }
-    }
-    return false;
-}
-
-void ts_snap_settings_from_conf(ts_snap *s, const char *text)
+void ts_snap_set_settings(ts_snap *s, const ts_config *cfg, const char *conf)
 {
     /* Bounded and printable ASCII: the text may come from a page another process wrote, and
      * the pickle's strings must be valid UTF-8. */
-    size_t n = strnlen(text, sizeof s->conf - 1);
+    size_t n = conf ? strnlen(conf, sizeof s->conf - 1) : 0;
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
+        unsigned char c = (unsigned char)conf[i];
         s->conf[i] = c > 0x20 && c < 0x7f ? (char)c : '?';
     }
     s->conf[n] = '\0';
-    const char *conf = s->conf;
-    char v[64];
-    s->have_settings = true;
-    s->expandable_segments = conf_value(conf, "expandable_segments", v, sizeof v) &&
-                             strcmp(v, "True") == 0;
-    s->garbage_collection_threshold = 0;
-    if (conf_value(conf, "garbage_collection_threshold", v, sizeof v) && strcmp(v, "off") != 0)
-        s->garbage_collection_threshold = strtod(v, NULL);
-    s->max_split_size = -1;
-    if (conf_value(conf, "max_split_size_mb", v, sizeof v) && strcmp(v, "unlimited") != 0)
-        s->max_split_size = (int64_t)(strtoull(v, NULL, 10) << 20);
+    memset(&s->settings, 0, sizeof s->settings);
+    s->settings.max_split_size = -1;
+    if (!cfg)
+        return;
+    /* PyTorch writes int64_t(SIZE_MAX), -1, for unlimited */
+    s->settings.max_split_size = cfg->max_split_size == SIZE_MAX ? -1
+                                                                 : (int64_t)cfg->max_split_size;
+    s->settings.garbage_collection_threshold = cfg->garbage_collection_threshold;
+    s->settings.expandable_segments = cfg->expandable_segments;
+    _Static_assert(TS_ROUNDUP_INTERVALS == 16, "PyTorch's table has 16 intervals, 1 .. 32768 MiB");
+    for (int k = 0; k < TS_ROUNDUP_INTERVALS; k++)
+        s->settings.divisions[k] = cfg->roundup_power2_divisions[k];
 }
 
 void ts_snap_load_mappings(ts_snap *s, int pid)
@@ -311,66 +325,7 @@ static void pk_key_str(pk *p, const char *k, const char *v)
     pk_str(p, v);
 }
 
-static void pk_empty_frames(pk *p)
-{
-    pk_str(p, "frames");
-    pk_op(p, ']');
-}
-
 /* --- the snapshot ----------------------------------------------------------------------------- */
-
-static const char *block_state_name(uint32_t state)
-{
-    switch (state) {
-    case TESSERA_BLOCK_ALLOCATED: return "active_allocated";
-    case TESSERA_BLOCK_PENDING: return "active_pending_free";
-    default: return "inactive";
-    }
-}
-
-static void write_segment(pk *p, const ts_snap *s, const ts_snap_segment *g)
-{
-    uint64_t allocated = 0, active = 0, requested = 0;
-    for (size_t i = 0; i < g->nblocks; i++) {
-        const ts_snap_block *b = &s->blocks[g->first_block + i];
-        if (b->state == TESSERA_BLOCK_ALLOCATED)
-            allocated += b->size;
-        if (b->state == TESSERA_BLOCK_ALLOCATED || b->state == TESSERA_BLOCK_PENDING) {
-            active += b->size;
-            requested += b->requested;
-        }
-    }
-    pk_dict_begin(p);
-    pk_key_uint(p, "device", (uint64_t)g->device);
-    pk_key_uint(p, "address", g->addr);
-    pk_key_uint(p, "total_size", g->size);
-    pk_key_uint(p, "allocated_size", allocated);
-    pk_key_uint(p, "active_size", active);
-    pk_key_uint(p, "requested_size", requested);
-    pk_key_uint(p, "stream", g->stream);
-    pk_key_str(p, "segment_type", g->small_pool ? "small" : "large");
-    pk_str(p, "segment_pool_id");
-    pk_uint(p, 0);
-    pk_uint(p, 0);
-    pk_op(p, 0x86); /* TUPLE2 */
-    pk_str(p, "is_expandable");
-    pk_bool(p, g->expandable);
-    pk_empty_frames(p);
-    pk_str(p, "blocks");
-    pk_list_begin(p);
-    for (size_t i = 0; i < g->nblocks; i++) {
-        const ts_snap_block *b = &s->blocks[g->first_block + i];
-        pk_dict_begin(p);
-        pk_key_uint(p, "address", b->addr);
-        pk_key_uint(p, "size", b->size);
-        pk_key_uint(p, "requested_size", b->state == TESSERA_BLOCK_FREE ? 0 : b->requested);
-        pk_key_str(p, "state", block_state_name(b->state));
-        pk_empty_frames(p);
-        pk_dict_end(p);
-    }
-    pk_list_end(p);
-    pk_dict_end(p);
-}
 
 /* The mapping a native frame points into, or NULL. */
 static const ts_snap_mapping *frame_mapping(const ts_snap *s, uint64_t pc)
@@ -417,25 +372,96 @@ static void write_frame(pk *p, const ts_snap *s, uint64_t pc)
     pk_dict_end(p);
 }
 
+static const char *block_state_name(uint32_t state)
+{
+    switch (state) {
+    case TESSERA_BLOCK_ALLOCATED: return "active_allocated";
+    case TESSERA_BLOCK_PENDING: return "active_pending_free";
+    default: return "inactive";
+    }
+}
+
+/* The event a segment's or block's frames come from, or NULL. */
+static const tessera_history_event *origin_event(const ts_snap *s, ts_snap_origin o)
+{
+    if (o.trace < 0 || (size_t)o.trace >= s->ntraces || o.index >= s->traces[o.trace].nevents)
+        return NULL;
+    return &s->traces[o.trace].events[o.index];
+}
+
+/* 'frames': e's native frames, tessera's own left out; [] without an event. */
+static void write_frames(pk *p, const ts_snap *s, const tessera_history_event *e)
+{
+    pk_str(p, "frames");
+    pk_list_begin(p);
+    for (uint32_t i = 0; e && i < e->nframes && i < TESSERA_HISTORY_MAX_FRAMES; i++)
+        if (!frame_is_tessera(s, e->frames[i]))
+            write_frame(p, s, e->frames[i]);
+    pk_list_end(p);
+}
+
+static void write_segment(pk *p, const ts_snap *s, const ts_snap_segment *g)
+{
+    uint64_t allocated = 0, active = 0, requested = 0;
+    for (size_t i = 0; i < g->nblocks; i++) {
+        const ts_snap_block *b = &s->blocks[g->first_block + i];
+        if (b->state == TESSERA_BLOCK_ALLOCATED)
+            allocated += b->size;
+        if (b->state == TESSERA_BLOCK_ALLOCATED || b->state == TESSERA_BLOCK_PENDING) {
+            active += b->size;
+            requested += b->requested;
+        }
+    }
+    pk_dict_begin(p);
+    pk_key_uint(p, "device", (uint64_t)g->device);
+    pk_key_uint(p, "address", g->addr);
+    pk_key_uint(p, "total_size", g->size);
+    pk_key_uint(p, "allocated_size", allocated);
+    pk_key_uint(p, "active_size", active);
+    pk_key_uint(p, "requested_size", requested);
+    pk_key_uint(p, "stream", g->stream);
+    pk_key_str(p, "segment_type", g->small_pool ? "small" : "large");
+    pk_str(p, "segment_pool_id");
+    pk_uint(p, 0);
+    pk_uint(p, 0);
+    pk_op(p, 0x86); /* TUPLE2 */
+    pk_str(p, "is_expandable");
+    pk_bool(p, g->expandable);
+    write_frames(p, s, origin_event(s, g->origin));
+    pk_str(p, "blocks");
+    pk_list_begin(p);
+    for (size_t i = 0; i < g->nblocks; i++) {
+        const ts_snap_block *b = &s->blocks[g->first_block + i];
+        pk_dict_begin(p);
+        pk_key_uint(p, "address", b->addr);
+        pk_key_uint(p, "size", b->size);
+        pk_key_uint(p, "requested_size", b->state == TESSERA_BLOCK_FREE ? 0 : b->requested);
+        pk_key_str(p, "state", block_state_name(b->state));
+        write_frames(p, s, origin_event(s, b->origin));
+        pk_dict_end(p);
+    }
+    pk_list_end(p);
+    pk_dict_end(p);
+}
+
+/* PyTorch's trace entry sizes: what the program asked for (the ring's requested: block events
+ * and oom; the block events' size is the block's), else the event's size (segment events, and
+ * rings of tessera 0.1, which have no request). */
+static uint64_t event_size(const tessera_history_event *e)
+{
+    return e->requested ? e->requested : e->size;
+}
+
 static void write_event(pk *p, const ts_snap *s, const tessera_history_event *e)
 {
     pk_dict_begin(p);
     pk_key_str(p, "action", ts_history_action_name(e->action));
-    if (e->action == TESSERA_EV_OOM) {
-        pk_key_uint(p, "device_free", e->addr);
-        pk_key_uint(p, "addr", 0);
-    } else {
-        pk_key_uint(p, "addr", e->addr);
-    }
-    pk_key_uint(p, "size", e->size);
+    /* an out of memory has no address: PyTorch puts the driver's free bytes in its place */
+    pk_key_uint(p, e->action == TESSERA_EV_OOM ? "device_free" : "addr", e->addr);
+    pk_key_uint(p, "size", event_size(e));
     pk_key_uint(p, "stream", e->stream);
     pk_key_uint(p, "time_us", e->time_us);
-    pk_str(p, "frames");
-    pk_list_begin(p);
-    for (uint32_t i = 0; i < e->nframes && i < TESSERA_HISTORY_MAX_FRAMES; i++)
-        if (!frame_is_tessera(s, e->frames[i]))
-            write_frame(p, s, e->frames[i]);
-    pk_list_end(p);
+    write_frames(p, s, e);
     pk_dict_end(p);
 }
 
@@ -481,24 +507,26 @@ int ts_snap_write_pickle(const ts_snap *s, int fd)
     pk_str(p, "allocator_settings");
     pk_dict_begin(p);
     pk_key_str(p, "PYTORCH_CUDA_ALLOC_CONF", s->conf);
-    if (s->have_settings) {
-        pk_str(p, "max_split_size");
-        pk_int(p, s->max_split_size);
-        pk_str(p, "garbage_collection_threshold");
-        pk_float(p, s->garbage_collection_threshold);
-        pk_str(p, "expandable_segments");
-        pk_bool(p, s->expandable_segments);
+    pk_str(p, "max_split_size");
+    pk_int(p, s->settings.max_split_size);
+    pk_str(p, "garbage_collection_threshold");
+    pk_float(p, s->settings.garbage_collection_threshold);
+    pk_str(p, "expandable_segments");
+    pk_bool(p, s->settings.expandable_segments);
+    /* accepted by tessera's parser but not used: PyTorch's defaults */
+    pk_key_uint(p, "pinned_num_register_threads", 1);
+    pk_str(p, "release_lock_on_cudamalloc");
+    pk_bool(p, false);
+    pk_str(p, "pinned_use_cuda_host_register");
+    pk_bool(p, false);
+    pk_str(p, "roundup_power2_divisions");
+    pk_dict_begin(p);
+    for (int i = 0; i < 16; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "%d", 1 << i);
+        pk_key_uint(p, key, s->settings.divisions[i]);
     }
-    if (s->have_divisions) {
-        pk_str(p, "roundup_power2_divisions");
-        pk_dict_begin(p);
-        for (int i = 0; i < 16; i++) {
-            char key[8];
-            snprintf(key, sizeof key, "%d", 1 << i);
-            pk_key_uint(p, key, s->divisions[i]);
-        }
-        pk_dict_end(p);
-    }
+    pk_dict_end(p);
     pk_dict_end(p);
 
     pk_str(p, "tessera");
@@ -524,77 +552,4 @@ int ts_snap_write_pickle(const ts_snap *s, int fd)
     int err = p->err;
     free(p);
     return err;
-}
-
-/* Write the file through fill(ctx, fd) (0 or an errno), as ts_snap_write_file says. */
-static int write_file_with(int (*fill)(const void *ctx, size_t n, int fd), const void *ctx,
-                           size_t n, const char *path, bool replace, char *err, size_t errlen)
-{
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "%s: path too long", path);
-        return ENAMETOOLONG;
-    }
-    struct stat st;
-    if (replace && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        /* -o /dev/null, a FIFO, a link to /dev/stdout: never turned into a regular file */
-        snprintf(err, errlen, "%s is not a regular file (%s): not replaced", path,
-                 S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
-                 : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
-        return EEXIST;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(e));
-        return e;
-    }
-    int e = fill(ctx, n, fd);
-    if (!e && replace && fsync(fd) != 0 && errno != EINVAL)
-        e = errno;
-    if (close(fd) != 0 && !e)
-        e = errno;
-    if (!e) {
-        /* link() refuses an existing name: a file there is never replaced unless asked. */
-        if (replace ? rename(tmp, path) != 0 : link(tmp, path) != 0)
-            e = errno;
-    }
-    if (e)
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
-    if (e || !replace)
-        unlink(tmp);
-    return e;
-}
-
-static int fill_pickle(const void *ctx, size_t n, int fd)
-{
-    (void)n;
-    return ts_snap_write_pickle(ctx, fd);
-}
-
-static int fill_bytes(const void *ctx, size_t n, int fd)
-{
-    const unsigned char *b = ctx;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? errno : EIO;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-int ts_snap_write_file(const ts_snap *s, const char *path, bool replace, char *err,
-                       size_t errlen)
-{
-    return write_file_with(fill_pickle, s, 0, path, replace, err, errlen);
-}
-
-int ts_snap_write_bytes_file(const void *buf, size_t n, const char *path, bool replace,
-                             char *err, size_t errlen)
-{
-    return write_file_with(fill_bytes, buf, n, path, replace, err, errlen);
 }

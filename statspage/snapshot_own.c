@@ -35,24 +35,24 @@ static int own_segment(void *user, const ts_segment_info *seg)
 {
     struct own_walk *w = user;
     own_copy_ring(w);
-    if (seg->kind == TS_SEGMENT_STITCHED)
-        return 0; /* aliases of pages their expandable segments list (statspage/snapshot_page.c) */
-    w->err = ts_snap_add_segment(w->s, w->device, seg->addr, seg->mapped, seg->stream,
-                                 seg->small_pool, seg->kind == TS_SEGMENT_EXPANDABLE);
+    /* Every kind: a stitched range is where its pages are in use; its lenders list them as
+     * lent, which ends their mapped runs (statspage/snapshot.h). */
+    w->err = ts_snap_add_segment(w->s, w->device, seg->stream, seg->small_pool,
+                                 seg->kind != TS_SEGMENT_PLAIN);
     return w->err;
 }
 
 static int own_block(void *user, const ts_segment_info *seg, const ts_block_info *blk)
 {
+    (void)seg;
     struct own_walk *w = user;
-    if (seg->kind == TS_SEGMENT_STITCHED || blk->state > TS_BLOCK_FREE)
-        return 0; /* unmapped or lent pieces hold no memory of their own */
     w->err = ts_snap_add_block(w->s, blk->addr, blk->size, blk->requested, (uint32_t)blk->state);
     return w->err;
 }
 
 int ts_snapshot_own(ts_snap *s, ts_allocator *const *allocs, ts_history *const *hists, size_t n)
 {
+    bool settings = false;
     for (size_t i = 0; i < n; i++) {
         if (!allocs[i])
             continue;
@@ -73,16 +73,12 @@ int ts_snapshot_own(ts_snap *s, ts_allocator *const *allocs, ts_history *const *
         ts_get_stats(allocs[i], &st);
         ts_snap_add_device(s, device, (uint64_t)st.device_total_bytes,
                            (uint64_t)st.memory_limit_bytes);
-        if (!s->have_settings) {
+        if (!settings) { /* one configuration per process: the first allocator's */
+            settings = true;
             const ts_config *cfg = ts_allocator_config(allocs[i]);
-            s->have_settings = true;
-            s->max_split_size = cfg->max_split_size == SIZE_MAX ? -1 : (int64_t)cfg->max_split_size;
-            s->garbage_collection_threshold = cfg->garbage_collection_threshold;
-            s->expandable_segments = cfg->expandable_segments;
-            s->have_divisions = true;
-            for (int k = 0; k < 16 && k < TS_ROUNDUP_INTERVALS; k++)
-                s->divisions[k] = cfg->roundup_power2_divisions[k];
-            ts_config_format(cfg, s->conf, sizeof s->conf);
+            char conf[sizeof s->conf];
+            ts_config_format(cfg, conf, sizeof conf);
+            ts_snap_set_settings(s, cfg, conf);
         }
     }
     return 0;

@@ -17,19 +17,14 @@ int ts_snap_add_page_slot(ts_snap *s, const tessera_page_slot_head *head,
                        head->stats.memory_limit_bytes > 0 ? (uint64_t)head->stats.memory_limit_bytes : 0);
     for (uint32_t i = 0; i < m->nsegments; i++) {
         const tessera_page_segment *g = &segs[i];
-        /* Stitched ranges alias pages their expandable segments already count: a snapshot
-         * lists each byte of device memory once, so they are left out. */
-        if (g->kind == TESSERA_SEGMENT_STITCHED)
-            continue;
-        if (ts_snap_add_segment(s, head->device, g->address, g->mapped, g->stream,
-                                g->pool == TESSERA_POOL_SMALL,
-                                g->kind == TESSERA_SEGMENT_EXPANDABLE))
+        /* Every kind, every block: the model splits each segment into its mapped runs. */
+        if (ts_snap_add_segment(s, head->device, g->stream, g->pool == TESSERA_POOL_SMALL,
+                                g->kind != TESSERA_SEGMENT_PLAIN))
             return ENOMEM;
         uint64_t at = g->address;
         for (uint32_t k = 0; k < g->nblocks && g->first_block + k < m->nblocks; k++) {
             const tessera_page_block *b = &blocks[g->first_block + k];
-            if (b->state <= TESSERA_BLOCK_FREE &&
-                ts_snap_add_block(s, at, b->size, b->size - (b->slack < b->size ? b->slack : 0),
+            if (ts_snap_add_block(s, at, b->size, b->size - (b->slack < b->size ? b->slack : 0),
                                   b->state))
                 return ENOMEM;
             at += b->size;

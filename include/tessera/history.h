@@ -33,8 +33,10 @@
 #define TESSERA_EV_FREE_COMPLETED 2u /* "free_completed": its reuse fence passed; reusable */
 #define TESSERA_EV_SEGMENT_ALLOC 3u  /* "segment_alloc": a device allocation */
 #define TESSERA_EV_SEGMENT_FREE 4u   /* "segment_free" */
-#define TESSERA_EV_SEGMENT_MAP 5u    /* "segment_map": pages mapped into a virtual range */
-#define TESSERA_EV_SEGMENT_UNMAP 6u  /* "segment_unmap" */
+#define TESSERA_EV_SEGMENT_MAP 5u    /* "segment_map": pages mapped into a virtual range, or
+                                      * pages a stitched range lent given back to their segment */
+#define TESSERA_EV_SEGMENT_UNMAP 6u  /* "segment_unmap": the reverse; also pages lent to a
+                                      * stitched range, leaving their segment for its time */
 #define TESSERA_EV_OOM 7u            /* "oom": size = the request, addr = free device bytes */
 #define TESSERA_EV_SNAPSHOT 8u       /* "snapshot": a snapshot was taken */
 #define TESSERA_EV_COUNT 9u
@@ -62,7 +64,8 @@ typedef struct tessera_history_event {
     uint64_t stream;   /*  32 */
     uint32_t action;   /*  40: TESSERA_EV_* */
     uint32_t nframes;  /*  44: frames[] entries in use */
-    uint64_t requested;/*  48: alloc: the size the program asked for; else 0 */
+    uint64_t requested;/*  48: alloc, free_requested, free_completed: the size the program
+                        *      asked for; oom: the request; else 0 */
     uint64_t frames[TESSERA_HISTORY_MAX_FRAMES]; /* 56: return addresses, innermost first */
 } tessera_history_event;
 

@@ -86,7 +86,10 @@
 #define TESSERA_BLOCK_PENDING 1u  /* freed by the program, waiting for its reuse fence */
 #define TESSERA_BLOCK_FREE 2u
 #define TESSERA_BLOCK_UNMAPPED 3u /* part of an expandable segment with no memory behind it */
-#define TESSERA_BLOCK_STATE_COUNT 4u
+#define TESSERA_BLOCK_LENT 4u     /* whole pages mapped, for now, into a stitched segment too: in
+                                   * use there, counted there (written since tessera 0.2; before,
+                                   * such blocks were written as allocated) */
+#define TESSERA_BLOCK_STATE_COUNT 5u
 
 typedef struct tessera_page_header {
     /* --- identity prefix: same offsets and meaning in every layout version --- */

@@ -39,6 +39,8 @@ TORCH_MODES = [
      "PYTORCH_NO_CUDA_MEMORY_CACHING=1 + LD_PRELOAD=libtessera.so + TESSERA_ALLOC_CONF=defragment:True"),
     ("tessera-plan", "6",
      "PYTORCH_NO_CUDA_MEMORY_CACHING=1 + LD_PRELOAD=libtessera.so + TESSERA_ALLOC_CONF=plan:True"),
+    ("tessera-torch", "7",
+     "TESSERA_TORCH=1 + tessera's sitecustomize: PyTorch's pluggable allocator over libtessera.so"),
 ]
 
 
@@ -134,8 +136,8 @@ def torch_checks(recs):
         return j.get("loss_checksum")
 
     base = cs("nocache")
-    for mode in ("tessera", "tessera-defrag", "tessera-plan"):
-        if mode == "tessera-plan" and mode not in tr:
+    for mode in ("tessera", "tessera-defrag", "tessera-plan", "tessera-torch"):
+        if mode in ("tessera-plan", "tessera-torch") and mode not in tr:
             continue  # a mode added later: absent from older runs and selftests
         name = "loss checksum %s == nocache" % mode
         c = cs(mode)

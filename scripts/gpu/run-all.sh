@@ -729,6 +729,14 @@ if [ "$CAP_D" -gt 0 ]; then
     pair shared async_pool 60 "r:status=ok" -- --mode cross --rounds 200
     pair shared overlap 60 "r:status=ok r:bad_slots=0" -- --rounds 32
     pair shared overlap 60 "r:status=ok r:bad_slots=0" -- --rounds 32 --async
+    # programs that share memory: interprocess events, an exported pool, driver VMM handles with
+    # a module, limits, 3-D arrays, graph memory nodes (same RESULT natively and under tessera)
+    pair shared ipc_events 60 "r:status=ok r:ordered=2 r:back=2" --
+    pair shared pool_ipc 60 "r:status=ok r:child_saw=1 r:parent_saw=1" --
+    pair shared vmm_ipc_drv 60 "r:status=ok r:kernel_effect=1" --
+    pair shared limits 60 "r:status=ok r:window=1 r:same=1" --
+    pair shared array3d 60 "r:status=ok r:counted=4 r:given_back=1" --
+    pair shared graph_mem 60 "r:status=ok r:graph_ok=3" --
     # the driver's answers, natively and under tessera: the same RESULT line
     for p in "${PROBES[@]}"; do
         MIN_NEED=5 run_prog shared native "$p" 30 "r:status=ok" --
@@ -746,8 +754,10 @@ if [ "$CAP_D" -gt 0 ]; then
         pair "$BOTH" multi_device 60 "r:status=ok r:wrong_device=0" -- --threads
         # a peer's kernels touch memory tessera mapped itself (granted at cudaDeviceEnablePeerAccess)
         TESSERA_ALLOC_CONF=expandable_segments:True pair shared peer_access 60 "r:status=ok r:denied=0 r:check=kernel" --
+        # a peer's kernel touches stream-ordered memory after cudaMemPoolSetAccess on the pool
+        pair shared pool_p2p 60 "r:status=ok r:check=kernel" --
     else
-        log "multi_device, peer_access: not run (one GPU visible; they need two)"
+        log "multi_device, peer_access, pool_p2p: not run (one GPU visible; they need two)"
     fi
     if [ "$STATIC_SUBSET" = 1 ]; then
         pair shared driver_linked 60 "r:status=ok r:mode=linked r:contexts=2" -- --own-context "${DRV[@]}"
@@ -891,9 +901,13 @@ print(torch.__version__, torch.version.cuda, d, sep="\t")' 2>"$FDIR/import.err")
                 TESSERA_ALLOC_CONF=defragment:True ;;
             tessera-plan) printf '%s\n' PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" \
                 TESSERA_ALLOC_CONF=plan:True ;;
+            # PyTorch's pluggable allocator over the library (docs/python.md): PyTorch's cache
+            # is not switched off, it is replaced; the optional sitecustomize enables it
+            tessera-torch) printf '%s\n' TESSERA_TORCH=1 \
+                "PYTHONPATH=$BUILD_ABS/python/tessera/site:$BUILD_ABS/python${PYTHONPATH:+:$PYTHONPATH}" ;;
             esac
         }
-        TORCH_MODES=(native expandable nocache tessera tessera-defrag tessera-plan)
+        TORCH_MODES=(native expandable nocache tessera tessera-defrag tessera-plan tessera-torch)
         modes_left=${#TORCH_MODES[@]}
         for mode in "${TORCH_MODES[@]}"; do
             modes_left=$((modes_left - 1))
@@ -957,7 +971,7 @@ print(st + "\t" + why)' "$SCRIPT_DIR" "$js" "$mode" "$rc" "$cut" 2>/dev/null)
         "$PYTHON" "$GPULIB" torch-compare "$RECORDS" | sed 's/^/     /'
         # largest batch, most interesting modes first, while the step has time
         if ! skipped maxbatch; then
-            for mode in native tessera-defrag tessera expandable nocache; do
+            for mode in native tessera-defrag tessera-torch tessera expandable nocache; do
                 js="$FDIR/$mode/result.json"
                 mb="$FDIR/$mode/maxbatch.json"
                 base=(type=maxbatch "mode=$mode" "json=$mb")

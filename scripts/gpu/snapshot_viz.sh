@@ -48,8 +48,16 @@ for cmd in trace_plot segment_plot; do
 done
 "$PY" -m torch.cuda._memory_viz stats "$snap" >"$OUT/stats.txt" 2>&1 || fails+=" stats"
 head -n 5 "$OUT/stats.txt" | sed 's/^/  /'
+# PyTorch's interactive viewer (its MemoryViz.js, from this PyTorch) in headless Chromium: every
+# event of every view clicked (tests/viz/viewcheck.py; needs node, chromium and build-viz/).
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+"$PY" "$ROOT/tests/viz/viewcheck.py" "$snap" >"$OUT/viewcheck.log" 2>&1
+vc=$?
+sed 's/^/  /' "$OUT/viewcheck.log" | tail -n 8
+viewer=$(tail -n1 "$OUT/viewcheck.log")
+[ $vc -eq 0 ] || [ $vc -eq 77 ] || fails+=" MemoryViz.js"
 if [ -n "$fails" ]; then
-    echo "FAIL: _memory_viz could not render the snapshot:$fails"
+    echo "FAIL: PyTorch's viewers could not show the snapshot:$fails"
     exit 1
 fi
-echo "PASS: the snapshot_on_oom pickle renders in torch.cuda._memory_viz (trace_plot, segment_plot, stats)"
+echo "PASS: the snapshot_on_oom pickle renders in torch.cuda._memory_viz (trace_plot, segment_plot, stats); MemoryViz.js: ${viewer#*: }"

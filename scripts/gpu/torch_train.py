@@ -8,7 +8,9 @@ VARIABLE sequence lengths drawn from a fixed, seeded schedule, at a fixed batch 
   * peak memory, from the source that works in the current mode:
       - torch.cuda.max_memory_reserved / max_memory_allocated (torch's caching allocator);
       - tessera's stats page (`tessera-stat --json <own pid>`: reserved_bytes.all.peak,
-        allocated_bytes.all.peak) when libtessera.so is preloaded;
+        allocated_bytes.all.peak) when libtessera.so is preloaded, or tessera.stats() when
+        PyTorch allocates through tessera's pluggable allocator (TESSERA_TORCH=1 with tessera's
+        sitecustomize, or --tessera-torch: torch.cuda's own statistics raise in that mode);
       - nvidia-smi memory.used sampled every 20 ms in a side process, minus the value right
         after CUDA initialisation (the only source with PYTORCH_NO_CUDA_MEMORY_CACHING=1 and no
         tessera; reported for every mode so that the modes can be compared on one scale);
@@ -82,6 +84,8 @@ def parse_args(argv=None):
     p.add_argument("--time-cap", type=float, default=0.0,
                    help="seconds: training stops after the step that passes it (result marked "
                         "incomplete); --find-max-batch stops probing (0: no cap)")
+    p.add_argument("--tessera-torch", action="store_true",
+                   help="make PyTorch allocate through tessera (tessera.torch.enable()) first")
     p.add_argument("--tessera-stat", default="",
                    help="path of tessera-stat: read this process's stats page at the end")
     p.add_argument("--no-smi", action="store_true", help="do not sample nvidia-smi")
@@ -344,6 +348,31 @@ def tessera_stats(path, pid):
     return out
 
 
+def tessera_pluggable():
+    """Does PyTorch allocate through tessera's pluggable allocator in this process?"""
+    mod = sys.modules.get("tessera.torch")
+    return bool(mod and getattr(mod, "_enabled", None) is not None)
+
+
+def tessera_own_stats():
+    """This process's counters through import tessera (the pluggable allocator's mode)."""
+    out = {"source": "tessera.stats()"}
+    try:
+        import tessera
+        s = tessera.stats()
+    except Exception as e:  # noqa: BLE001
+        out["error"] = "tessera.stats(): %s" % e
+        return out
+    out["config"] = tessera.check_config()[0]
+    for k in ("reserved_bytes.all.peak", "allocated_bytes.all.peak", "reserved_bytes.all.current",
+              "allocated_bytes.all.current", "num_alloc_calls", "num_free_calls",
+              "num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms",
+              "num_stitches", "num_passthrough_calls", "segment.all.peak"):
+        out[k] = s[k]
+    out["slots"] = 1
+    return out
+
+
 def torch_info(torch):
     info = {"torch": torch.__version__, "torch_cuda": getattr(torch.version, "cuda", None),
             "torch_file": torch.__file__, "python": sys.version.split()[0]}
@@ -369,12 +398,17 @@ def run_train(a):
            "env": {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF",
                                                    "PYTORCH_NO_CUDA_MEMORY_CACHING",
                                                    "TESSERA_ALLOC_CONF", "LD_PRELOAD",
+                                                   "TESSERA_TORCH",
                                                    "CUBLAS_WORKSPACE_CONFIG")}}
     rc = EXIT_ERROR
     sampler = None
     nd_warnings = []
     try:
         torch = setup_torch(a)
+        if a.tessera_torch and not tessera_pluggable():
+            import tessera.torch
+            tessera.torch.enable()  # before CUDA starts: PyTorch swaps no allocator in use
+        res["tessera_pluggable"] = tessera_pluggable()
         res.update(torch_info(torch))
         device = a.device
         if device == "cuda":
@@ -426,13 +460,15 @@ def run_train(a):
         res["nondeterminism_warnings"] = nd_warnings
         res["params"] = sum(p.numel() for p in model.parameters())
         if device == "cuda":
-            caching = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") != "1"
+            caching = (os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") != "1" and
+                       not res["tessera_pluggable"])
             res["torch_caching"] = caching
-            res["torch_max_reserved"] = torch.cuda.max_memory_reserved()
-            res["torch_max_allocated"] = torch.cuda.max_memory_allocated()
-            st = torch.cuda.memory_stats()
-            res["torch_num_alloc_retries"] = st.get("num_alloc_retries", 0)
-            res["torch_num_ooms"] = st.get("num_ooms", 0)
+            if not res["tessera_pluggable"]:  # PyTorch keeps none for a pluggable allocator
+                res["torch_max_reserved"] = torch.cuda.max_memory_reserved()
+                res["torch_max_allocated"] = torch.cuda.max_memory_allocated()
+                st = torch.cuda.memory_stats()
+                res["torch_num_alloc_retries"] = st.get("num_alloc_retries", 0)
+                res["torch_num_ooms"] = st.get("num_ooms", 0)
             res["mem_get_info_end"] = list(torch.cuda.mem_get_info())
         if sampler:
             sampler.wait_samples(sampler.mark() + 2, 2.0)
@@ -443,7 +479,9 @@ def run_train(a):
                 res["smi_peak_delta_mib"] = peak - res["smi_baseline_mib"]
                 res["smi_samples"] = len(sampler.samples)
             sampler = None
-        if a.tessera_stat and "libtessera" in os.environ.get("LD_PRELOAD", ""):
+        if res["tessera_pluggable"]:
+            res["tessera"] = tessera_own_stats()
+        elif a.tessera_stat and "libtessera" in os.environ.get("LD_PRELOAD", ""):
             res["tessera"] = tessera_stats(a.tessera_stat, os.getpid())
         # the peak used for the report and the max-batch prediction
         if "tessera" in res and "reserved_bytes.all.peak" in res["tessera"]:

@@ -51,6 +51,7 @@ static inline void tessera_default(ts_config *c)
     c->defragment = c->expandable_segments = c->stitching = true;
     c->handle_policy = TS_HANDLES_COARSE;
     c->stitch_when = TS_STITCH_PRESSURE;
+    c->expandable_page = 2 * MiB; /* defragment's page before a device is known */
 }
 
 #endif

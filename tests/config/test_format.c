@@ -84,7 +84,7 @@ static void test_format_values(void **state)
         { "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]", "roundup_power2_divisions",
           "[256:1,512:2,1024:4,>:8]" },
         { "roundup_power2_divisions:4", "roundup_power2_divisions", "4" },
-        { "roundup_power2_divisions:[>:4]", "roundup_power2_divisions", "4" },
+        { "roundup_power2_divisions:[>:4]", "roundup_power2_divisions", "[1:0,>:4]" },
         { "roundup_power2_divisions:[32768:0]", "roundup_power2_divisions", "[1:0,>:0]" },
         { "roundup_power2_divisions:[8:2,32:8]", "roundup_power2_divisions", "[8:2,16:0,32:8,>:0]" },
         { "roundup_power2_divisions:[1:2,4:8]", "roundup_power2_divisions", "[1:2,2:0,4:8,>:0]" },

@@ -331,6 +331,37 @@ static void test_env_modes(void **state)
     assert_non_null(strstr(w.msg[0], "PYTORCH_ALLOC_CONF: key 'expandable_segments'"));
 }
 
+/* The policy names every tool takes: a whole string "pytorch" is PyTorch's policy (the key
+ * table's values, what expandable_segments:False gives), "default" tessera's (what no string
+ * gives), in every variable and mode; a name inside a longer string, or spelled otherwise, is
+ * an unknown key. */
+static void test_named_policies(void **state)
+{
+    (void)state;
+    ts_config named, spelled, table;
+    ts_config_defaults(&table);
+    assert_true(parse_ok("pytorch", &named));
+    assert_true(parse_ok("expandable_segments:False", &spelled));
+    assert_true(ts_config_equal(&named, &spelled));
+    assert_true(ts_config_equal(&named, &table));
+    assert_false(named.expandable_segments);
+    assert_true(parse_ok("default", &named));
+    assert_true(parse_ok("", &spelled));
+    assert_true(ts_config_equal(&named, &spelled));
+    assert_true(named.defragment);
+    assert_false(ts_config_equal(&named, &table));
+    assert_string_equal(ts_config_named_policy("pytorch"), "expandable_segments:False");
+    assert_string_equal(ts_config_named_policy("default"), "");
+    assert_null(ts_config_named_policy("PyTorch"));
+    assert_null(ts_config_named_policy("pytorch,verbose:True"));
+    assert_null(ts_config_named_policy(NULL));
+    assert_true(parse_error("pytorch,verbose:True",
+                            "key 'pytorch' at position 0: expected ':' at position 7 but found ','"
+                            " (syntax: key:value)",
+                            NULL));
+    assert_true(parse_error("Default", NULL, NULL));
+}
+
 int run_syntax_tests(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +370,7 @@ int run_syntax_tests(void)
         cmocka_unit_test(test_lenient_keeps_going),
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_long_input),
+        cmocka_unit_test(test_named_policies),
         cmocka_unit_test_setup_teardown(test_env_none, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_env_precedence, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_env_modes, clear_env, clear_env),

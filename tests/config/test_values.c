@@ -281,11 +281,18 @@ static void test_divisions_list(void **state)
     static const uint32_t k1[16] = { 2, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
     assert_true(parse_ok("roundup_power2_divisions:[1:2,4:8]", &c));
     expect_table(&c, k1);
-    /* '>' with no K before it fills everything */
-    static const uint32_t all16[16] = { 16, 16, 16, 16, 16, 16, 16, 16,
-                                        16, 16, 16, 16, 16, 16, 16, 16 };
+    /* '>' with no K before it fills every interval after the first, as PyTorch's parser
+     * does (it counts from interval 0): sizes below 2 MiB keep their value */
+    static const uint32_t after0[16] = { 0, 16, 16, 16, 16, 16, 16, 16,
+                                         16, 16, 16, 16, 16, 16, 16, 16 };
     assert_true(parse_ok("roundup_power2_divisions:[>:16]", &c));
-    expect_table(&c, all16);
+    expect_table(&c, after0);
+    assert_true(parse_ok("roundup_power2_divisions:4,roundup_power2_divisions:[>:16]", &c));
+    expect_table(&c, (const uint32_t[16]){ 4, 16, 16, 16, 16, 16, 16, 16,
+                                           16, 16, 16, 16, 16, 16, 16, 16 });
+    /* a '>' then a first K:V: the K:V fills below it, over what '>' wrote */
+    assert_true(parse_ok("roundup_power2_divisions:[>:4,256:2]", &c));
+    expect_table(&c, (const uint32_t[16]){ 2, 2, 2, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4, 4 });
     /* '>' fills after the LAST explicit index, even when the list is not in order */
     static const uint32_t unordered[16] = { 4, 4, 4, 4, 4, 4, 4, 4, 1, 2, 2, 2, 2, 2, 2, 2 };
     assert_true(parse_ok("roundup_power2_divisions:[1024:4,256:1,512:2,>:2]", &c));
@@ -518,8 +525,31 @@ static void test_expandable_page_and_handles(void **state)
 {
     (void)state;
     ts_config c;
+    assert_true(parse_ok("expandable_page_mb:0,expandable_segments:True", &c));
+    assert_true(c.expandable_page == 0); /* PyTorch's pages: 2 MiB small, 20 MiB large */
+    /* with defragment, 0 is every device's granularity, said as such before any device */
     assert_true(parse_ok("expandable_page_mb:0", &c));
-    assert_true(c.expandable_page == 0);
+    assert_true(c.defragment && c.expandable_page == 2 * MiB);
+    assert_true(parse_ok("defragment:True,expandable_page_mb:0", &c));
+    assert_true(c.expandable_page == 2 * MiB);
+    /* on a device, a page is whole granules of it, whatever was asked */
+    ts_config_device big = {4 * MiB}, none = {0};
+    ts_config_resolve(&c, &big);
+    assert_true(c.expandable_page == 4 * MiB);
+    assert_true(parse_ok("expandable_page_mb:6", &c));
+    ts_config_resolve(&c, &big);
+    assert_true(c.expandable_page == 8 * MiB);
+    assert_true(parse_ok("expandable_page_mb:8", &c));
+    ts_config_resolve(&c, &big);
+    assert_true(c.expandable_page == 8 * MiB);
+    ts_config_resolve(&c, &big); /* idempotent */
+    assert_true(c.expandable_page == 8 * MiB);
+    assert_true(parse_ok("expandable_page_mb:6,expandable_segments:False", &c));
+    ts_config_resolve(&c, &big); /* no expandable segments: the page is not used, not touched */
+    assert_true(c.expandable_page == 6 * MiB);
+    assert_true(parse_ok("expandable_page_mb:6", &c));
+    ts_config_resolve(&c, &none);
+    assert_false(c.expandable_segments);
     assert_true(parse_ok("expandable_page_mb:2", &c));
     assert_true(c.expandable_page == 2 * MiB);
     assert_true(parse_ok("expandable_page_mb:1024", &c));

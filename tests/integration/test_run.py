@@ -25,6 +25,11 @@ TESSERA = os.path.join(BUILD, "tools", "tessera")
 SHIM = os.path.join(BUILD, "shim", "libtessera.so")
 CHURN = os.path.join(BUILD, "tests", "programs", "churn")
 CHURN_ARGS = ["--threads", "2", "--iters", "200", "--live", "8", "--max-size", "4M", "--small-max", "64K"]
+PROBE = os.path.join(BUILD, "tests", "integration", "stats_probe")
+STAT = os.path.join(BUILD, "tools", "tessera-stat")
+SIM = os.path.join(BUILD, "tests", "sim")
+STATIC = os.path.join(BUILD, "tests", "programs", "seed_middle_static")
+MiB = 1 << 20
 
 
 def clean_env(extra=None):
@@ -60,9 +65,12 @@ class Base(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="tessera-run-test-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.pages = os.path.join(self.tmp, "pages")  # the user's TESSERA_STATS_DIR
+        os.mkdir(self.pages)
 
     def run_tool(self, args, extra=None, timeout=120):
-        return subprocess.run([self.tessera, "run"] + args, env=clean_env(extra), capture_output=True,
+        env = clean_env(dict({"TESSERA_STATS_DIR": self.pages}, **(extra or {})))
+        return subprocess.run([self.tessera, "run"] + args, env=env, capture_output=True,
                               text=True, timeout=timeout)
 
     def check_churn_summary(self):
@@ -95,14 +103,21 @@ class Base(unittest.TestCase):
         self.assertLessEqual(d["allocated_bytes.all.peak"], d["reserved_bytes.all.peak"])
         util = 100.0 * d["allocated_bytes.all.peak"] / d["reserved_bytes.all.peak"]
         self.assertIn("%.1f %%" % util, p.stderr)
+        # how far the peak was from the floor, in bytes and in % of peak allocated
+        above = d["reserved_bytes.all.peak"] - d["allocated_bytes.all.peak"]
+        m = re.search(r"^tessera:\s+above the floor\s+(\d+) B .* \+([\d.]+) % of peak allocated "
+                      r"\(reserved_bytes.all.peak - allocated_bytes.all.peak\)$", p.stderr, re.M)
+        self.assertTrue(m, p.stderr)
+        self.assertEqual(int(m.group(1)), above)
+        self.assertEqual(m.group(2), "%.1f" % (100.0 * above / d["allocated_bytes.all.peak"]))
         self.assertEqual(d["num_alloc_retries"], 0)
         self.assertEqual(d["num_ooms"], 0)
         for name in ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "num_alloc_calls",
                      "num_device_alloc", "num_device_free", "num_stitches", "num_alloc_retries",
                      "num_ooms"):
             self.assertIn("(" + name, p.stderr)
-        # the private stats directory is gone, and nothing but the program wrote to stdout
-        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("tessera-run.")], [])
+        # the run's private directory is gone, and nothing but the program wrote to stdout
+        self.assertEqual([f for f in os.listdir(self.pages) if f.startswith(".tessera-run.")], [])
         self.assertNotIn("tessera:", p.stdout)
         return p
 
@@ -135,6 +150,97 @@ class Summary(Base):
         self.assertLessEqual(d["num_host_alloc"], 8, p.stderr)
         churn = self.check_churn_summary()
         self.assertNotIn("num_host_alloc", churn.stderr)
+
+    def start_probe(self, extra=None):
+        """stats_probe under tessera run --summary --sim, stopped at its first READY."""
+        env = clean_env(dict({"TESSERA_STATS_DIR": self.pages}, **(extra or {})))
+        proc = subprocess.Popen([self.tessera, "run", "--summary", "--sim", "--", PROBE], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        line = proc.stdout.readline()
+        if not line.startswith("READY"):
+            self.fail(line + proc.communicate(timeout=60)[1])
+        return proc, int(line.split()[1])
+
+    def test_watched_live_and_summarised(self):
+        proc, pid = self.start_probe()
+        # the page is where the user looks for it, and tessera-stat shows the running program
+        page = os.path.join(self.pages, "tessera.%d" % pid)
+        self.assertTrue(os.path.isfile(page))
+        listing = subprocess.run([STAT, "--dir", self.pages], capture_output=True, text=True)
+        self.assertIn(str(pid), listing.stdout)
+        self.assertIn("stats_probe", listing.stdout)
+        # and a second name of it in the run's private directory beside it
+        runs = [f for f in os.listdir(self.pages) if f.startswith(".tessera-run.")]
+        self.assertEqual(len(runs), 1, os.listdir(self.pages))
+        run_dir = os.path.join(self.pages, runs[0])
+        self.assertEqual(os.stat(run_dir).st_mode & 0o777, 0o700)
+        self.assertEqual(os.stat(os.path.join(run_dir, "tessera.%d" % pid)).st_ino,
+                         os.stat(page).st_ino)
+        out, err = proc.communicate("go\ngo\n", timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        d = summary_of(err)[0]
+        self.assertEqual(d["allocated_bytes.all.peak"], 12 * MiB + 2 * 102400, err)
+        self.assertEqual(d["num_alloc_calls"], 5, err)
+        self.assertEqual(os.listdir(self.pages), [])  # page removed at exit, run directory too
+
+    def test_user_keeps_pages(self):
+        proc, pid = self.start_probe({"TESSERA_STATS_KEEP": "1"})
+        out, err = proc.communicate("go\ngo\n", timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertEqual(summary_of(err)[0]["num_free_calls"], 5, err)
+        self.assertEqual(os.listdir(self.pages), ["tessera.%d" % pid])  # as the user asked
+        # killed by a signal too: a page the user keeps is not collected
+        os.unlink(os.path.join(self.pages, "tessera.%d" % pid))
+        proc, pid = self.start_probe({"TESSERA_STATS_KEEP": "1"})
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 128 + signal.SIGKILL, err)
+        self.assertEqual(os.listdir(self.pages), ["tessera.%d" % pid])
+
+    def test_killed_program_summarised(self):
+        proc, pid = self.start_probe()
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 128 + signal.SIGKILL, err)
+        self.assertEqual(summary_of(err)[0]["num_alloc_calls"], 5, err)  # its last numbers
+        self.assertIn("tessera: program exit status %d" % (128 + signal.SIGKILL), err)
+        self.assertEqual(os.listdir(self.pages), [])  # its stale page collected
+
+    def test_summary_link_only_into_a_private_directory(self):
+        """What the shim links into TESSERA_SUMMARY_DIR, whoever set it."""
+        own = os.path.join(self.tmp, "own")
+        os.mkdir(own, 0o700)
+        shared = os.path.join(self.tmp, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o755)
+        alias = os.path.join(self.tmp, "alias")
+        os.symlink(own, alias)
+        cases = [(own, True), (shared, False), (alias, False), ("own", False)]
+        if os.geteuid() == 0:
+            other = os.path.join(self.tmp, "other")
+            os.mkdir(other, 0o700)
+            os.chown(other, 65534, 65534)
+            cases.append((other, False))
+        for where, linked in cases:
+            with self.subTest(where=where):
+                for f in os.listdir(own):
+                    os.unlink(os.path.join(own, f))
+                env = clean_env({"TESSERA_STATS_DIR": self.pages, "TESSERA_STATS_KEEP": "1",
+                                 "TESSERA_SUMMARY_DIR": where, "LD_LIBRARY_PATH": SIM})
+                env["LD_PRELOAD"] = ":".join(filter(None, [env.get("LD_PRELOAD"), SHIM]))
+                p = subprocess.run([PROBE], input="go\ngo\n", env=env, capture_output=True,
+                                   text=True, timeout=60, cwd=self.tmp)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                pid = int(p.stdout.split()[1])
+                page = os.path.join(self.pages, "tessera.%d" % pid)
+                self.assertTrue(os.path.isfile(page))
+                self.assertEqual(os.stat(page).st_nlink, 2 if linked else 1)
+                self.assertEqual(os.listdir(own), ["tessera.%d" % pid] if linked else [])
+                if os.path.isdir(os.path.join(self.tmp, "other")):
+                    self.assertEqual(os.listdir(os.path.join(self.tmp, "other")), [])
+                os.unlink(page)
 
     def test_no_cuda_program(self):
         p = self.run_tool(["--summary", "--", "true"], extra={"TMPDIR": self.tmp})
@@ -189,11 +295,44 @@ class Status(Base):
         self.assertRegex(p.stderr, r"^tessera: run: cannot run .*no-such-program")
 
     def test_usage_errors(self):
+        # tessera run's own: 125, never a status its program could have given
         for args in (["--no-such-option", "--", "true"], ["--conf"], []):
             p = self.run_tool(args)
             self.assertEqual(p.returncode, 125, (args, p.stderr))
             self.assertTrue(p.stderr.startswith("tessera: "), p.stderr)
             self.assertEqual(p.stdout, "")
+        # tessera's own (no program involved): 2, as every tool's
+        for args in ([], ["frob"], ["--frob"]):
+            p = subprocess.run([self.tessera] + args, env=clean_env(), capture_output=True,
+                               text=True)
+            self.assertEqual((p.returncode, p.stdout), (2, ""), args)
+            self.assertTrue(p.stderr.startswith(("tessera: ", "usage: ")), p.stderr)
+
+
+class Help(Base):
+    """--help and --version on stdout, exit 0; usage errors on stderr, exit 2: every tool."""
+
+    def test_every_tool(self):
+        tools = {t: os.path.join(BUILD, "tools", t)
+                 for t in ("tessera", "tessera-stat", "tessera-replay", "tessera-costs")}
+        version = None
+        for name, path in tools.items():
+            with self.subTest(tool=name):
+                p = subprocess.run([path, "--help"], capture_output=True, text=True)
+                self.assertEqual((p.returncode, p.stderr), (0, ""))
+                self.assertTrue(p.stdout.startswith("usage: "), p.stdout[:80])
+                p = subprocess.run([path, "--version"], capture_output=True, text=True)
+                self.assertEqual((p.returncode, p.stderr), (0, ""))
+                m = re.match(r"^%s (\S+)" % re.escape(name), p.stdout)
+                self.assertTrue(m, p.stdout)
+                version = version or m.group(1)
+                self.assertEqual(m.group(1), version)  # one version, said the same way
+                p = subprocess.run([path, "--no-such-option"], capture_output=True, text=True)
+                self.assertEqual((p.returncode, p.stdout), (2, ""))
+                self.assertNotEqual(p.stderr, "")
+        p = subprocess.run([TESSERA, "run", "--help"], capture_output=True, text=True)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        self.assertIn("TESSERA_SIM_MEMORY", p.stdout)
 
 
 class Signals(Base):
@@ -230,10 +369,77 @@ class Configuration(Base):
         self.assertRegex(lines[0], r"^tessera: TESSERA_ALLOC_CONF: key 'max_split_size_mb'")
         self.assertFalse(os.path.exists(marker))
 
+    def test_bad_environment_conf_stops_before_the_program(self):
+        marker = os.path.join(self.tmp, "started")
+        p = self.run_tool(["--", "touch", marker], extra={"TESSERA_ALLOC_CONF": "expandable_segmnets:True"})
+        self.assertEqual(p.returncode, 125)
+        self.assertEqual(p.stderr.splitlines(),
+                         ["tessera: TESSERA_ALLOC_CONF: unknown key 'expandable_segmnets' at "
+                          "position 0 (did you mean 'expandable_segments'?)"])
+        self.assertFalse(os.path.exists(marker))
+        # the PyTorch variables are lenient: the program runs (and says what it ignores)
+        p = self.run_tool(["--", "touch", marker], extra={"PYTORCH_CUDA_ALLOC_CONF": "turbo:1"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.exists(marker))
+
+    def test_policy_names(self):
+        """--conf pytorch and --conf default, as tessera-replay takes them: PyTorch's policy
+        asks the driver for segments (cuMemAlloc), tessera's maps its own (cuMemCreate)."""
+        calls = {}
+        for name in ("pytorch", "default"):
+            report = os.path.join(self.tmp, name + ".json")
+            p = self.run_tool(["--sim", "--conf", name, "--", CHURN] + CHURN_ARGS,
+                              extra={"TESSERA_SIM_REPORT": report})
+            self.assertEqual(p.returncode, 0, p.stderr)
+            sim = [json.loads(l) for l in open(report)][0]
+            calls[name] = (sim["alloc_calls"] > 0, sim["create_calls"] > 0)
+        self.assertEqual(calls, {"pytorch": (True, False), "default": (False, True)})
+        p = self.run_tool(["--conf", "PyTorch", "--", "true"])
+        self.assertEqual(p.returncode, 125)
+
     def test_conf_reaches_the_program(self):
         p = self.run_tool(["--conf=defragment:True", "--", "sh", "-c", 'printf %s "$TESSERA_ALLOC_CONF" >&2'])
         self.assertEqual(p.returncode, 0)
         self.assertEqual(p.stderr, "defragment:True")
+
+    def test_static_runtime_under_sim(self):
+        if not os.path.exists(STATIC):
+            self.skipTest("seed_middle_static not built (no libcudart_static.a in the toolkit)")
+        p = self.run_tool(["--sim", "--", STATIC], extra={"TESSERA_SIM_MEMORY": "64M"})
+        said = [l for l in p.stderr.splitlines() if l.startswith("tessera:")]
+        self.assertEqual(said, ["tessera: run: --sim: %s was built with NVIDIA's static CUDA "
+                                "runtime (nvcc's default), which the simulated device cannot run "
+                                "(it needs the real driver); rebuild it with -cudart=shared, or "
+                                "run it on a GPU" % STATIC], p.stderr)
+        self.assertEqual(p.returncode, 1)  # the program ran, and failed its own way
+        # found on PATH too; a shared-runtime program, or no --sim, gets no such line
+        p = self.run_tool(["--sim", "--", os.path.basename(STATIC)],
+                          extra={"PATH": os.path.dirname(STATIC) + ":" + os.environ["PATH"]})
+        self.assertIn("static CUDA runtime", p.stderr)
+        for args in (["--sim", "--", CHURN, "--iters", "1"], ["--", STATIC]):
+            p = self.run_tool(args)
+            self.assertNotIn("static CUDA runtime", p.stderr, args)
+
+    def test_static_runtime_told_from_the_bytes(self):
+        """NVIDIA's runtime names without libcudart.so's: read in chunks, a name across two
+        chunks is found; a name of the shared runtime anywhere in the file clears it; only ELF
+        files are read."""
+        chunk = 1 << 20
+        runtime, shared = b"cudaErrorCudartUnloading", b"libcudart.so.13"
+        cases = {
+            "across": (b"\x7fELF" + b"\0" * (chunk - 14) + runtime + b"\0" * 64, True),
+            "shared later": (b"\x7fELF" + runtime + b"\0" * (2 * chunk) + shared, False),
+            "shared across": (b"\x7fELF" + runtime + b"\0" * (chunk - 40) + shared, False),
+            "not ELF": (b"#!/bin/sh\n" + runtime + b"\nexit 1\n", False),
+        }
+        for name, (data, said) in cases.items():
+            with self.subTest(case=name):
+                prog = os.path.join(self.tmp, name.replace(" ", "-"))
+                with open(prog, "wb") as f:
+                    f.write(data)
+                os.chmod(prog, 0o755)
+                p = self.run_tool(["--sim", "--", prog])
+                self.assertEqual("static CUDA runtime" in p.stderr, said, p.stderr)
 
     def test_ld_preload_kept(self):
         # the user's own preload (here the simulator's libcuda, any library would do) stays, after tessera
@@ -251,7 +457,7 @@ def main():
     suite = unittest.TestSuite()
     loader = unittest.TestLoader()
     mod = sys.modules[__name__]
-    for name in names or ["Summary", "Installed", "Status", "Signals", "Configuration"]:
+    for name in names or ["Summary", "Installed", "Status", "Signals", "Configuration", "Help"]:
         suite.addTests(loader.loadTestsFromName(name, mod))
     if not os.path.exists(TESSERA):
         print("SKIP: %s is not built" % TESSERA)

@@ -18,13 +18,18 @@ import importlib.util
 import json
 import os
 import pickle
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import snapcheck  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "viz"))
+import viewcheck  # noqa: E402
 import test_integration as it  # noqa: E402  (its Env runs programs on the simulator)
 import unittest_main  # noqa: E402
 
@@ -47,6 +52,10 @@ SEGMENT_KEYS = {"device", "address", "total_size", "allocated_size", "active_siz
                 "frames", "blocks"}
 BLOCK_KEYS = {"address", "size", "requested_size", "state", "frames"}
 EVENT_KEYS = {"action", "addr", "size", "stream", "time_us", "frames"}
+SETTINGS_KEYS = {"PYTORCH_CUDA_ALLOC_CONF", "max_split_size", "garbage_collection_threshold",
+                 "expandable_segments", "pinned_num_register_threads",
+                 "release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
+                 "roundup_power2_divisions"}
 
 
 class Base(unittest.TestCase):
@@ -67,6 +76,12 @@ class Base(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         return [v for v in json.loads(out.stdout)[pids[0]].values() if isinstance(v, dict)][0]
 
+    def middle_oom(self, first, middle, last, request, memory, conf):
+        """seed_middle: three blocks, the middle one freed, then a request that fails."""
+        return self.env.run(it.prog("seed_middle", "--first", first, "--middle", middle,
+                                    "--last", last, "--request", request), memory=memory,
+                            conf=conf)
+
     def check_layout(self, path):
         """The pickle loads with snapshot2trace's restricted unpickler and has PyTorch's keys."""
         data = s2t.load_snapshot(path)
@@ -85,8 +100,16 @@ class Base(unittest.TestCase):
                                                         if b["state"] == "active_allocated"))
         for trace in data["device_traces"]:
             for e in trace:
-                self.assertTrue(EVENT_KEYS <= set(e), e)
+                # PyTorch's: an out of memory has the device's free bytes where others have addr
+                keys = EVENT_KEYS - {"addr"} | {"device_free"} if e["action"] == "oom" \
+                    else EVENT_KEYS
+                self.assertEqual(set(e), keys, e)
                 self.assertIn(e["action"], s2t.KNOWN_ACTIONS)
+        self.assertEqual(snapcheck.layout_problems(data), [])
+        # allocator_settings: PyTorch's keys, its table of 16 intervals
+        self.assertEqual(set(data["allocator_settings"]), SETTINGS_KEYS)
+        self.assertEqual(list(data["allocator_settings"]["roundup_power2_divisions"]),
+                         [str(1 << k) for k in range(16)])
         # and its converter accepts it in both formats
         for fmt in ("csv", "dump"):
             out = subprocess.run([sys.executable, os.path.join(it.SOURCE, "scripts", "snapshot2trace"),
@@ -97,7 +120,8 @@ class Base(unittest.TestCase):
 
 class SnapshotFromStat(Base):
     def test_snapshot_of_a_running_process(self):
-        env = self.env.base(conf="expandable_segments:False,history_events:1000")
+        env = self.env.base(conf="expandable_segments:False,history_events:1000,"
+                                 "max_split_size_mb:100,roundup_power2_divisions:[1:0,1024:8,>:2]")
         p = subprocess.Popen(it.probe("stats_probe"), env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -139,7 +163,10 @@ class SnapshotFromStat(Base):
         # settings in every snapshot (PyTorch's viewer shows them), and what the device had
         settings = data["allocator_settings"]
         self.assertIn("history_events:1000", settings["PYTORCH_CUDA_ALLOC_CONF"])
-        self.assertEqual((settings["max_split_size"], settings["expandable_segments"]), (-1, False))
+        self.assertEqual((settings["max_split_size"], settings["expandable_segments"]),
+                         (100 * MiB, False))
+        self.assertEqual([settings["roundup_power2_divisions"][str(1 << k)] for k in range(16)],
+                         [0] * 10 + [8] + [2] * 5)
         self.assertEqual(data["tessera"]["devices"],
                          [{"device": 0, "total_bytes": 512 * MiB, "memory_limit_bytes": 0}])
         events = data["device_traces"][0]
@@ -216,10 +243,8 @@ class SnapshotFromStat(Base):
 class SnapshotOnOom(Base):
     def test_oom_snapshot_round_trips_through_replay(self):
         tpl = os.path.join(self.env.tmp, "oom-%p-%n.pickle")
-        run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
-                                   "64M", "--request", "512M"), memory="256M",
-                           conf=f"expandable_segments:False,history_events:256,"
-                                f"snapshot_on_oom:{tpl}")
+        run = self.middle_oom("64M", "64M", "64M", "512M", "256M",
+                              f"expandable_segments:False,history_events:256,snapshot_on_oom:{tpl}")
         self.assertEqual(run.rc, 2, run)
         files = glob.glob(os.path.join(self.env.tmp, "oom-*-1.pickle"))
         self.assertEqual(len(files), 1, run)
@@ -282,10 +307,9 @@ class SnapshotOnOom(Base):
         # snapshot_on_oom keeps the frames as file offsets (no symbol tables read at a failure);
         # tessera-stat symbolize names them afterwards from the program's symbol table
         tpl = os.path.join(self.env.tmp, "oom-%n.pickle")
-        run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
-                                   "64M", "--request", "512M"), memory="256M",
-                           conf=f"expandable_segments:False,history_events:256,"
-                                f"history_frames:True,snapshot_on_oom:{tpl}")
+        run = self.middle_oom("64M", "64M", "64M", "512M", "256M",
+                              f"expandable_segments:False,history_events:256,"
+                              f"history_frames:True,snapshot_on_oom:{tpl}")
         self.assertEqual(run.rc, 2, run)
         raw_path = os.path.join(self.env.tmp, "oom-1.pickle")
         raw = self.check_layout(raw_path)
@@ -313,9 +337,10 @@ class SnapshotOnOom(Base):
             self.assertEqual(frames[0], {"name": "main", "filename": prog, "line": 0}, frames)
         # everything else is as it was: only frame names changed
         def strip(data):
-            for t in data["device_traces"]:
-                for e in t:
-                    e["frames"] = [(f["filename"], f["line"]) for f in e["frames"]]
+            owners = [e for t in data["device_traces"] for e in t] + data["segments"] + \
+                [b for seg in data["segments"] for b in seg["blocks"]]
+            for e in owners:
+                e["frames"] = [(f["filename"], f["line"]) for f in e["frames"]]
             return data
         self.assertEqual(strip(named), strip(self.check_layout(raw_path)))
         # a second pass has nothing left to name in main's frames; in place (no -o)
@@ -383,14 +408,353 @@ class SnapshotOnOom(Base):
         path = os.path.join(self.env.tmp, "taken.pickle")
         with open(path, "w") as f:
             f.write("keep me")
-        run = self.env.run(it.prog("seed_middle", "--first", "64M", "--middle", "64M", "--last",
-                                   "64M", "--request", "512M"), memory="256M",
-                           conf=f"snapshot_on_oom:{path}")
+        run = self.middle_oom("64M", "64M", "64M", "512M", "256M", f"snapshot_on_oom:{path}")
         self.assertEqual(run.rc, 2, run)
         with open(path) as f:
             self.assertEqual(f.read(), "keep me")
-        self.assertIn("tessera: snapshot_on_oom: cannot write " + path, run.stderr)
+        # the snapshot takes the next free name (SnapshotNeverLost)
+        self.assertIn("tessera: memory snapshot written to " + path[:-len(".pickle")] +
+                      "-2.pickle", run.stderr)
         self.assertEqual(glob.glob(path + ".tmp*"), [])
+
+
+# How snapshot_probe fills a 1 GiB device under each policy (configuration, block size, blocks):
+# full under the default (2 MiB pages: its 64 MiB request is stitched from the freed blocks'
+# pages), every other 20 MiB page freed under expandable segments, 20 MiB segments under
+# PyTorch's policy.
+POLICIES = {
+    "default": ("", 8 * MiB, 128),
+    "expandable_segments": ("expandable_segments:True", 20 * MiB, 48),
+    "pytorch": ("expandable_segments:False", 8 * MiB, 100),
+}
+
+
+def active(data, state="active_allocated"):
+    return {b["address"]: b for seg in data["segments"] for b in seg["blocks"]
+            if b["state"] == state}
+
+
+class ProbeRun:
+    """snapshot_probe run under one policy: its snapshot_on_oom files, a tessera-stat snapshot
+    taken while it waits (idle after its last out of memory), the blocks it held then
+    {address: size}, its stats page's counters then, and its output."""
+
+    def __init__(self, case, policy, free_stitched=False):
+        conf, unit, count = POLICIES[policy]
+        env_ = case.env
+        tpl = os.path.join(env_.tmp, policy + "-oom-%n.pickle")
+        conf = ",".join(x for x in (conf, "history_events:20000,history_frames:True",
+                                    "snapshot_on_oom:" + tpl) if x)
+        env = env_.base(memory="1G", conf=conf)
+        argv = it.probe("snapshot_probe") + [str(unit), str(count), str(64 * MiB), str(2 << 30)]
+        argv += ["free"] if free_stitched else []
+        p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        self.live, self.lines = {}, []
+        try:
+            for line in p.stdout:
+                self.lines.append(line.strip())
+                if line.startswith("LIVE "):
+                    _, a, n = line.split()
+                    self.live[int(a)] = int(n)
+                if line.startswith("READY") or line.startswith("RESULT"):
+                    break
+            case.assertTrue(self.lines and self.lines[-1].startswith("READY"), self.lines)
+            self.live_path = os.path.join(env_.tmp, policy + "-live.pickle")
+            snap = subprocess.run([it.STAT, "--dir", env_.stats_dir, "snapshot", str(p.pid), "-o",
+                                   self.live_path, "--wait", "0.5"], capture_output=True,
+                                  text=True)
+            case.assertEqual(snap.returncode, 0, snap.stderr)
+            case.assertIn("device 0: exact", snap.stdout)
+            self.stats = case.page_stats()
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            self.rest, err = p.communicate(timeout=60)
+            case.assertEqual(p.returncode, 0, err)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.ooms = sorted(glob.glob(tpl.replace("%n", "*")))
+        case.assertTrue(self.ooms, self.lines)
+
+
+class SnapshotLayout(Base):
+    """Snapshots PyTorch's viewer draws right, under the three policies, after pages were given
+    back (holes in expandable segments) and, under the default, with a stitched range: checked
+    here without a browser (snapcheck: the viewer's rules), and in the viewer by
+    SnapshotViewer."""
+
+    def check_policy(self, policy, free_stitched=False):
+        run = ProbeRun(self, policy, free_stitched)
+        prog = os.path.realpath(it.probe("snapshot_probe")[0])
+        live = self.check_layout(run.live_path)
+        for path in [run.live_path] + run.ooms:
+            data = self.check_layout(path)
+            self.assertEqual(snapcheck.history_problems(data), [], path)
+            # each byte once: the viewer's reserved total is the allocator's
+            self.assertEqual(sum(s["total_size"] for s in data["segments"]),
+                             run.stats["reserved_bytes.all.current"], path)
+        # the failure that ended the run: the layout the process holds now
+        self.assertEqual(check_layout_blocks(self.check_layout(run.ooms[-1])),
+                         check_layout_blocks(live))
+        # the settings in force, from the page (live) and from the process (out of memory)
+        for data in (live, self.check_layout(run.ooms[-1])):
+            self.assertEqual(data["allocator_settings"]["expandable_segments"],
+                             policy != "pytorch", policy)
+        # every block the program holds, where its address says, with the size it asked for
+        allocated = active(live)
+        self.assertEqual({a: b["requested_size"] for a, b in allocated.items()}, run.live)
+        self.assertEqual(sum(s["allocated_size"] for s in live["segments"]),
+                         run.stats["allocated_bytes.all.current"])
+        # frames: each block's and segment's from the history (named in tessera-stat's
+        # snapshot; file offsets in the process's own, named by symbolize)
+        for b in allocated.values():
+            self.assertEqual(b["frames"][0], {"name": "main", "filename": prog, "line": 0}, b)
+        for seg in live["segments"]:
+            self.assertEqual(seg["frames"][0]["name"], "main", seg)
+        for b in active(self.check_layout(run.ooms[-1])).values():
+            self.assertEqual(b["frames"][0]["filename"], prog, b)
+            self.assertRegex(b["frames"][0]["name"], r"^0x[0-9a-f]+$", b)
+        return run, live
+
+    def test_default_policy_stitched_and_given_back(self):
+        run, live = self.check_policy("default")
+        self.assertIn("STITCH served", run.lines)
+        self.assertGreaterEqual(run.stats["num_stitches"], 1)
+        big = max(run.live, key=run.live.get)
+        stitched = [s for s in live["segments"] if s["address"] == big]
+        # the stitched range where it is mapped: one segment holding the 64 MiB block
+        self.assertEqual([(s["total_size"], len(s["blocks"])) for s in stitched], [(64 * MiB, 1)])
+        # the freed blocks' pages went back or were lent: one segment per held 8 MiB block
+        self.assertEqual(len(live["segments"]), 64 + 1)
+
+    def test_default_policy_stitched_range_given_back(self):
+        # the stitched block freed before the final retry: the range is given back, its pages
+        # return to the segments that lent them (a segment_map each), then go back too
+        run, live = self.check_policy("default", free_stitched=True)
+        self.assertIn("STITCH served", run.lines)
+        self.assertEqual(len(live["segments"]), 64)  # the held 8 MiB blocks alone
+        acts = [e["action"] for e in live["device_traces"][0]]
+        # 128 handles mapped (one per 8 MiB block); 8 of the freed ones lent (unmapped from
+        # their segment) and mapped at the range; the range unmapped, the 8 returned (mapped
+        # back), then the 64 free blocks' handles given back
+        self.assertEqual((acts.count("segment_map"), acts.count("segment_unmap")),
+                         (128 + 8 + 8, 8 + 8 + 64))
+
+    def test_expandable_segments_given_back(self):
+        run, live = self.check_policy("expandable_segments")
+        self.assertIn("STITCH served", run.lines)
+        # 24 held 20 MiB blocks, each between two pages given back; the 64 MiB block mapped
+        # after the last, in four 20 MiB pages: 24 segments, the last one 100 MiB
+        sizes = [s["total_size"] for s in sorted(live["segments"], key=lambda s: s["address"])]
+        self.assertEqual(sizes, [20 * MiB] * 23 + [100 * MiB])
+        for data in (live, self.check_layout(run.ooms[-1])):
+            self.assertTrue(all(s["is_expandable"] for s in data["segments"]))
+
+    def test_pytorch_policy(self):
+        run, live = self.check_policy("pytorch")
+        self.assertIn("STITCH cudaErrorMemoryAllocation", run.lines)
+        self.assertEqual(len(run.ooms), 2)
+        # cudaMalloc'd segments: 50 of 20 MiB, each with its held block and free rest
+        self.assertEqual([s["total_size"] for s in live["segments"]], [20 * MiB] * 50)
+        for data in (live, self.check_layout(run.ooms[-1])):
+            self.assertFalse(any(s["is_expandable"] for s in data["segments"]))
+
+    def test_holes_of_a_given_back_middle(self):
+        # 20, 80 and 20 MiB, the middle freed, then a request no device has: the final retry
+        # gives the middle's pages back; the snapshot lists the two mapped ranges apart
+        tpl = os.path.join(self.env.tmp, "oom-%n.pickle")
+        run = self.middle_oom("20M", "80M", "20M", "2G", "1G",
+                              f"expandable_segments:True,history_events:1000,snapshot_on_oom:{tpl}")
+        self.assertEqual(run.rc, 2, run)
+        data = self.check_layout(os.path.join(self.env.tmp, "oom-1.pickle"))
+        self.assertEqual(snapcheck.history_problems(data), [])
+        segs = sorted(data["segments"], key=lambda s: s["address"])
+        self.assertEqual([(s["total_size"], s["allocated_size"]) for s in segs],
+                         [(20 * MiB, 20 * MiB), (20 * MiB, 20 * MiB)])
+        self.assertEqual(segs[1]["address"] - segs[0]["address"], 100 * MiB)
+
+
+class SnapshotViewer(Base):
+    """PyTorch's viewer (MemoryViz.js) in headless Chromium (tests/viz/viewcheck.py): every event
+    of every view of the live and out-of-memory snapshots of each policy clicked, no error, every
+    block drawn inside its segment, and at the last event where its address says. Skipped, with
+    what it needs, without MemoryViz.js (PyTorch's, never part of tessera: TESSERA_MEMORYVIZ_JS,
+    or an installed PyTorch), Chromium, node and the modules scripts/setup.sh installs."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.plan, cls.missing = viewcheck.tools()
+
+    def setUp(self):
+        if self.missing:
+            self.skipTest(self.missing)
+        super().setUp()
+
+    def view(self, policy, free_stitched=False):
+        run = ProbeRun(self, policy, free_stitched)
+        paths = [run.live_path] + run.ooms
+        lines, problems = viewcheck.check(paths, self.plan)
+        self.assertEqual(problems, [])
+        self.assertEqual(len(lines), 3 * len(paths))  # three views of each
+        print("\n".join(lines))
+
+    def test_default_policy(self):
+        self.view("default")
+
+    def test_default_policy_stitched_range_given_back(self):
+        self.view("default", free_stitched=True)
+
+    def test_expandable_segments(self):
+        self.view("expandable_segments")
+
+    def test_pytorch_policy(self):
+        self.view("pytorch")
+
+
+def check_layout_blocks(data):
+    """(address, size, state) of every block: what two snapshots of one moment share."""
+    return sorted((b["address"], b["size"], b["state"]) for s in data["segments"]
+                  for b in s["blocks"])
+
+
+class SnapshotNeverLost(Base):
+    """snapshot_on_oom loses no snapshot: a directory it would refuse at the out of memory is
+    refused at start; a taken name gets a number; the failure that ends the run has its snapshot
+    (the last of the 8 files is replaced by each later failure's) and its line."""
+
+    def oom_probe(self, tpl, *sizes, lenient=False):
+        """Failures of these sizes, with snapshot_on_oom:tpl in TESSERA_ALLOC_CONF (strict) or
+        PYTORCH_CUDA_ALLOC_CONF (lenient)."""
+        conf = "history_events:256,snapshot_on_oom:" + tpl
+        return self.env.run(it.probe("oom_probe") + list(sizes), memory="256M",
+                            conf=None if lenient else conf,
+                            extra={"PYTORCH_CUDA_ALLOC_CONF": conf} if lenient else None)
+
+    def refused_dirs(self):
+        """Directories snapshot_on_oom must refuse, with the reason said for each."""
+        shared = os.path.join(self.env.tmp, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o1777)
+        group = os.path.join(self.env.tmp, "group")
+        os.mkdir(group)
+        os.chmod(group, 0o770)
+        real = os.path.join(self.env.tmp, "real")
+        os.mkdir(real, 0o700)
+        link = os.path.join(self.env.tmp, "link")
+        os.symlink(real, link)
+        other = os.path.join(self.env.tmp, "other")
+        os.mkdir(other, 0o700)
+        os.chown(other, 65534, 65534)
+        return [(shared, "writable by other users"), (group, "writable by other users"),
+                (link, "not a directory (or a symbolic link)"), (other, "another user's")]
+
+    def test_refused_at_start(self):
+        for d, why in self.refused_dirs():
+            run = self.oom_probe(os.path.join(d, "oom-%n.pickle"), "1G")
+            # strict: stopped before main, as for any bad key; the program never ran
+            self.assertEqual(run.rc, 1, (d, run))
+            self.assertNotIn("RESULT", run.stdout, d)
+            self.assertIn("tessera: TESSERA_ALLOC_CONF: key 'snapshot_on_oom': %s is %s"
+                          % (d, why), run.stderr)
+            self.assertIn("stopping before the program starts", run.stderr)
+            self.assertEqual(os.listdir(os.path.realpath(d)), [], d)
+        # a program that loads CUDA itself (not linked with it) stops at its first CUDA call
+        shared = os.path.join(self.env.tmp, "shared")
+        code = ("import ctypes, sys; print('started', flush=True); "
+                "rt = ctypes.CDLL('libcudart.so.13'); p = ctypes.c_void_p(); "
+                "print('cudaMalloc', rt.cudaMalloc(ctypes.byref(p), 1 << 20), flush=True)")
+        run = self.env.run([sys.executable, "-c", code], memory="256M",
+                           conf="snapshot_on_oom:" + os.path.join(shared, "oom.pickle"))
+        self.assertEqual(run.rc, 1, run)
+        self.assertEqual(run.stdout, "started\n", run)
+        self.assertIn("key 'snapshot_on_oom': %s is writable by other users" % shared, run.stderr)
+        self.assertIn("stopping at the first CUDA call", run.stderr)
+        # lenient (the PyTorch variables): said, and the run goes on without snapshots
+        run = self.oom_probe(os.path.join(shared, "oom-%n.pickle"), "1G", lenient=True)
+        self.assertEqual(run.rc, 0, run)
+        self.assertIn("OOM 1073741824", run.stdout)
+        self.assertIn("tessera: PYTORCH_CUDA_ALLOC_CONF: key 'snapshot_on_oom': %s is writable "
+                      "by other users" % shared, run.stderr)
+        self.assertIn("; ignored (no snapshots)", run.stderr)
+        self.assertEqual(os.listdir(shared), [])
+        # a missing directory is created at start, mode 0700: then it is this user's
+        fresh = os.path.join(self.env.tmp, "fresh")
+        run = self.oom_probe(os.path.join(fresh, "oom.pickle"), "1G")
+        self.assertEqual(run.rc, 0, run)
+        self.assertEqual(stat.S_IMODE(os.stat(fresh).st_mode), 0o700)
+        self.assertEqual(os.listdir(fresh), ["oom.pickle"])
+
+    def test_taken_names_get_a_number(self):
+        d = os.path.join(self.env.tmp, "oom")
+        os.mkdir(d, 0o700)
+        with open(os.path.join(d, "oom.pickle"), "w") as f:
+            f.write("keep me")
+        # no %n: the first failure's name is taken (an earlier run's file), the next ones too
+        run = self.oom_probe(os.path.join(d, "oom.pickle"), "1G", "2G", "3G")
+        self.assertEqual(run.rc, 0, run)
+        self.assertEqual(sorted(os.listdir(d)), ["oom-2.pickle", "oom-3.pickle", "oom-4.pickle",
+                                                 "oom.pickle"])
+        with open(os.path.join(d, "oom.pickle")) as f:
+            self.assertEqual(f.read(), "keep me")
+        for name, size in (("oom-2.pickle", 1), ("oom-3.pickle", 2), ("oom-4.pickle", 3)):
+            data = self.check_layout(os.path.join(d, name))
+            self.assertEqual(data["device_traces"][0][-1]["size"], size << 30, name)
+            self.assertIn("memory snapshot written to " + os.path.join(d, name), run.stderr)
+        # a name without an extension gets its number at the end
+        bare = os.path.join(self.env.tmp, "bare")
+        os.mkdir(bare, 0o700)
+        run = self.oom_probe(os.path.join(bare, "oom"), "1G", "2G")
+        self.assertEqual(sorted(os.listdir(bare)), ["oom", "oom-2"])
+
+    def test_the_last_failure_has_its_snapshot(self):
+        d = os.path.join(self.env.tmp, "oom")
+        os.mkdir(d, 0o700)
+        sizes = ["%dM" % (1024 + i) for i in range(1, 12)]  # 11 failures, each its own size
+        run = self.oom_probe(os.path.join(d, "oom-%n.pickle"), *sizes)
+        self.assertEqual(run.rc, 0, run)
+        self.assertEqual(sorted(os.listdir(d)), ["oom-%d.pickle" % n for n in range(1, 9)])
+        self.assertIn("snapshot_on_oom: 8 snapshots written; each later out of memory replaces "
+                      "the last one, %s/oom-8.pickle" % d, run.stderr)
+        for n in range(1, 8):
+            data = self.check_layout(os.path.join(d, "oom-%d.pickle" % n))
+            self.assertEqual(data["device_traces"][0][-1]["size"], (1024 + n) << 20)
+        # the eighth file holds the eleventh failure, the one that ended the run
+        data = self.check_layout(os.path.join(d, "oom-8.pickle"))
+        ooms = [e["size"] for e in data["device_traces"][0] if e["action"] == "oom"]
+        self.assertEqual(ooms, [(1024 + n) << 20 for n in range(1, 12)])
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(d, "oom-8.pickle")).st_mode), 0o600)
+
+    def test_the_last_and_a_larger_failure_have_their_line(self):
+        # many failures at once: one line a second, but a larger failure is always said, and
+        # the last one (the failure that ends the run) is said at exit when it was held back
+        sizes = ["1G"] * 40 + ["8G"] + ["1G"] * 40 + ["1536M"]
+        run = self.env.run(it.probe("oom_probe") + sizes, memory="256M")
+        self.assertEqual(run.rc, 0, run)
+        lines = [l for l in run.stderr.splitlines() if "out of memory on device" in l]
+        self.assertLess(len(lines), 40, lines)
+        self.assertTrue([l for l in lines if "tried to allocate 8.00 GiB" in l], lines)
+        self.assertIn("tried to allocate 1.50 GiB", lines[-1], lines)
+        m = re.match(r"tessera: (\d+) more out-of-memory (reports?) suppressed; the last: out of "
+                     r"memory on device 0: tried to allocate 1.50 GiB", lines[-1])
+        if m:  # held back: said at exit, with its count
+            self.assertEqual(m.group(2), "report" if m.group(1) == "1" else "reports", lines[-1])
+        # the last failure said when it happened: nothing is left to say at exit
+        run = self.env.run(it.probe("oom_probe") + ["1G"] * 40 + ["8G"], memory="256M")
+        lines = [l for l in run.stderr.splitlines() if l.startswith("tessera: ")]
+        self.assertIn("tried to allocate 8.00 GiB", lines[-1], lines)
+        self.assertNotIn("suppressed; the last", run.stderr)
+
+    def test_symbolize_says_how_to_get_frames(self):
+        d = os.path.join(self.env.tmp, "oom")
+        os.mkdir(d, 0o700)
+        self.oom_probe(os.path.join(d, "oom.pickle"), "1G")
+        path = os.path.join(d, "oom.pickle")
+        r = subprocess.run([it.STAT, "symbolize", path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(path + ": no frames: the snapshot was taken without them; run the program "
+                      "with history_events:N,history_frames:True", r.stdout)
 
 
 class SnapshotWhileBusy(Base):
@@ -424,8 +788,9 @@ class SnapshotWhileBusy(Base):
         for e in events:
             if e["action"] in ("alloc", "free_requested", "free_completed"):
                 last[e["addr"]] = e
-        allocated = {b["address"]: b["size"] for seg in data["segments"] for b in seg["blocks"]
-                     if b["state"] == "active_allocated"}
+        # an alloc's size is what the program asked for, as in PyTorch's traces
+        allocated = {b["address"]: b["requested_size"] for seg in data["segments"]
+                     for b in seg["blocks"] if b["state"] == "active_allocated"}
         live = {a: e["size"] for a, e in last.items() if e["action"] == "alloc"}
         freed = {a for a, e in last.items() if e["action"] != "alloc"}
         self.assertGreater(len(live), 0)
@@ -435,8 +800,9 @@ class SnapshotWhileBusy(Base):
         for a in freed:
             self.assertNotIn(a, allocated, "0x%x: freed in the history, allocated in the layout" % a)
         # the viewer's allocated total at the last event is the layout's
-        self.assertEqual(sum(s["allocated_size"] for s in data["segments"]),
+        self.assertEqual(sum(s["requested_size"] for s in data["segments"]),
                          sum(allocated.values()))
+        self.assertEqual(snapcheck.history_problems(data), [])
 
 
 if __name__ == "__main__":

@@ -12,64 +12,14 @@
  * RESULT fields: devices, before, after (allocations made before and after peer access was
  * enabled), denied (allocations device 0 may not touch). Exit 0 when denied is 0, else 3.
  */
-#include <cuda.h>
-#include <dlfcn.h>
 #include <getopt.h>
 
 #include "common.h"
+#include "touch.h"
 
 #define MAX_COUNT 256
 
 static const char *usage_text = "[--count N] [--size SIZE]";
-
-typedef int (*can_access_fn)(int device, uint64_t ptr, uint64_t size);
-
-/* A kernel that increments the 32-bit word its argument points at. */
-static const char touch_ptx[] =
-    ".version 7.0\n"
-    ".target sm_70\n"
-    ".address_size 64\n"
-    ".visible .entry touch(.param .u64 p)\n"
-    "{\n"
-    "  .reg .b64 %rd<3>;\n"
-    "  .reg .b32 %r<3>;\n"
-    "  ld.param.u64 %rd1, [p];\n"
-    "  cvta.to.global.u64 %rd2, %rd1;\n"
-    "  ld.global.u32 %r1, [%rd2];\n"
-    "  add.s32 %r2, %r1, 1;\n"
-    "  st.global.u32 [%rd2], %r2;\n"
-    "  ret;\n"
-    "}\n";
-
-typedef CUresult (*load_fn)(CUmodule *, const void *);
-typedef CUresult (*getfn_fn)(CUfunction *, CUmodule, const char *);
-typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                              unsigned, unsigned, CUstream, void **, void **);
-
-/* On a GPU: run `touch` on device 0 against ptr; 1 when device 1 then reads the word + 1. */
-static int kernel_can_touch(void *drv, void *ptr) {
-  static CUfunction fn;
-  load_fn load = (load_fn)dlsym(drv, "cuModuleLoadData");
-  getfn_fn getfn = (getfn_fn)dlsym(drv, "cuModuleGetFunction");
-  launch_fn launch = (launch_fn)dlsym(drv, "cuLaunchKernel");
-  uint32_t word = 41, back = 0;
-  if (!load || !getfn || !launch) die_msg("libcuda.so.1", "no cuModuleLoadData/cuLaunchKernel");
-  CHECK(cudaSetDevice(1));
-  CHECK(cudaMemcpy(ptr, &word, sizeof word, cudaMemcpyHostToDevice));
-  CHECK(cudaSetDevice(0));
-  if (!fn) {
-    CUmodule mod;
-    if (load(&mod, touch_ptx) != CUDA_SUCCESS || getfn(&fn, mod, "touch") != CUDA_SUCCESS)
-      die_msg("cuModuleLoadData", "cannot load the touch kernel");
-  }
-  void *args[] = {&ptr};
-  if (launch(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) != CUDA_SUCCESS) return 0;
-  if (cudaDeviceSynchronize() != cudaSuccess) return 0; /* an illegal address: not accessible */
-  CHECK(cudaSetDevice(1));
-  CHECK(cudaMemcpy(&back, ptr, sizeof back, cudaMemcpyDeviceToHost));
-  CHECK(cudaSetDevice(0));
-  return back == word + 1;
-}
 
 int main(int argc, char **argv) {
   size_t count = 4, size = 4 * MiB, i, denied = 0;
@@ -115,7 +65,7 @@ int main(int argc, char **argv) {
   can_access_fn sim_can = drv ? (can_access_fn)dlsym(drv, "tessera_sim_can_access") : NULL;
   for (i = 0; i < 2 * count; i++) {
     int ok = sim_can ? sim_can(0, (uint64_t)(uintptr_t)ptrs[i], size) == 1
-                     : kernel_can_touch(drv, ptrs[i]);
+                     : touch_from(drv, ptrs[i], 0, 1);
     if (!ok) {
       printf("DENIED: device 0 may not touch allocation %zu (%p, made %s peer access)\n", i,
              ptrs[i], i < count ? "before" : "after");

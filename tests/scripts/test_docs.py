@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The samples in the docs are what the programs print: README's `tessera run --summary` sample
 (its lines, in order, exit status included), docs/configuration.md's effective configuration,
-docs/stats-page.md's tessera-stat synopsis, every tessera-replay exit status in README, and
+docs/stats-page.md's tessera-stat synopsis and layout version, every tessera-replay exit status in README, and
 scripts/with-sim --help on kernels.
 
 Environment: TS_BUILD, TS_SOURCE.
@@ -84,6 +84,18 @@ class Docs(unittest.TestCase):
             # the synopsis may show an optional argument in brackets
             self.assertTrue(u in commands or u.replace("ADDR:PORT", "[ADDR:PORT]") in commands,
                             "%r is not in docs/stats-page.md's synopsis" % u)
+
+    def test_stats_page_layout_version(self):
+        header = read("include", "tessera", "stats_page.h")
+        version = re.search(r"#define TESSERA_PAGE_LAYOUT_VERSION (\d+)u", header).group(1)
+        doc = read("docs", "stats-page.md")
+        self.assertEqual(re.findall(r"layout version (\d+)\)", doc), [version])
+        self.assertEqual(re.findall(r"^## Layout \(version (\d+)\)", doc, re.M), [version])
+        self.assertEqual(re.findall(r"^\| 8 \| 4 \| u32 \| `layout_version` \| (\d+) \|", doc,
+                                    re.M), [version])
+        p = subprocess.run([os.path.join(BUILD, "tools", "tessera-stat"), "--version"],
+                           capture_output=True, text=True)
+        self.assertIn("(stats page layout %s)" % version, p.stdout)
 
     def test_replay_exit_statuses(self):
         p = subprocess.run([os.path.join(BUILD, "tools", "tessera-replay"), "--help"],

@@ -20,6 +20,8 @@ int tessera_sim_can_access(int device, uint64_t ptr, uint64_t size);
  * ranges (mapped, whatever their access), or a simulator that cannot start. CUDA's rules:
  * cuMemAlloc-class memory of device P is reachable from P, and from `device` while some
  * context of `device` has peer access enabled (cuCtxEnablePeerAccess) to a context of P;
+ * stream-ordered memory (a pool's, an imported pool's) from P and from the devices the pool's
+ * access grants read-write (cuMemPoolSetAccess; peer access does not matter there);
  * cuMemMap memory only when every cuMemMap range covering the bytes grants `device`
  * read-write through cuMemSetAccess (peer access does not matter there). It does not
  * need cuInit.
@@ -32,7 +34,8 @@ int tessera_sim_can_access(int device, uint64_t ptr, uint64_t size);
  *     tessera_sim_can_access_fn ca = (tessera_sim_can_access_fn)dlsym(h, "tessera_sim_can_access");
  *
  * "Allocations" are cuMemAlloc-class allocations (cuMemAlloc_v2 and cuMemAllocAsync);
- * cuMemCreate handles are counted separately but also hold physical pages.
+ * cuMemCreate handles are counted separately but also hold physical pages, and so does the
+ * memory backing graph allocations (bytes_in_use), which the graph_* counters follow.
  */
 #ifndef TESSERA_SIM_H
 #define TESSERA_SIM_H
@@ -58,6 +61,13 @@ struct tessera_sim_counters {
     uint64_t live_allocations;      /* cuMemAlloc-class allocations alive now */
     uint64_t peak_live_allocations;
     uint64_t live_handles;          /* cuMemCreate handles whose memory is still alive */
+    uint64_t graph_alloc_calls;     /* graph allocation nodes run (each launch of each node) */
+    uint64_t graph_free_calls;      /* graph allocations freed (free node, cuMemFree, cuMemFreeAsync) */
+    uint64_t imported_frees;        /* pool pointers imported from another process and freed here */
+    uint64_t races;                 /* copies and memsets of queued work on bytes another
+                                       stream's work reads or writes, neither ordered before
+                                       the other (README, "The device's order") */
+    uint64_t untracked_streams;     /* streams past the first 128: no race check */
 };
 
 typedef int (*tessera_sim_counters_fn)(int device, struct tessera_sim_counters *out);

@@ -209,6 +209,28 @@ static void table_row_of(const char *dir, int device, char *row, size_t len)
     free(text);
 }
 
+/* The Prometheus text of this process's page, malloc'ed. */
+static char *prometheus_of(const char *dir)
+{
+    ts_proc_view v;
+    ts_proc_view_load(&v, dir, (int)getpid(), true);
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    ts_render_prometheus(f, &v, 1);
+    fclose(f);
+    ts_proc_view_free(&v);
+    return text;
+}
+
+/* Set the slot's peak allocated, as the allocator would under its lock. */
+static void set_alloc_peak(ts_stats_sink sink, int64_t bytes)
+{
+    tessera_seq_write_begin(sink.seq);
+    tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].peak, bytes);
+    tessera_seq_write_end(sink.seq);
+}
+
 /* FRAG in the table is fragmentation where it hurts: a program that freed everything shows 0%,
  * holes that no single request can use show their share of the free memory, and counters that
  * disagree (a damaged page) are clamped and marked, never printed as huge negative numbers. */
@@ -234,24 +256,54 @@ static void test_table_frag(ts_statspage *page, const char *dir)
     for (int i = 0; i < 10; i += 2)
         CHECK(ts_free(a, p[i]) == TS_OK, "free %d", i);
     table_row_of(dir, 1, row, sizeof row);
-    CHECK(strstr(row, " 1 10.00 MiB 20.00 MiB 10.00 MiB 80.0% 0 0") != NULL, "holes: '%s'", row);
+    CHECK(strstr(row, " 1 10.00 MiB 20.00 MiB 10.00 MiB 80.0% +0.0% 0 0") != NULL, "holes: '%s'",
+          row);
 
     /* everything freed: the segment is whole again and serves any request up to 20 MiB */
     for (int i = 1; i < 10; i += 2)
         CHECK(ts_free(a, p[i]) == TS_OK, "free %d", i);
     table_row_of(dir, 1, row, sizeof row);
-    CHECK(strstr(row, " 1 0 B 20.00 MiB 20.00 MiB 0.0% 0 0") != NULL, "idle cache: '%s'", row);
+    CHECK(strstr(row, " 1 0 B 20.00 MiB 20.00 MiB 0.0% +0.0% 0 0") != NULL, "idle cache: '%s'",
+          row);
 
     /* a damaged page: allocated above reserved */
     tessera_seq_write_begin(sink.seq);
     tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].current, 64 * (int64_t)MiB);
     tessera_seq_write_end(sink.seq);
     table_row_of(dir, 1, row, sizeof row);
-    const char *nums = strstr(row, " 1 20.00 MiB? 20.00 MiB? 0 B? ? 0 0");
+    const char *nums = strstr(row, " 1 20.00 MiB? 20.00 MiB? 0 B? ? +0.0% 0 0");
     CHECK(nums != NULL && !strchr(nums, '-'), "inconsistent: '%s'", row);
     tessera_seq_write_begin(sink.seq);
     tessera_stat_store(&sink.stats->allocated_bytes[TESSERA_POOL_ALL].current, 0);
     tessera_seq_write_end(sink.seq);
+
+    /* ABOVE FLOOR: peak reserved over peak allocated, in % of the latter (the floor); a peak
+     * reserved below the peak allocated is a damaged page: '?', and the row is marked */
+    set_alloc_peak(sink, 16 * (int64_t)MiB);
+    table_row_of(dir, 1, row, sizeof row);
+    CHECK(strstr(row, " 1 0 B 20.00 MiB 20.00 MiB 0.0% +25.0% 0 0") != NULL, "floor: '%s'", row);
+    set_alloc_peak(sink, 21 * (int64_t)MiB);
+    table_row_of(dir, 1, row, sizeof row);
+    CHECK(strstr(row, " 1 0 B? 20.00 MiB? 20.00 MiB? ? ? 0 0") != NULL, "floor damaged: '%s'", row);
+    /* device 1's series of the two families (device 0's slot belongs to another test) */
+    char bytes_series[160], ratio_series[160];
+    snprintf(bytes_series, sizeof bytes_series,
+             "\ntessera_peak_reserved_above_allocated_bytes{pid=\"%d\",device=\"1\"", (int)getpid());
+    snprintf(ratio_series, sizeof ratio_series,
+             "\ntessera_peak_reserved_above_allocated_ratio{pid=\"%d\",device=\"1\"", (int)getpid());
+    char *prom = prometheus_of(dir); /* neither series for a damaged page */
+    CHECK(prom && !strstr(prom, bytes_series) && !strstr(prom, ratio_series),
+          "damaged floor in Prometheus");
+    free(prom);
+    set_alloc_peak(sink, 0);
+    table_row_of(dir, 1, row, sizeof row);
+    CHECK(strstr(row, " 1 0 B 20.00 MiB 20.00 MiB 0.0% - 0 0") != NULL, "no floor yet: '%s'", row);
+    prom = prometheus_of(dir); /* bytes, but no ratio of nothing allocated */
+    const char *b = prom ? strstr(prom, bytes_series) : NULL;
+    CHECK(b && strstr(b, "} 20971520\n") == strchr(b, '}') && !strstr(prom, ratio_series),
+          "no floor yet in Prometheus");
+    free(prom);
+    set_alloc_peak(sink, 20 * (int64_t)MiB);
 
     ts_allocator_destroy(a, true);
     ts_statspage_release(page, slot);

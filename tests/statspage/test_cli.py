@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+import fixture_server
+
 STAT, FIXTURE, SRC = sys.argv[1], sys.argv[2], sys.argv[3]
 PROM_ONLY = "--prometheus-only" in sys.argv
 MiB = 1 << 20
@@ -94,22 +96,9 @@ KNOWN1 = {"allocated_bytes.all.current": 100 * MiB, "reserved_bytes.all.current"
           "num_ops": 77, "max_split_size": 256 * MiB, "num_ooms": 0}
 
 
-class Server:
+def Server(d, *extra):
     """A fixture process publishing the known page."""
-
-    def __init__(self, d, *extra):
-        env = dict(os.environ, TESSERA_STATS_DIR=d)
-        self.p = subprocess.Popen([FIXTURE, "serve", *extra], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=env)
-        line = self.p.stdout.readline().split()
-        assert line and line[0] == "ready", line
-        self.pid = int(line[1])
-        self.path = line[2]
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.stdin.close()
-            self.p.wait(timeout=10)
+    return fixture_server.Server(FIXTURE, d, *extra)
 
 
 def forge(d, kind, pid):
@@ -257,6 +246,13 @@ def test_prometheus(d, a, sleeper):
     check(abs(sample(fams, "tessera_utilization_ratio", pid=pa, device="0") - 0.75) < 1e-9,
           "utilization_ratio 900/1200")
     check(sample(fams, "tessera_utilization_ratio", pid=pa, device="1") == 1.0, "utilization 1")
+    # how far above the floor: peak reserved 1200 MiB, peak allocated 900 MiB
+    check(sample(fams, "tessera_peak_reserved_above_allocated_bytes", pid=pa, device="0")
+          == 300 * MiB, "above the floor, bytes")
+    check(abs(sample(fams, "tessera_peak_reserved_above_allocated_ratio", pid=pa, device="0")
+              - 1 / 3) < 1e-6, "above the floor, ratio")
+    check(sample(fams, "tessera_peak_reserved_above_allocated_ratio", pid=pa, device="1") == 0,
+          "above the floor, device 1")
     # every counter and gauge of the X-macros has its family, and pool labels where they belong
     for c in COUNTERS:
         check("tessera_%s_total" % re.sub(r"^num_", "", c) in fams, "family for %s" % c)
@@ -331,11 +327,14 @@ def main():
             r0 = " ".join(rows[0])
             # FRAG: the fixture records no holes (inactive_split_bytes 0): its 257 MiB of free
             # cache can serve one request whole
-            check("769.00 MiB 1.00 GiB 257.00 MiB 0.0% 3 1" in r0, "row device 0: %s" % r0)
+            # ABOVE FLOOR: peak reserved 1200 MiB over peak allocated 900 MiB
+            check("769.00 MiB 1.00 GiB 257.00 MiB 0.0% +33.3% 3 1" in r0, "row device 0: %s" % r0)
             r1 = " ".join(rows[1])
-            check(" 1 100.00 MiB 100.00 MiB 0 B 0.0% 0 0" in r1, "row device 1: %s" % r1)
+            check(" 1 100.00 MiB 100.00 MiB 0 B 0.0% +0.0% 0 0" in r1, "row device 1: %s" % r1)
         check(out.splitlines()[0].split() == ["PID", "COMMAND", "DEVICE", "ALLOCATED", "RESERVED",
-                                              "UNALLOCATED", "FRAG", "RETRIES", "OOMS"], "header")
+                                              "UNALLOCATED", "FRAG", "ABOVE", "FLOOR", "RETRIES",
+                                              "OOMS"], "header")
+        check("ABOVE FLOOR: how far peak reserved was above peak allocated" in out, "floor note")
         check(str(b.pid) in out and str(sleeper.pid) in out, "all live pids listed")
         check("stale" not in out and "unreadable" not in out, "nothing stale yet")
         rc2, out2, _ = run("--dir", d, env_dir="/nonexistent")
@@ -366,6 +365,8 @@ def main():
         check("device 0  context 0x1000  slot 0" in out and "device 1  context 0x2000  slot 1" in out,
               "detail slots")
         check("segment map: 4 segments, 10 blocks, taken at op 12345" in out, "detail map line")
+        check("peak reserved above peak allocated (the floor): %d bytes, +33.3%%" % (300 * MiB)
+              in out, "detail floor line")
 
         # ---- JSON ----
         rc, out, err = run("--json", env_dir=d)
@@ -385,6 +386,9 @@ def main():
             for k, v in known.items():
                 check(ja[dev].get(k) == v, "json %s %s = %s want %s" % (dev, k, ja[dev].get(k), v))
         check(ja["0"]["segment_map"]["largest_free_block"] == 16 * MiB, "json map summary")
+        check((ja["0"]["peak_reserved_above_allocated_bytes"],
+               round(ja["0"]["peak_reserved_above_allocated_percent"], 3)) == (300 * MiB, 33.333),
+              "json above the floor")
         check(data[str(sleeper.pid)]["command"] == 'evil "quoted" back\\slash\nnext line\x01\x1b[2J',
               "json escapes a newline command")
         rc, out, err = run("--json", str(b.pid), env_dir=d)
@@ -414,9 +418,12 @@ def main():
               "map stitched line")
         check("largest free block 16.00 MiB: a request above it needs a new segment although "
               "21.00 MiB are free in 3 pieces" in out, "map sentence: %s" % out)
-        check("reserved 94.00 MiB in 4 segments (78.00 MiB mapped): allocated 55.00 MiB, "
-              "pending free 2.00 MiB, free 21.00 MiB in 3 blocks, unmapped 16.00 MiB" in out,
-              "map totals")
+        # reserved: mapped memory but the stitched range's 8 MiB (pages of the other segments)
+        check("reserved 70.00 MiB (mapped memory: what reserved_bytes counts) in 4 segments of "
+              "94.00 MiB address space: allocated 55.00 MiB, pending free 2.00 MiB, free 21.00 "
+              "MiB in 3 blocks, unmapped 16.00 MiB" in out, "map totals: %s" % out)
+        check("segments: 2 plain, 1 expandable, 1 stitched; segment.all.current counts the plain "
+              "ones only" in out, "map segment kinds")
         check("no segment map published yet" in out, "device 1 has no map")
         rc, out, err = run("map", str(a.pid), "--device", "0", "--width", "32", env_dir=d)
         bars = re.findall(r"\|([^|]*)\|", out)
@@ -487,7 +494,7 @@ def main():
         # a readable stale page still shows the last numbers its process published, marked
         exited = [l for l in stale_part.splitlines()
                   if l.split()[:1] == [str(c.pid)] and "exited" in l]
-        check(len(exited) == 2 and "769.00 MiB 1.00 GiB 257.00 MiB 0.0% 3 1 exited"
+        check(len(exited) == 2 and "769.00 MiB 1.00 GiB 257.00 MiB 0.0% +33.3% 3 1 exited"
               in " ".join(exited[0].split()), "stale page's last numbers: %s" % out)
         live_part = out.split("stale pages")[0]
         check(str(a.pid) in live_part and str(c.pid) not in live_part, "live part")

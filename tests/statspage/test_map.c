@@ -126,14 +126,14 @@ static int large_segment(const struct snap *s)
     return -1;
 }
 
-/* A fresh allocator for device `device` with expandable segments, publishing into slot. */
-static ts_allocator *expandable_allocator(ts_statspage *page, int device, ts_devmodel *dev,
-                                          ts_backend *be, int *slot)
+/* A fresh allocator for device `device` under conf, publishing into slot. */
+static ts_allocator *allocator_with(const char *conf, ts_statspage *page, int device,
+                                    ts_devmodel *dev, ts_backend *be, int *slot)
 {
     ts_config cfg;
     ts_config_diag diag;
-    if (ts_config_parse(&cfg, "expandable_segments:True", "TESSERA_ALLOC_CONF", TS_CONFIG_STRICT,
-                        &diag, NULL, NULL) != 0) {
+    if (ts_config_parse(&cfg, conf, "TESSERA_ALLOC_CONF", TS_CONFIG_STRICT, &diag, NULL,
+                        NULL) != 0) {
         fprintf(stderr, "config: %s\n", diag.message);
         return NULL;
     }
@@ -147,6 +147,54 @@ static ts_allocator *expandable_allocator(ts_statspage *page, int device, ts_dev
         ts_allocator_set_observer(a, ts_statspage_observer, ts_statspage_observer_user(page, *slot),
                                   1);
     return a;
+}
+
+static ts_allocator *expandable_allocator(ts_statspage *page, int device, ts_devmodel *dev,
+                                          ts_backend *be, int *slot)
+{
+    return allocator_with("expandable_segments:True", page, device, dev, be, slot);
+}
+
+/* The map's totals say the counters' numbers, or what each counts: reserved is the mapped memory
+ * reserved_bytes counts (never the address space), and the plain segments are the ones
+ * segment.all.current counts. */
+static void check_totals(const char *text, const struct snap *s)
+{
+    char b[48], want[200];
+    const tessera_device_stats *st = &s->head.stats;
+    snprintf(want, sizeof want, "\nreserved %s (mapped memory: what reserved_bytes counts) in ",
+             ts_format_bytes(b, sizeof b, (uint64_t)st->reserved_bytes[TESSERA_POOL_ALL].current));
+    CHECK(strstr(text, want) != NULL, "reserved as the counters say (%s):\n%s", want, text);
+    snprintf(want, sizeof want, "\nsegments: %" PRId64 " plain, ",
+             st->segment[TESSERA_POOL_ALL].current);
+    CHECK(strstr(text, want) != NULL, "plain segments as the counters say (%s):\n%s", want, text);
+}
+
+/* PyTorch's policy: plain segments, each a cudaMalloc, each counted. */
+static void test_plain_totals(ts_statspage *page, struct snap *s)
+{
+    ts_devmodel *dev = ts_devmodel_create((size_t)80 << 30, 0);
+    ts_backend be;
+    int slot;
+    ts_allocator *a = allocator_with("pytorch", page, 2, dev, &be, &slot);
+    CHECK(a != NULL, "allocator");
+    if (!a)
+        return;
+    uintptr_t p[3];
+    CHECK(ts_malloc(a, 3 * MiB, 0, &p[0]) == TS_OK && ts_malloc(a, 30 * MiB, 0, &p[1]) == TS_OK &&
+              ts_malloc(a, 100 * 1024, 0, &p[2]) == TS_OK,
+          "malloc");
+    CHECK(take(slot, s) == TS_PAGE_OK, "snapshot");
+    CHECK(s->head.stats.segment[TESSERA_POOL_ALL].current == 3, "three segments");
+    char *text = render(s, WIDTH);
+    CHECK(text && strstr(text, "\nsegments: 3 plain, 0 expandable, 0 stitched;") != NULL,
+          "plain:\n%s", text ? text : "");
+    if (text)
+        check_totals(text, s);
+    free(text);
+    ts_allocator_destroy(a, true);
+    ts_statspage_release(page, slot);
+    ts_devmodel_destroy(dev);
 }
 
 /* Blocks in the mapped prefix, the unmapped rest collapsed. */
@@ -279,6 +327,10 @@ static void test_hole(ts_statspage *page, struct snap *s)
              ts_format_bytes(b1, sizeof b1, seg->mapped), ts_format_bytes(b2, sizeof b2, blk[3].size));
     CHECK(after && strcmp(after, note) == 0, "after the bar: '%s', wanted '%s'", after ? after : "",
           note);
+    /* a reservation of 80 GiB and more, a few MiB mapped: the map and the counters agree */
+    CHECK(strstr(text, "\nsegments: 0 plain, 1 expandable, 0 stitched;") != NULL, "kinds:\n%s",
+          text);
+    check_totals(text, s);
     free(text);
 out:
     ts_allocator_destroy(a, true);
@@ -303,6 +355,7 @@ int main(void)
         return 1;
     test_mapped_prefix(page, s);
     test_hole(page, s);
+    test_plain_totals(page, s);
     free(s);
     ts_statspage_close(page, true);
     rmdir(dir);

@@ -2,6 +2,7 @@
  * damaged pages, liveness, garbage collection, fork. Every test works in its own directory. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <cmocka.h>
@@ -670,8 +671,13 @@ static void test_validate_slots(void **state)
     s->segs[0].mapped = s->segs[0].size + 1;
     expect_slot(&h, s, TS_PAGE_ECORRUPT, "maps more than its size");
     RESET();
-    s->blocks[3].state = 4;
-    expect_slot(&h, s, TS_PAGE_ECORRUPT, "block 3 state 4");
+    s->blocks[3].state = TESSERA_BLOCK_STATE_COUNT;
+    expect_slot(&h, s, TS_PAGE_ECORRUPT, "block 3 state 5");
+    RESET();
+    s->blocks[3].state = TESSERA_BLOCK_LENT; /* the last known state is valid */
+    s->head.map.checksum = 0;
+    s->head.map.checksum = tessera_page_map_checksum(&s->head.map, s->segs, s->blocks);
+    expect_slot(&h, s, TS_PAGE_OK, NULL);
     RESET();
     s->blocks[3].size ^= 1;
     expect_slot(&h, s, TS_PAGE_ECORRUPT, "checksum mismatch");
@@ -1145,6 +1151,73 @@ static void test_render_details(void **state)
     ts_statspage_close(p, true);
 }
 
+/* Is path mapped read-only into this process (/proc/self/maps): a reader's mapping, beside the
+ * writer's own read-write one? */
+static bool mapped_here(const char *path)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[4608];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        size_t n = strlen(line), m = strlen(path);
+        found = n >= m && strcmp(line + n - m, path) == 0 && strstr(line, " r--s ") != NULL;
+    }
+    fclose(f);
+    return found;
+}
+
+/* ts_page_map: the caller's own page is read from a read-only mapping (no descriptor kept, the
+ * same consistent copies), unmapped on close; another user's page never is (it could shrink
+ * under the reader), and stays readable with pread. */
+static void test_map_own_page(void **state)
+{
+    (void)state;
+    ts_statspage *p = must_create();
+    ts_stats_sink s0;
+    assert_int_equal(ts_statspage_claim(p, 0, 0xabc, &s0), 0);
+    tessera_seq_write_begin(s0.seq);
+    tessera_stat_store(&s0.stats->num_ooms, 7);
+    tessera_seq_write_end(s0.seq);
+    char path[512];
+    page_path(path, sizeof path, (int)getpid());
+
+    ts_page pg;
+    ts_page_init(&pg);
+    assert_int_equal(ts_page_open_pid(&pg, NULL, (int)getpid()), TS_PAGE_OK);
+    assert_false(mapped_here(path));
+    assert_int_equal(ts_page_map(&pg), 0);
+    assert_true(pg.mapped && pg.fd < 0);
+    assert_true(mapped_here(path));
+    tessera_page_slot_head head;
+    assert_int_equal(ts_page_snapshot(&pg, 0, &head, NULL, NULL), TS_PAGE_OK);
+    assert_int_equal(head.stats.num_ooms, 7);
+    tessera_seq_write_begin(s0.seq); /* the mapping sees the writer's next numbers */
+    tessera_stat_store(&s0.stats->num_ooms, 8);
+    tessera_seq_write_end(s0.seq);
+    assert_int_equal(ts_page_snapshot(&pg, 0, &head, NULL, NULL), TS_PAGE_OK);
+    assert_int_equal(head.stats.num_ooms, 8);
+    assert_int_equal(ts_page_map(&pg), EBADF); /* mapped already: no descriptor left */
+    ts_page_close(&pg);
+    assert_false(mapped_here(path));
+
+    if (geteuid() == 0) { /* another user's file naming this process: never mapped */
+        assert_int_equal(chown(path, 65534, 65534), 0);
+        ts_page_init(&pg);
+        /* its header validates; the trust check refuses it (not this process's user's) */
+        assert_int_equal(ts_page_open_pid(&pg, NULL, (int)getpid()), TS_PAGE_EUNTRUSTED);
+        assert_int_equal(ts_page_map(&pg), EPERM);
+        assert_true(pg.fd >= 0 && !pg.mapped);
+        assert_false(mapped_here(path));
+        ts_page_close(&pg);
+        assert_int_equal(chown(path, 0, 0), 0);
+    }
+    ts_statspage_close(p, true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1161,6 +1234,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gc_rejudges_after_move, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_forget_in_child, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_render_details, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_map_own_page, setup_dir, teardown_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -765,15 +765,33 @@ static void test_reuse_order_own_stream_needs_no_point(void **state)
     assert_int_equal(ts_malloc(f.a, 3 * MiB, s, &b), TS_OK);
     assert_int_equal(b, a);
     assert_int_equal(fx_stats(&f)->num_fences_recorded, 2);
+    /* as a pool reports: used is what was asked for; reserved the memory of the stream's
+     * segment (20 MiB for a 3 MiB request), cached blocks included; cudaMalloc's are not */
+    uintptr_t plain = fx_alloc(&f, 5 * MiB);
     ts_stream_usage u;
     ts_allocator_stream_usage(f.a, false, false, &u);
     assert_int_equal(u.used, 3 * MiB);
     assert_int_equal(u.used_high, 3 * MiB);
+    assert_int_equal(u.reserved, 20 * MiB);
+    assert_int_equal(u.reserved_high, 20 * MiB);
     assert_int_equal(ts_free_on_stream(f.a, b, s, NULL), TS_OK);
     ts_allocator_stream_usage(f.a, true, false, &u);
     assert_int_equal(u.used, 0);
     assert_int_equal(u.used_high, 0);
-    assert_int_equal(u.reserved_high, u.reserved + 3 * MiB); /* not reset: still the mark */
+    assert_int_equal(u.reserved, 20 * MiB); /* cached: still the pool's */
+    /* a second stream's segment adds its memory, and raises the high mark */
+    assert_int_equal(ts_malloc(f.a, 30 * MiB, s2, &b), TS_OK);
+    ts_allocator_stream_usage(f.a, false, false, &u);
+    assert_int_equal(u.reserved, 50 * MiB);
+    assert_int_equal(u.reserved_high, 50 * MiB);
+    assert_int_equal(ts_free_on_stream(f.a, b, s2, NULL), TS_OK);
+    fx_free(&f, plain);
+    ts_empty_cache(f.a); /* the memory goes back: reserved drops, the mark stays until reset */
+    ts_allocator_stream_usage(f.a, false, false, &u);
+    assert_int_equal(u.reserved, 0);
+    assert_int_equal(u.reserved_high, 50 * MiB);
+    ts_allocator_stream_usage(f.a, false, true, &u);
+    assert_int_equal(u.reserved_high, 0);
     fx_close(&f);
 }
 
@@ -848,6 +866,43 @@ static void test_round_divisions(void **state)
     assert_int_equal(ts_round_divisions(&c, 1024 * MiB), 4);
     assert_int_equal(ts_round_divisions(&c, 2048 * MiB - 1), 4);
     assert_int_equal(ts_round_divisions(&c, 2048 * MiB), 8);
+
+    /* PyTorch's own test strings (c10's allocator config test), interval by interval */
+    static const struct {
+        const char *conf;
+        size_t mib[9];
+        uint32_t div[9];
+    } pytorch[] = {
+        {"roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1]",
+         {32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}, {8, 8, 2, 4, 2, 4, 1, 1, 1}},
+        {"roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]",
+         {64, 128, 256, 512, 1024, 2048, 4096, 4096, 4096}, {8, 8, 16, 1, 0, 8, 2, 2, 2}},
+        {"roundup_power2_divisions:4", {64, 256, 2048, 1, 1, 1, 1, 1, 1},
+         {4, 4, 4, 4, 4, 4, 4, 4, 4}},
+        /* a leading '>': every interval after the first; sizes below 2 MiB are not rounded */
+        {"roundup_power2_divisions:[>:4]", {1, 2, 4, 64, 32768, 65536, 1, 1, 1},
+         {0, 4, 4, 4, 4, 4, 0, 0, 0}},
+    };
+    for (size_t t = 0; t < sizeof pytorch / sizeof pytorch[0]; t++) {
+        assert_int_equal(ts_config_parse(&c, pytorch[t].conf, "T", TS_CONFIG_STRICT, &diag, NULL,
+                                         NULL), 0);
+        for (int i = 0; i < 9; i++)
+            assert_int_equal(ts_round_divisions(&c, pytorch[t].mib[i] * MiB), pytorch[t].div[i]);
+    }
+    /* the rounding table of PyTorch's test_cuda (sizes of float tensors of 21 Mi and 100 Mi
+     * elements): 84 MiB in 4 steps -> 96 MiB; in 8 steps -> 88 MiB; 400 MiB in 2 -> 512 MiB */
+    assert_int_equal(ts_config_parse(&c, "roundup_power2_divisions:4", "T", TS_CONFIG_STRICT,
+                                     &diag, NULL, NULL), 0);
+    assert_int_equal(ts_round_size(&c, 84 * MiB), 96 * MiB);
+    assert_int_equal(ts_config_parse(&c, "roundup_power2_divisions:[64:8,128:2,256:2,512:2,"
+                                     "1024:1,>:1]", "T", TS_CONFIG_STRICT, &diag, NULL, NULL), 0);
+    assert_int_equal(ts_round_size(&c, 84 * MiB), 88 * MiB);
+    assert_int_equal(ts_round_size(&c, 400 * MiB), 512 * MiB);
+    /* [>:4]: 1.5 MiB keeps the 512-byte rounding; 3 MiB takes the steps of [2, 4) MiB */
+    assert_int_equal(ts_config_parse(&c, "roundup_power2_divisions:[>:4]", "T", TS_CONFIG_STRICT,
+                                     &diag, NULL, NULL), 0);
+    assert_int_equal(ts_round_size(&c, 3 * MiB / 2 + 1), 3 * MiB / 2 + 512);
+    assert_int_equal(ts_round_size(&c, 5 * MiB / 2 + 1), 3 * MiB);
 }
 
 /* handle_policy: page (PyTorch's) backs a growth with one handle per page; geometric with

@@ -25,6 +25,10 @@
 
 #include "devmodel/costs.h"
 
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "unknown"
+#endif
+
 #define MIB ((size_t)1 << 20)
 #define REPS_MAX 1000
 #define REPS_MIN 3
@@ -269,6 +273,7 @@ static int load_driver(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tessera-costs [--device N] [--reps N] [-o FILE]\n"
+               "       tessera-costs --help | --version\n"
                "  Times every driver call tessera's CUDA backend makes, at the sizes it makes\n"
                "  them, and writes the costs file tessera-replay --driver-costs reads.\n"
                "  --device N  the GPU to measure (default 0)\n"
@@ -287,6 +292,7 @@ int main(int argc, char **argv)
                                          {"reps", required_argument, NULL, 'r'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'V'},
                                          {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
@@ -311,6 +317,7 @@ int main(int argc, char **argv)
             break;
         case 'o': out_path = optarg; break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("tessera-costs %s\n", TESSERA_VERSION); return 0;
         default: usage(stderr); return 2;
         }
     }

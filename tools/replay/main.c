@@ -10,6 +10,10 @@
 #include "tools/json_out.h"
 #include "tools/replay/replay.h"
 
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "unknown"
+#endif
+
 #define MAX_CONFS 16
 
 static void usage(FILE *f)
@@ -52,7 +56,7 @@ static void usage(FILE *f)
           "                     the estimated driver time per step once memory stopped growing\n"
           "  --check-pytorch    check that every allocation lands at the address PyTorch chose\n"
           "  -v, --verbose      more detail on stderr\n"
-          "  -h, --help\n"
+          "  -h, --help, --version\n"
           "\n"
           "Driver calls: every call the device model receives for memory (segment allocations\n"
           "and frees, address reservations, physical handles, maps and unmaps, synchronisations);\n"
@@ -95,15 +99,10 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
+/* A configuration string, or a policy name ("pytorch", "default": the parser takes both). */
 static int conf_parse(const char *text, ts_config *cfg)
 {
     ts_config_diag diag;
-    if (strcmp(text, "pytorch") == 0) { /* PyTorch's policy: the table's values */
-        ts_config_defaults(cfg);
-        return 0;
-    }
-    if (strcmp(text, "default") == 0) /* tessera's default: what no configuration gives */
-        text = "";
     if (ts_config_parse(cfg, text, "--conf", TS_CONFIG_STRICT, &diag, NULL, NULL) != 0) {
         fprintf(stderr, "tessera-replay: %s\n", diag.message);
         return -1;
@@ -415,6 +414,7 @@ static int parse_options(int argc, char **argv, replay_args *a)
         {"repeat", required_argument, NULL, 'R'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -452,6 +452,7 @@ static int parse_options(int argc, char **argv, replay_args *a)
         case 'p': a->check = true; break;
         case 'v': a->verbose = true; break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("tessera-replay %s\n", TESSERA_VERSION); return 0;
         default: usage(stderr); return 2;
         }
     }

@@ -3,7 +3,10 @@
  * a `meson install --destdir` tree that was moved).
  *
  *   installed:  <bindir>/tessera, <libdir>/libtessera.so, <libdir>/tessera/sim/libcuda.so.1
- *               (TS_RUN_REL_LIBDIR is libdir relative to bindir, computed by meson)
+ *               (TS_RUN_REL_LIBDIR is libdir relative to bindir, TS_RUN_REL_SIMDIR the
+ *               simulated device's directory, computed by meson)
+ *   a wheel:    <env>/bin/tessera, <env>/lib/pythonX.Y/site-packages/tessera/libtessera.so and
+ *               .../tessera/sim/ (the same two relative paths, pointing into the package)
  *   build tree: <build>/tools/tessera, <build>/shim/libtessera.so, <build>/tests/sim/
  */
 #include <errno.h>
@@ -17,6 +20,9 @@
 
 #ifndef TS_RUN_REL_LIBDIR
 #define TS_RUN_REL_LIBDIR "../lib"
+#endif
+#ifndef TS_RUN_REL_SIMDIR
+#define TS_RUN_REL_SIMDIR TS_RUN_REL_LIBDIR "/tessera/sim"
 #endif
 
 /* dir/rel/name canonicalised into out (PATH_MAX-sized); 0 when it exists. */
@@ -68,7 +74,7 @@ int ts_run_layout_find(ts_run_layout *out, char *err, size_t errlen)
 
     if (path_resolve(out->library, sizeof out->library, dir, TS_RUN_REL_LIBDIR,
                      "libtessera.so") == 0) {
-        sim_find(out, dir, TS_RUN_REL_LIBDIR "/tessera/sim");
+        sim_find(out, dir, TS_RUN_REL_SIMDIR);
     } else if (path_resolve(out->library, sizeof out->library, dir, "..",
                             "shim/libtessera.so") == 0) {
         out->build_tree = true;

@@ -2,8 +2,10 @@
  * libtessera.so preloaded, like `valgrind PROGRAM` or `nsys profile PROGRAM`.
  *
  * Exit status: the program's (128 + N when signal N killed it, as a shell reports it);
- * 125 tessera run itself failed (usage, a configuration the strict parser rejects, libtessera.so
- * not found); 126 the program cannot be executed; 127 the program was not found.
+ * 125 tessera run itself failed (usage, a configuration the strict parser rejects, from --conf
+ * or from the environment, libtessera.so not found); 126 the program cannot be executed; 127 the
+ * program was not found. `tessera` without `run`: 0 for --help and --version, 2 for a command
+ * line it does not understand (as every tool of tessera; README, "Exit status").
  */
 #include <errno.h>
 #include <signal.h>
@@ -48,6 +50,8 @@ static bool signal_is_fault(int sig)
 /* Written once, before the forwarded signals are unblocked; read by the handler. */
 static volatile pid_t g_child;
 
+#define TS_EXIT_USAGE 2 /* a command line `tessera` itself does not understand */
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -55,17 +59,22 @@ static void usage(FILE *f)
             "       tessera --help | --version\n"
             "\n"
             "Runs PROGRAM with tessera's allocator preloaded (LD_PRELOAD, ahead of what it held).\n"
-            "  --conf STR   TESSERA_ALLOC_CONF for the program, checked first: a key or value the\n"
+            "  --conf STR   TESSERA_ALLOC_CONF for the program, or a policy name: 'default'\n"
+            "               (tessera's), 'pytorch' (PyTorch's caching allocator). Checked first,\n"
+            "               as TESSERA_ALLOC_CONF from the environment is: a key or value the\n"
             "               strict parser rejects stops here, before the program starts\n"
             "  --summary    at exit, print per process and device what tessera did (peak\n"
-            "               allocated and reserved, utilization, allocations served, driver\n"
-            "               calls, retries, out of memory) on stderr, with the counter names;\n"
-            "               the program's stats pages then live in a private directory\n"
-            "               (TESSERA_STATS_DIR) for the run and are removed after it\n"
-            "  --sim        run on tessera's simulated CUDA device (no GPU; TESSERA_SIM_MEMORY,\n"
-            "               TESSERA_SIM_DEVICES size it)\n"
-            "Exit status: the program's (128+N when killed by signal N); 125 tessera run failed;\n"
-            "126 PROGRAM cannot be executed; 127 PROGRAM not found. Nothing is written to stdout.\n");
+            "               allocated and reserved and how far apart they were, utilization,\n"
+            "               allocations served, device calls, retries, out of memory) on stderr,\n"
+            "               with the counter names. The stats pages stay where they are\n"
+            "               (TESSERA_STATS_DIR): tessera-stat shows the program while it runs\n"
+            "  --sim        run on tessera's simulated CUDA device (no GPU). Its settings:\n"
+            "               TESSERA_SIM_MEMORY (bytes per device, K/M/G suffixes; default 80G),\n"
+            "               TESSERA_SIM_DEVICES (default 1). A program built with NVIDIA's\n"
+            "               static runtime (nvcc's default) cannot run there: it says so\n"
+            "Exit status: the program's (128+N when killed by signal N); 125 tessera run failed\n"
+            "(usage included); 126 PROGRAM cannot be executed; 127 PROGRAM not found. Nothing is\n"
+            "written to stdout but --help and --version.\n");
 }
 
 static void die_usage(const char *what)
@@ -106,12 +115,16 @@ static int env_prepend(const char *name, const char *value, char sep)
     return rc;
 }
 
-/* The configuration the program will parse, parsed here first with the same strict parser. */
-static void conf_check(const char *text)
+/* The configuration the program will read (--conf, set in the environment first, or what the
+ * environment already holds), read here first by the same code: a configuration the program
+ * would stop on (TESSERA_ALLOC_CONF is strict) stops tessera run instead, before the program
+ * starts, with the same line. The lenient PyTorch variables never stop anything; the program
+ * says what it ignores. */
+static void conf_check(void)
 {
     ts_config cfg;
     ts_config_diag diag;
-    if (ts_config_parse(&cfg, text, "TESSERA_ALLOC_CONF", TS_CONFIG_STRICT, &diag, NULL, NULL) != 0) {
+    if (ts_config_from_env(&cfg, NULL, &diag, NULL, NULL) != 0) {
         fprintf(stderr, "tessera: %s\n", diag.message);
         exit(TS_RUN_EXIT_FAILURE);
     }
@@ -185,6 +198,32 @@ static int program_run(char **argv, pid_t *program)
     return status_of(wstatus);
 }
 
+/* The private directory of --summary: inside the page directory (a hard link cannot cross file
+ * systems), mode 0700, an absolute path (the writer refuses anything else), named so that no
+ * listing takes it for a page. 0, or -1 after a message. */
+static int summary_dir_make(char *out, size_t len)
+{
+    char dir[4096];
+    const char *pages = ts_statspage_dir();
+    if (!realpath(pages, dir)) {
+        fprintf(stderr, "tessera: run: --summary: the stats page directory %s: %s\n", pages,
+                strerror(errno));
+        return -1;
+    }
+    int n = snprintf(out, len, "%s/.tessera-run.XXXXXX", dir);
+    if (n < 0 || (size_t)n >= len || !mkdtemp(out)) {
+        fprintf(stderr, "tessera: run: --summary: cannot create a directory in %s: %s\n", dir,
+                n < 0 || (size_t)n >= len ? "name too long" : strerror(errno));
+        return -1;
+    }
+    if (setenv(TS_SUMMARY_DIR_ENV, out, 1) != 0) {
+        fprintf(stderr, "tessera: run: cannot set the environment: %s\n", strerror(errno));
+        rmdir(out);
+        return -1;
+    }
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     const char *conf = NULL;
@@ -206,7 +245,7 @@ static int cmd_run(int argc, char **argv)
         } else if (strncmp(a, "--conf=", 7) == 0) {
             conf = a + 7;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stderr);
+            usage(stdout);
             return 0;
         } else if (a[0] == '-') {
             char msg[256];
@@ -219,8 +258,11 @@ static int cmd_run(int argc, char **argv)
     if (i >= argc)
         die_usage("no program given");
 
-    if (conf)
-        conf_check(conf);
+    if (conf && setenv("TESSERA_ALLOC_CONF", conf, 1) != 0) {
+        fprintf(stderr, "tessera: run: cannot set the environment: %s\n", strerror(errno));
+        return TS_RUN_EXIT_FAILURE;
+    }
+    conf_check();
 
     ts_run_layout layout;
     char err[8192];
@@ -235,43 +277,40 @@ static int cmd_run(int argc, char **argv)
         return TS_RUN_EXIT_FAILURE;
     }
 
+    if (sim) {
+        char path[4096];
+        if (ts_run_static_cudart(argv[i], path, sizeof path))
+            fprintf(stderr, "tessera: run: --sim: %s was built with NVIDIA's static CUDA runtime "
+                            "(nvcc's default), which the simulated device cannot run (it needs "
+                            "the real driver); rebuild it with -cudart=shared, or run it on a "
+                            "GPU\n", path);
+    }
     if (env_prepend("LD_PRELOAD", layout.library, ':') != 0 ||
-        (conf && setenv("TESSERA_ALLOC_CONF", conf, 1) != 0) ||
         (sim && env_prepend("LD_LIBRARY_PATH", layout.sim_dir, ':') != 0)) {
         fprintf(stderr, "tessera: run: cannot set the environment: %s\n", strerror(errno));
         return TS_RUN_EXIT_FAILURE;
     }
 
-    char stats_dir[4096] = "";
-    if (summary) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(stats_dir, sizeof stats_dir, "%s/tessera-run.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(stats_dir)) {
-            fprintf(stderr, "tessera: run: --summary: cannot create a directory in %s: %s\n",
-                    tmp && *tmp ? tmp : "/tmp", strerror(errno));
-            return TS_RUN_EXIT_FAILURE;
-        }
-        if (setenv("TESSERA_STATS_DIR", stats_dir, 1) != 0 ||
-            setenv("TESSERA_STATS_KEEP", "1", 1) != 0) {
-            fprintf(stderr, "tessera: run: cannot set the environment: %s\n", strerror(errno));
-            rmdir(stats_dir);
-            return TS_RUN_EXIT_FAILURE;
-        }
-    }
+    /* --summary: every process of the run links its page into a private directory beside the
+     * pages (TESSERA_SUMMARY_DIR, statspage/writer.c), so the summary reads them after they
+     * are gone from the page directory, which stays where the user put it */
+    char run_dir[4096] = "";
+    if (summary && summary_dir_make(run_dir, sizeof run_dir) != 0)
+        return TS_RUN_EXIT_FAILURE;
 
     const char *keep = getenv("TESSERA_STATS_KEEP");
-    bool user_keeps = !summary && keep && *keep && strcmp(keep, "0") != 0;
+    bool user_keeps = keep && strcmp(keep, "1") == 0; /* the shim's rule (shim/context.c) */
     pid_t program = 0;
     int status = program_run(argv + i, &program);
 
-    if (summary) {
-        ts_run_summary_print(stderr, stats_dir);
-        fprintf(stderr, "tessera: program exit status %d\n", status);
-        if (ts_run_summary_cleanup(stats_dir, err, sizeof err) != 0)
-            fprintf(stderr, "tessera: run: %s\n", err);
-    } else if (status > 128 && status < TS_RUN_EXIT_FAILURE + 128 && program > 0 && !user_keeps) {
+    if (status > 128 && status < TS_RUN_EXIT_FAILURE + 128 && program > 0 && !user_keeps)
         /* killed by a signal: it could not remove its stats page (and rings) itself */
         (void)ts_page_collect_pid(NULL, (int)program, NULL, NULL);
+    if (summary) {
+        ts_run_summary_print(stderr, run_dir);
+        fprintf(stderr, "tessera: program exit status %d\n", status);
+        if (ts_run_summary_cleanup(run_dir, err, sizeof err) != 0)
+            fprintf(stderr, "tessera: run: %s\n", err);
     }
     return status;
 }
@@ -280,19 +319,19 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
-        return TS_RUN_EXIT_FAILURE;
+        return TS_EXIT_USAGE;
     }
     if (strcmp(argv[1], "run") == 0)
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        usage(stderr);
+        usage(stdout);
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        fprintf(stderr, "tessera %s\n", TESSERA_VERSION);
+        printf("tessera %s\n", TESSERA_VERSION);
         return 0;
     }
     fprintf(stderr, "tessera: unknown command '%.200s' (the command is: tessera run ...; "
                     "see tessera --help)\n", argv[1]);
-    return TS_RUN_EXIT_FAILURE;
+    return TS_EXIT_USAGE;
 }

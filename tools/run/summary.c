@@ -2,9 +2,10 @@
  * say what tessera did, each followed by the stats-page counter it comes from, so that a reader
  * can find the same value in `tessera-stat --json` or Prometheus.
  *
- * The pages were written by the program (TESSERA_STATS_KEEP=1 into a private directory) and go
- * through the same validating reader as tessera-stat: a page that does not validate is reported,
- * never trusted.
+ * The pages are the program's own, linked by each process of the run into a private directory
+ * as it created them (TESSERA_SUMMARY_DIR, statspage/writer.c), so they are read after the
+ * processes removed them from the page directory; they go through the same validating reader as
+ * tessera-stat: a page that does not validate is reported, never trusted.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -31,6 +32,15 @@ static void slot_print(FILE *f, const tessera_page_slot_head *h)
             alloc, peak_alloc);
     fprintf(f, "tessera:     peak reserved       %12" PRId64 " B  %-11s (reserved_bytes.all.peak)\n",
             reserved, peak_reserved);
+    /* how far the peak was from the floor (what the program held at its peak) */
+    ts_floor fl = ts_floor_of(s);
+    if (fl.state == TS_FLOOR_OK) {
+        char above[32];
+        ts_format_bytes(above, sizeof above, (uint64_t)fl.above);
+        fprintf(f, "tessera:     above the floor     %12" PRId64 " B  %-11s +%.1f %% of peak "
+                   "allocated (reserved_bytes.all.peak - allocated_bytes.all.peak)\n",
+                fl.above, above, fl.percent);
+    }
     if (reserved > 0)
         fprintf(f, "tessera:     utilization         %11.1f %%               "
                 "(allocated_bytes.all.peak / reserved_bytes.all.peak)\n",

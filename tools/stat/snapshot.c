@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "statspage/collect.h"
 #include "statspage/history_read.h"
 #include "statspage/snapshot.h"
@@ -66,6 +67,17 @@ static uint64_t request_maps(ts_page *pg, const char *path, char *why, size_t wh
     return req;
 }
 
+/* allocator_settings from the configuration the page holds (ts_config_format's text, which the
+ * parser reads back as it was); a text that does not parse (a forged page) keeps PyTorch's
+ * defaults, and is still shown. */
+static void settings_from_page(ts_snap *s, const char *conf)
+{
+    ts_config cfg;
+    bool ok = ts_config_parse(&cfg, conf, "the page's configuration", TS_CONFIG_STRICT, NULL, NULL,
+                              NULL) == 0;
+    ts_snap_set_settings(s, ok ? &cfg : NULL, conf);
+}
+
 int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait_s)
 {
     const char *prog = "tessera-stat";
@@ -102,7 +114,7 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
     uint64_t req = gone ? 0 : request_maps(&pg, pg.path, why, sizeof why);
     const uint64_t deadline = now_ns() + (uint64_t)(wait_s * 1e9);
     snprintf(s.source, sizeof s.source, "tessera-stat");
-    ts_snap_settings_from_conf(&s, pg.hdr.config); /* allocator_settings, from the page */
+    settings_from_page(&s, pg.hdr.config);
     s.symbols = ts_symbols_create(); /* frames named here, at read time (NULL: offsets) */
     s.pid = pid;
     ts_snap_load_mappings(&s, pid);

@@ -2,13 +2,11 @@
 #ifndef TS_TOOLS_STAT_H
 #define TS_TOOLS_STAT_H
 
-#include "statspage/render.h"
+#include "statspage/listing.h"
 
-/* Every page of dir, loaded for output (tessera-stat.c). 0, or -1 after a message. */
-typedef struct views {
-    ts_proc_view *v;
-    size_t n;
-} views;
+/* Every page of dir, loaded for output with bounded work (ts_views_load_all): 0, or -1 after a
+ * message (tessera-stat.c). */
+typedef ts_views views;
 int ts_stat_load_all(const char *dir, views *out);
 void ts_stat_free_all(views *vs);
 

@@ -83,8 +83,14 @@ int ts_stat_symbolize(const char *in_path, const char *out_path)
     int rc = 0;
     bool changed = c.named || c.dropped;
     const char *dest = out_path ? out_path : in_path;
+    if (c.frames == 0) /* nothing to name: say how to get frames */
+        printf("%s: no frames: the snapshot was taken without them; run the program with "
+               "history_events:N,history_frames:True (e.g. TESSERA_ALLOC_CONF=history_events:"
+               "100000,history_frames:True,snapshot_on_oom:...) for each event's, block's and "
+               "segment's call stack\n", in_path);
     if (!changed && !out_path) {
-        printf("%s: %zu frames, none to name: left as it was\n", in_path, c.frames);
+        if (c.frames)
+            printf("%s: %zu frames, none to name: left as it was\n", in_path, c.frames);
     } else if (ts_snap_write_bytes_file(out, outlen, dest, true, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
         rc = 1;

@@ -35,6 +35,7 @@ struct sim_ctx;
 struct sim_stream;
 struct sim_event;
 struct sim_capture;
+struct sim_xevent;
 
 /* ---- global configuration and state (sim_core.c) ---------------------------------------- */
 
@@ -43,7 +44,11 @@ enum sim_alloc_kind {
     SIM_ALLOC_ASYNC,  /* cuMemAllocAsync */
     SIM_ALLOC_IPC,    /* cuIpcOpenMemHandle import: address space only, no pages of ours */
     SIM_ALLOC_MANAGED, /* cuMemAllocManaged: device pages, host-visible (as all of ours) */
-    SIM_ALLOC_ARRAY,   /* cuArrayCreate_v2: device pages; the CUarray is the base address */
+    SIM_ALLOC_ARRAY,   /* cuArrayCreate_v2, cuArray3DCreate_v2: device pages; the CUarray is the
+                        * base address */
+    SIM_ALLOC_POOL_IMPORT, /* cuMemPoolImportPointer: another process's pool memory mapped here */
+    SIM_ALLOC_GRAPH,   /* a graph's allocation node (sim_graph.c): address space for the graph's
+                        * life, pages only while backed */
 };
 
 struct sim_alloc {
@@ -62,6 +67,15 @@ struct sim_alloc {
     uint64_t ipc_serial;
     uint64_t ipc_offset;
     int ipc_device;
+    CUDA_ARRAY3D_DESCRIPTOR *array; /* SIM_ALLOC_ARRAY: its descriptor (Depth 0 for 2-D) */
+    /* SIM_ALLOC_GRAPH (sim_graph.c). Invariants: live implies backed; free_pending implies
+     * live; the record lives while a graph or an executable graph names it (g_refs) or it is
+     * live. */
+    bool g_backed;   /* pages counted and mapped read-write */
+    bool g_live;     /* allocated by a launch, not yet freed */
+    int g_refs;      /* the capture, graph and executable graph holding its node */
+    uint64_t g_gen;  /* launches that allocated it: a queued free frees that allocation only */
+    uint8_t g_mark;  /* scratch of a launch's check */
 };
 
 /* A memory pool (sim_pool.c): the default one of each device, or one of cuMemPoolCreate. Its
@@ -72,12 +86,26 @@ struct sim_mempool {
     uint64_t threshold;
     int reuse[3]; /* follow event dependencies, opportunistic, internal dependencies */
     int device;
-    bool created;   /* from cuMemPoolCreate (else a device's default pool) */
+    bool created;   /* from cuMemPoolCreate or an import (else a device's default pool) */
     bool destroyed; /* cuMemPoolDestroy'd: gone once its last allocation is freed */
-    size_t live;    /* allocations from it not yet freed */
+    size_t live;    /* allocations from it not yet freed (imported ones for an imported pool) */
+    /* Access the program set (cuMemPoolSetAccess) for other devices, bit d: device d.
+     * Invariant: writers is a subset of readers; the pool's own device always has read-write
+     * access, which cannot be revoked, and has no bit. */
+    uint32_t readers, writers;
+    unsigned long long htypes; /* handle types it can be exported as (POSIX fd or none) */
+    uint64_t serial;           /* names it in exported pointers */
+    /* imported (cuMemPoolImportFromShareableHandle, sim_pool_ipc.c): no allocations of its own;
+     * pointers are imported from the exporter's device memory through devfd */
+    bool imported;
+    pid_t exp_pid;
+    uint64_t exp_serial;
+    int devfd;
 };
 
 struct sim_device {
+    /* graph memory (sim_graph.c): bytes of live graph allocations and of backed ones */
+    uint64_t graph_used, graph_used_high, graph_reserved, graph_reserved_high;
     int ordinal;
     uintptr_t base;      /* device address range: va_size bytes, memfd-backed, MAP_SHARED */
     size_t va_size;
@@ -130,6 +158,21 @@ uint64_t sim_now_ns(void);
 
 /* ---- threads and contexts (sim_core.c) ------------------------------------------------ */
 
+/* ---- the device's order, modelled (sim_order.c) ---------------------------------------- */
+
+enum { SIM_ORDER_STREAMS = 128, SIM_ORDER_LOG = 4096 };
+
+/* A vector clock: component i counts the ops of the i-th tracked stream that happen before. */
+struct sim_vclock {
+    uint32_t c[SIM_ORDER_STREAMS];
+};
+
+/* An op being queued: what it happens after, and when it starts and ends on the model. */
+struct sim_order_op {
+    struct sim_vclock vc;
+    uint64_t start, end;
+};
+
 struct sim_tls {
     uint64_t tid;
     struct sim_ctx *stack[SIM_CTX_STACK];
@@ -157,6 +200,11 @@ struct sim_ctx {
     int retain;
     uint64_t uid;    /* changes at every activation */
     struct sim_stream *legacy;
+    /* cuCtxSetLimit values (sim_limits.c): limit l is set when bit l of limits_set is, for the
+     * activation limits_uid (a reset primary context starts again from the defaults) */
+    size_t limits[CU_LIMIT_MAX];
+    uint32_t limits_set;
+    uint64_t limits_uid;
     struct sim_stream **streams; /* user + per-thread streams (also draining ones) */
     size_t nstreams, cap_streams;
     struct sim_ctx *next_all;
@@ -182,6 +230,15 @@ CUresult sim_ctx_synchronize(CUcontext h);
 CUresult sim_device_attribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult sim_device_check(CUdevice dev);
 void sim_report_counters(int device, struct tessera_sim_counters *out);
+
+/* Device memory shared by processes (sim_shared.c, TESSERA_SIM_SHARED). Without it each
+ * process has its own devices and these check and count the process's own pages. */
+int sim_shared_attach(const char *name);
+void sim_shared_forget(void); /* in a forked child */
+/* Take pages of d for this process; false: the device (every process's pages) is full. */
+bool sim_device_reserve(struct sim_device *d, size_t pages);
+void sim_device_unreserve(struct sim_device *d, size_t pages);
+size_t sim_device_free_pages(struct sim_device *d);
 
 const char *sim_error_name(CUresult e);
 const char *sim_error_string(CUresult e);
@@ -242,8 +299,6 @@ CUresult sim_mem_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned f
                           bool ptsz);
 CUresult sim_mem_advise(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc);
 CUresult sim_stream_attach(CUstream h, CUdeviceptr p, size_t n, unsigned flags, bool ptsz);
-CUresult sim_array_create(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *desc);
-CUresult sim_array_destroy(CUarray a);
 /* memory pools (sim_pool.c) */
 CUresult sim_pool_default(CUmemoryPool *pool, CUdevice dev);
 CUresult sim_pool_create(CUmemoryPool *pool, const CUmemPoolProps *props);
@@ -255,10 +310,34 @@ CUresult sim_pool_get_current(CUmemoryPool *pool, CUdevice dev);
 struct sim_mempool *sim_pool_lookup(CUmemoryPool pool);
 void sim_pool_charge(struct sim_alloc *a, int sign);
 struct sim_alloc *sim_mem_alloc_at(CUdeviceptr p);
+/* lock held: a record for `pages` pages of address space on device d at the lowest gap, with
+ * nothing mapped or counted (NULL: no room or no host memory) */
+struct sim_alloc *sim_mem_place_locked(struct sim_device *d, size_t size, size_t pages);
+/* lock held: back [base, base + pages) with device memory (read-write, counted), or give it
+ * back (PROT_NONE, the host pages freed, uncounted) */
+bool sim_mem_back(struct sim_device *d, uintptr_t base, size_t pages);
+void sim_mem_unback(struct sim_device *d, uintptr_t base, size_t pages);
+/* lock held: map another process's device memory (fd, offset) into a new record of kind, in
+ * device `device`'s range, owned by ctx */
+CUresult sim_mem_map_foreign(struct sim_ctx *ctx, int device, int fd, uint64_t offset,
+                             size_t size, size_t pages, enum sim_alloc_kind kind,
+                             struct sim_alloc **out);
+/* Open descriptor fdnum of process pid through /proc (same user needed); it must be one of the
+ * simulator's memfds, whose name contains `name`: CUDA_ERROR_INVALID_HANDLE otherwise. */
+CUresult sim_open_foreign_fd(pid_t pid, int fdnum, const char *name, int *out);
+/* lock held: an allocation the program freed (cuMemFree, a cuMemFreeAsync that ran); gen: for a
+ * graph allocation, the allocation the free was asked for */
+void sim_alloc_free(struct sim_alloc *a, uint64_t gen);
 CUresult sim_mem_alloc_pool(CUdeviceptr *out, size_t size, CUmemoryPool pool, CUstream h,
                             bool ptsz);
 CUresult sim_pool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult sim_pool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult sim_pool_set_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
+CUresult sim_pool_get_access(CUmemAccess_flags *flags, CUmemoryPool pool, CUmemLocation *loc);
+/* lock held: a free pool record (NULL when all SIM_MAX_POOLS are taken), and whether device
+ * `device` may reach the memory of an allocation through its pool's access */
+struct sim_mempool *sim_pool_new_locked(int device);
+bool sim_pool_reaches(const struct sim_mempool *p, int device);
 CUresult sim_pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr p,
                                bool multi);
 CUresult sim_ipc_get(CUipcMemHandle *h, CUdeviceptr p);
@@ -349,6 +428,15 @@ enum sim_op_type {
     SIM_OP_WAIT,
     SIM_OP_FREE,
     SIM_OP_KERNEL, /* a kernel launch: ordered like any other work, computes nothing */
+    SIM_OP_GALLOC, /* a graph's allocation node: in graphs only, done when a launch is queued */
+    SIM_OP_GFREE,  /* a graph's free node: in graphs, and queued by a launch */
+};
+
+/* A graph allocation as graphs and ops name it: its base and serial (the record may have gone
+ * with its context; sim_graph.c looks it up again). */
+struct sim_gref {
+    uintptr_t base;
+    uint64_t serial;
 };
 
 struct sim_op {
@@ -356,6 +444,7 @@ struct sim_op {
     enum sim_op_type type;
     uint64_t seq;
     bool sync; /* part of a synchronous call: no TESSERA_SIM_OP_DELAY_US */
+    const struct sim_event *after_event; /* SIM_OP_WAIT: the event, while it is queued */
     struct sim_dep *deps;
     size_t ndeps, cap_deps;
     union {
@@ -363,8 +452,14 @@ struct sim_op {
         struct { void *dst; uint32_t val; size_t count; } set;
         /* cb set: a cuStreamAddCallback callback, called with stream and CUDA_SUCCESS */
         struct { CUhostFn fn; void *data; CUstreamCallback cb; CUstream stream; } host;
-        struct { struct sim_event *ev; uint64_t gen; } ev;
-        struct { struct sim_alloc *a; } free;
+        /* xgen: the interprocess generation this record completes (0: not interprocess) */
+        struct { struct sim_event *ev; uint64_t gen; uint32_t xgen; } ev;
+        /* a wait on an interprocess event (ev referenced): until its generation xgen is done,
+         * in whichever process recorded it; ev NULL for a wait expressed with deps */
+        struct { struct sim_event *ev; uint32_t xgen; } wait;
+        struct { struct sim_alloc *a; uint64_t gen; } free; /* gen: a graph allocation's */
+        /* SIM_OP_GALLOC, SIM_OP_GFREE; gen: the allocation a queued free node frees */
+        struct { struct sim_gref g; uint64_t gen; } gnode;
     } u;
 };
 
@@ -380,9 +475,13 @@ struct sim_capture {
     struct sim_capture *next; /* active list */
     bool ended;
     /* The work a graph launch replays, in capture order (copies, memsets, kernels, host
-     * functions; deps cleared). Events and waits inside a capture are not kept: a graph of this
-     * device is one chain, launched on one stream. */
+     * functions, allocation and free nodes; deps cleared). Events and waits inside a capture are
+     * not kept: a graph of this device is one chain, launched on one stream. */
     struct sim_op *ops_head, *ops_tail;
+    /* the allocation nodes it made (their address space), handed to its graph at the end */
+    struct sim_gref *grefs;
+    size_t ngrefs, cap_grefs;
+    bool mem_nodes; /* it recorded an allocation or free node */
 };
 
 struct sim_stream {
@@ -397,6 +496,14 @@ struct sim_stream {
     uint64_t submitted, completed;
     struct sim_capture *cap;
     struct sim_stream *reg_next; /* registry of live user handles */
+    CUaccessPolicyWindow window; /* cuStreamSetAttribute: stored and read back (sim_limits.c) */
+    CUsynchronizationPolicy sync_policy;
+    struct {
+        int ix;               /* component in vector clocks; -1: not tracked */
+        bool counted;         /* counted in untracked_streams */
+        struct sim_vclock vc; /* clock after its last submitted op */
+        uint64_t end_ns;      /* modelled end of its last submitted op */
+    } order;
 };
 
 struct sim_event {
@@ -408,22 +515,37 @@ struct sim_event {
     struct sim_stream *rec_stream;
     uint64_t rec_seq;
     uint64_t gen;
-    bool timed;
-    uint64_t time_ns;
+    bool timed; /* the record op ran: its modelled timestamp (order.time_ns) may be read */
+    struct {
+        struct sim_vclock vc; /* clock of the last record */
+        uint64_t time_ns;     /* modelled time of the last record */
+    } order;
     struct sim_capture *cap; /* last recorded into this capture */
     struct sim_event *reg_next;
+    struct sim_xevent *x; /* CU_EVENT_INTERPROCESS: its completion, shared between processes */
 };
 
+/* A graph (sim_graph.c). With memory nodes, at most one executable graph of it exists at a
+ * time (exec); the two point at each other until either is destroyed. */
 struct sim_graph {
     uint32_t magic;
     size_t nops;            /* every op the capture recorded */
     struct sim_op *ops;     /* those a launch replays (sim_capture.ops_head) */
+    struct sim_gref *grefs; /* its allocation nodes, each holding its record (g_refs) */
+    size_t ngrefs;
+    bool mem_nodes;
+    struct sim_graph_exec *exec;
 };
 
-/* An instantiated graph: its own copy of the graph's ops, so the graph may be destroyed. */
+/* An instantiated graph: its own copy of the graph's ops and allocation nodes, so the graph
+ * may be destroyed. */
 struct sim_graph_exec {
     uint32_t magic;
     struct sim_op *ops;
+    struct sim_gref *grefs;
+    size_t ngrefs;
+    bool auto_free; /* CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH */
+    struct sim_graph *graph;
 };
 
 void sim_stream_unref(struct sim_stream *s); /* lock held */
@@ -440,11 +562,84 @@ CUresult sim_stream_is_capturing(CUstream h, bool ptsz, CUstreamCaptureStatus *s
 CUresult sim_stream_begin_capture(CUstream h, CUstreamCaptureMode mode, bool ptsz);
 CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz);
 CUresult sim_thread_exchange_capture_mode(CUstreamCaptureMode *mode);
+
+/* ---- graphs and graph memory nodes (sim_graph.c) -------------------------------------- */
+
 CUresult sim_graph_destroy(CUgraph g);
-CUresult sim_graph_instantiate(CUgraphExec *exec, CUgraph g);
+CUresult sim_graph_instantiate(CUgraphExec *exec, CUgraph g, unsigned long long flags);
 /* Queue the exec's ops on stream h, in order, as asynchronous work of that stream. */
 CUresult sim_graph_launch(CUgraphExec exec, CUstream h, bool ptsz);
 CUresult sim_graph_exec_destroy(CUgraphExec exec);
+/* Lock held. The graph made of a capture that ended well: its ops and allocation nodes. */
+CUresult sim_graph_from_capture(struct sim_capture *c, struct sim_op *ops, size_t nops,
+                                CUgraph *out);
+/* Lock held. cuMemAllocAsync / cuMemFreeAsync on a capturing stream: an allocation node (the
+ * address space now, the memory at each launch) or a free node of a graph allocation. */
+CUresult sim_graph_capture_alloc(struct sim_stream *s, size_t size, CUdeviceptr *out);
+CUresult sim_graph_capture_free(struct sim_stream *s, CUdeviceptr p);
+void sim_graph_capture_drop(struct sim_capture *c); /* lock held: its nodes, unused, go */
+/* lock held: a graph allocation freed outside a graph (allocation gen), or a queued free node
+ * that ran; a graph allocation record going with its context */
+void sim_graph_mem_free(struct sim_alloc *a, uint64_t gen);
+void sim_graph_op_finish(const struct sim_op *op);
+void sim_graph_mem_forget(struct sim_alloc *a);
+CUresult sim_graph_mem_trim(CUdevice dev);
+CUresult sim_graph_mem_attribute(CUdevice dev, CUgraphMem_attribute attr, void *value,
+                                 bool set);
+
+/* ---- internals shared by sim_stream.c and sim_graph.c --------------------------------- */
+
+CUresult sim_resolve_locked(CUstream h, bool ptsz, struct sim_stream **out);
+CUresult sim_submit_locked(struct sim_stream *s, struct sim_op *op, bool sync);
+struct sim_op *sim_op_clone(const struct sim_op *op);
+void sim_ops_free(struct sim_op *op);
+
+/* ---- interprocess events (sim_ipc_event.c) -------------------------------------------- */
+
+/* Lock held for all of these but sim_xevent_wait. A generation counts the records of an
+ * interprocess event in every process; an event is done when its last record ran. */
+CUresult sim_xevent_create(struct sim_event *e);
+void sim_xevent_release(struct sim_event *e);
+uint32_t sim_xevent_record(struct sim_event *e);           /* a record queued: its generation */
+void sim_xevent_done(struct sim_event *e, uint32_t xgen);  /* that record ran */
+uint32_t sim_xevent_pending(const struct sim_event *e);    /* the record to wait for, 0: none */
+void sim_xevent_wait(const struct sim_event *e, uint32_t xgen); /* lock NOT held: blocks */
+CUresult sim_ipc_event_get(CUipcEventHandle *h, CUevent ev);
+CUresult sim_ipc_event_open(CUevent *out, CUipcEventHandle h);
+/* sim_stream.c: the live event a handle names (NULL: none), and a new event registered as
+ * cuEventCreate registers one (an imported one) */
+struct sim_event *sim_event_lookup(CUevent h);
+CUresult sim_event_new_locked(struct sim_ctx *ctx, unsigned flags, struct sim_event **out);
+
+/* ---- pool sharing (sim_pool_ipc.c) ----------------------------------------------------- */
+
+CUresult sim_pool_export(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType type,
+                         unsigned long long flags);
+CUresult sim_pool_import(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType type,
+                         unsigned long long flags);
+CUresult sim_pool_export_pointer(CUmemPoolPtrExportData *out, CUdeviceptr ptr);
+CUresult sim_pool_import_pointer(CUdeviceptr *out, CUmemoryPool pool,
+                                 const CUmemPoolPtrExportData *data);
+
+/* ---- modules, limits, stream attributes, arrays ---------------------------------------- */
+
+/* sim_module.c: modules are loaded and checked; their functions run as any kernel here */
+CUresult sim_module_load_data(CUmodule *out, const void *image, unsigned nopts,
+                              const CUjit_option *opts, void **vals);
+CUresult sim_module_load_file(CUmodule *out, const char *path);
+CUresult sim_module_get_function(CUfunction *out, CUmodule mod, const char *name);
+CUresult sim_module_unload(CUmodule mod);
+/* sim_limits.c: settings stored per context or stream and read back */
+CUresult sim_ctx_set_limit(CUlimit limit, size_t value);
+CUresult sim_ctx_get_limit(size_t *value, CUlimit limit);
+CUresult sim_ctx_reset_persisting_l2(void);
+CUresult sim_stream_attribute(CUstream h, bool ptsz, CUstreamAttrID attr, CUstreamAttrValue *v,
+                              bool set);
+/* sim_array.c */
+CUresult sim_array_create(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *desc);
+CUresult sim_array3d_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *desc);
+CUresult sim_array_destroy(CUarray a);
+CUresult sim_array_descriptor(CUarray a, CUDA_ARRAY_DESCRIPTOR *d2, CUDA_ARRAY3D_DESCRIPTOR *d3);
 
 /* Queue an op (freshly calloc'ed, ownership taken) on stream h. sync: wait for it. */
 CUresult sim_submit(CUstream h, bool ptsz, struct sim_op *op, bool sync);
@@ -476,6 +671,19 @@ CUresult sim_event_elapsed(float *ms, CUevent a, CUevent b);
 void sim_wait_ctx_idle(struct sim_ctx *ctx);
 void sim_ctx_drop_streams(struct sim_ctx *ctx); /* teardown helper, lock held */
 void sim_tls_release(struct sim_tls *t);        /* thread exit: stop per-thread streams */
+
+void sim_order_stream_init(struct sim_stream *s);
+void sim_order_begin(struct sim_order_op *o, const struct sim_stream *s);
+void sim_order_after_stream(struct sim_order_op *o, const struct sim_stream *d);
+void sim_order_after_event(struct sim_order_op *o, const struct sim_event *e);
+/* Ends o as op on s: modelled end, tick, race check of its bytes, the stream's (and a recorded
+ * event's) clock and time. */
+void sim_order_commit(struct sim_order_op *o, struct sim_stream *s, struct sim_op *op);
+uint64_t sim_order_cost_ns(const struct sim_op *op);
+/* The host learnt that o, all submitted work of s, or e finished. */
+void sim_order_host_after(const struct sim_order_op *o);
+void sim_order_host_after_stream(const struct sim_stream *s);
+void sim_order_host_after_event(const struct sim_event *e);
 
 /* ---- small helpers --------------------------------------------------------------------- */
 

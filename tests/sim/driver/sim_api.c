@@ -154,6 +154,51 @@ SIM_API CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 }
 SIM_API CUresult CUDAAPI cuCtxSynchronize(void) { return sim_ctx_synchronize(NULL); }
 SIM_API CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) { return sim_ctx_synchronize(ctx); }
+SIM_API CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    return sim_ctx_set_limit(limit, value);
+}
+SIM_API CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    return sim_ctx_get_limit(pvalue, limit);
+}
+SIM_API CUresult CUDAAPI cuCtxResetPersistingL2Cache(void) { return sim_ctx_reset_persisting_l2(); }
+/* any two distinct devices are peers here (see sim_peer.c) */
+SIM_API CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+    CUresult r = sim_check_init();
+    if (r == CUDA_SUCCESS)
+        r = sim_device_check(dev);
+    if (r == CUDA_SUCCESS)
+        r = sim_device_check(peerDev);
+    if (r == CUDA_SUCCESS && !canAccessPeer)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *canAccessPeer = dev != peerDev;
+    return r;
+}
+
+/* ---- modules --------------------------------------------------------------------------- */
+
+SIM_API CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
+{
+    return sim_module_load_file(module, fname);
+}
+SIM_API CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
+{
+    return sim_module_load_data(module, image, 0, NULL, NULL);
+}
+SIM_API CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image,
+                                            unsigned int numOptions, CUjit_option *options,
+                                            void **optionValues)
+{
+    return sim_module_load_data(module, image, numOptions, options, optionValues);
+}
+SIM_API CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    return sim_module_get_function(hfunc, hmod, name);
+}
+SIM_API CUresult CUDAAPI cuModuleUnload(CUmodule hmod) { return sim_module_unload(hmod); }
 SIM_API CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
     return sim_peer_enable(peerContext, Flags);
@@ -265,6 +310,21 @@ SIM_API CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle,
     return sim_array_create(pHandle, pAllocateArray);
 }
 SIM_API CUresult CUDAAPI cuArrayDestroy(CUarray hArray) { return sim_array_destroy(hArray); }
+SIM_API CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle,
+                                            const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
+{
+    return sim_array3d_create(pHandle, pAllocateArray);
+}
+SIM_API CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor,
+                                                 CUarray hArray)
+{
+    return sim_array_descriptor(hArray, pArrayDescriptor, NULL);
+}
+SIM_API CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor,
+                                                   CUarray hArray)
+{
+    return sim_array_descriptor(hArray, NULL, pArrayDescriptor);
+}
 SIM_API CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
     return sim_pool_default(pool_out, dev);
@@ -291,6 +351,38 @@ SIM_API CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 SIM_API CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
     return sim_pool_get_current(pool, dev);
+}
+SIM_API CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map,
+                                            size_t count)
+{
+    return sim_pool_set_access(pool, map, count);
+}
+SIM_API CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool,
+                                            CUmemLocation *location)
+{
+    return sim_pool_get_access(flags, memPool, location);
+}
+SIM_API CUresult CUDAAPI cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                                          CUmemAllocationHandleType handleType,
+                                                          unsigned long long flags)
+{
+    return sim_pool_export(handle_out, pool, handleType, flags);
+}
+SIM_API CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                                            CUmemAllocationHandleType handleType,
+                                                            unsigned long long flags)
+{
+    return sim_pool_import(pool_out, handle, handleType, flags);
+}
+SIM_API CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out,
+                                                CUdeviceptr ptr)
+{
+    return sim_pool_export_pointer(shareData_out, ptr);
+}
+SIM_API CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
+                                                CUmemPoolPtrExportData *shareData)
+{
+    return sim_pool_import_pointer(ptr_out, pool, shareData);
 }
 SIM_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
                                                  CUmemoryPool pool, CUstream hStream)
@@ -505,6 +597,14 @@ SIM_API CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandl
     return sim_ipc_open(pdptr, handle, Flags);
 }
 SIM_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) { return sim_ipc_close(dptr); }
+SIM_API CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+    return sim_ipc_event_get(pHandle, event);
+}
+SIM_API CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    return sim_ipc_event_open(phEvent, handle);
+}
 
 /* ---- streams, capture ---------------------------------------------------------------- */
 
@@ -524,6 +624,26 @@ SIM_API CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 SIM_API CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
 {
     return sim_stream_get_flags(hStream, true, flags);
+}
+SIM_API CUresult CUDAAPI cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr,
+                                              CUstreamAttrValue *value_out)
+{
+    return sim_stream_attribute(hStream, false, attr, value_out, false);
+}
+SIM_API CUresult CUDAAPI cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                                                   CUstreamAttrValue *value_out)
+{
+    return sim_stream_attribute(hStream, true, attr, value_out, false);
+}
+SIM_API CUresult CUDAAPI cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr,
+                                              const CUstreamAttrValue *value)
+{
+    return sim_stream_attribute(hStream, false, attr, (CUstreamAttrValue *)value, true);
+}
+SIM_API CUresult CUDAAPI cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                                                   const CUstreamAttrValue *value)
+{
+    return sim_stream_attribute(hStream, true, attr, (CUstreamAttrValue *)value, true);
 }
 SIM_API CUresult CUDAAPI cuStreamQuery(CUstream hStream) { return sim_stream_query(hStream, false); }
 SIM_API CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) { return sim_stream_query(hStream, true); }
@@ -584,8 +704,18 @@ SIM_API CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) { return sim_graph_destr
 SIM_API CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
                                                       unsigned long long flags)
 {
-    (void)flags; /* no flag changes what this device replays */
-    return sim_graph_instantiate(phGraphExec, hGraph);
+    return sim_graph_instantiate(phGraphExec, hGraph, flags);
+}
+SIM_API CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) { return sim_graph_mem_trim(device); }
+SIM_API CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                                      void *value)
+{
+    return sim_graph_mem_attribute(device, attr, value, false);
+}
+SIM_API CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                                      void *value)
+{
+    return sim_graph_mem_attribute(device, attr, value, true);
 }
 SIM_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -861,6 +991,15 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuCtxGetDevice", 13000, cuCtxGetDevice_v2),
     ROW("cuCtxSynchronize", 2000, cuCtxSynchronize),
     ROW("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
+    ROW("cuCtxSetLimit", 3010, cuCtxSetLimit),
+    ROW("cuCtxGetLimit", 3010, cuCtxGetLimit),
+    ROW("cuCtxResetPersistingL2Cache", 11000, cuCtxResetPersistingL2Cache),
+    ROW("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer),
+    ROW("cuModuleLoad", 2000, cuModuleLoad),
+    ROW("cuModuleLoadData", 2000, cuModuleLoadData),
+    ROW("cuModuleLoadDataEx", 2010, cuModuleLoadDataEx),
+    ROW("cuModuleGetFunction", 2000, cuModuleGetFunction),
+    ROW("cuModuleUnload", 2000, cuModuleUnload),
     ROW("cuCtxEnablePeerAccess", 4000, cuCtxEnablePeerAccess),
     ROW("cuCtxDisablePeerAccess", 4000, cuCtxDisablePeerAccess),
     ROW("cuMemAlloc", 2000, cuMemAlloc),
@@ -885,6 +1024,9 @@ static const struct gpa_entry gpa_table[] = {
     ROWP("cuStreamAttachMemAsync", 6000, cuStreamAttachMemAsync, cuStreamAttachMemAsync_ptsz),
     ROW("cuArrayCreate", 3020, cuArrayCreate_v2),
     ROW("cuArrayDestroy", 2000, cuArrayDestroy),
+    ROW("cuArray3DCreate", 3020, cuArray3DCreate_v2),
+    ROW("cuArrayGetDescriptor", 3020, cuArrayGetDescriptor_v2),
+    ROW("cuArray3DGetDescriptor", 3020, cuArray3DGetDescriptor_v2),
     ROW("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
     ROW("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
     ROW("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
@@ -893,6 +1035,12 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuDeviceSetMemPool", 11020, cuDeviceSetMemPool),
     ROW("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool),
     ROWP("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz),
+    ROW("cuMemPoolSetAccess", 11020, cuMemPoolSetAccess),
+    ROW("cuMemPoolGetAccess", 11020, cuMemPoolGetAccess),
+    ROW("cuMemPoolExportToShareableHandle", 11020, cuMemPoolExportToShareableHandle),
+    ROW("cuMemPoolImportFromShareableHandle", 11020, cuMemPoolImportFromShareableHandle),
+    ROW("cuMemPoolExportPointer", 11020, cuMemPoolExportPointer),
+    ROW("cuMemPoolImportPointer", 11020, cuMemPoolImportPointer),
     ROW("cuProfilerStart", 4000, cuProfilerStart),
     ROW("cuProfilerStop", 4000, cuProfilerStop),
     ROWP("cuMemcpyPeer", 4000, cuMemcpyPeer, cuMemcpyPeer_ptds),
@@ -926,12 +1074,16 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuIpcOpenMemHandle", 4010, cuIpcOpenMemHandle),
     ROW("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
     ROW("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
+    ROW("cuIpcGetEventHandle", 4010, cuIpcGetEventHandle),
+    ROW("cuIpcOpenEventHandle", 4010, cuIpcOpenEventHandle),
     ROW("cuStreamCreate", 2000, cuStreamCreate),
     ROW("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
     ROW("cuStreamDestroy", 2000, cuStreamDestroy),
     ROW("cuStreamDestroy", 4000, cuStreamDestroy_v2),
     ROWP("cuStreamGetFlags", 5050, cuStreamGetFlags, cuStreamGetFlags_ptsz),
     ROWP("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+    ROWP("cuStreamGetAttribute", 11000, cuStreamGetAttribute, cuStreamGetAttribute_ptsz),
+    ROWP("cuStreamSetAttribute", 11000, cuStreamSetAttribute, cuStreamSetAttribute_ptsz),
     ROWP("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
     ROWP("cuStreamWaitEvent", 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
     ROWP("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),
@@ -944,6 +1096,9 @@ static const struct gpa_entry gpa_table[] = {
     ROW("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
     ROWP("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz),
     ROW("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+    ROW("cuDeviceGraphMemTrim", 11040, cuDeviceGraphMemTrim),
+    ROW("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute),
+    ROW("cuDeviceSetGraphMemAttribute", 11040, cuDeviceSetGraphMemAttribute),
     ROW("cuEventCreate", 2000, cuEventCreate),
     ROWP("cuEventRecord", 2000, cuEventRecord, cuEventRecord_ptsz),
     ROW("cuEventQuery", 2000, cuEventQuery),

@@ -135,6 +135,7 @@ static void forked_child(void)
     /* A real driver refuses to work in a fork()ed child of an initialised process. Do not
      * touch the lock here: another thread may have held it at fork time. */
     sim_g.forked = 1;
+    sim_shared_forget();
 }
 
 static void tls_destructor(void *arg)
@@ -250,6 +251,11 @@ static void configure(void)
             sim_g.init_status = CUDA_ERROR_OPERATING_SYSTEM;
             return;
         }
+    }
+    const char *shared = getenv("TESSERA_SIM_SHARED");
+    if (shared && *shared && sim_shared_attach(shared) != 0) {
+        sim_g.init_status = CUDA_ERROR_INVALID_VALUE;
+        return;
     }
     pthread_atfork(NULL, NULL, forked_child);
     if (sim_g.report_path)
@@ -459,6 +465,8 @@ CUresult sim_device_attribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 void sim_device_account(struct sim_device *d, long pages, int live_delta, int handle_delta)
 {
     d->used_pages = (size_t)((long)d->used_pages + pages);
+    if (pages < 0) /* reserved with sim_device_reserve when it was taken */
+        sim_device_unreserve(d, (size_t)-pages);
     d->ctr.bytes_in_use = (uint64_t)d->used_pages * SIM_PAGE;
     if (d->ctr.bytes_in_use > d->ctr.peak_bytes_in_use)
         d->ctr.peak_bytes_in_use = d->ctr.bytes_in_use;
@@ -496,11 +504,15 @@ static void report_at_exit(void)
                          ",\"map_calls\":%" PRIu64 ",\"unmap_calls\":%" PRIu64
                          ",\"bytes_in_use\":%" PRIu64 ",\"peak_bytes_in_use\":%" PRIu64
                          ",\"live_allocations\":%" PRIu64 ",\"peak_live_allocations\":%" PRIu64
-                         ",\"live_handles\":%" PRIu64 "}\n",
+                         ",\"live_handles\":%" PRIu64 ",\"graph_alloc_calls\":%" PRIu64
+                         ",\"graph_free_calls\":%" PRIu64 ",\"imported_frees\":%" PRIu64
+                         ",\"races\":%" PRIu64 ",\"untracked_streams\":%" PRIu64 "}\n",
                          (long)getpid(), i, c.total_bytes, c.alloc_calls, c.free_calls,
                          c.implicit_frees, c.failed_allocs, c.create_calls, c.release_calls,
                          c.map_calls, c.unmap_calls, c.bytes_in_use, c.peak_bytes_in_use,
-                         c.live_allocations, c.peak_live_allocations, c.live_handles);
+                         c.live_allocations, c.peak_live_allocations, c.live_handles,
+                         c.graph_alloc_calls, c.graph_free_calls, c.imported_frees,
+                         c.races, c.untracked_streams);
         if (n > 0 && (size_t)n < sizeof line) {
             ssize_t w = write(fd, line, (size_t)n);
             (void)w;

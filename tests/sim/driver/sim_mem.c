@@ -197,45 +197,77 @@ static void remove_alloc(struct sim_device *d, struct sim_alloc *a)
     d->nallocs--;
 }
 
-CUresult sim_mem_alloc_locked(struct sim_ctx *ctx, size_t size, enum sim_alloc_kind kind,
-                              CUdeviceptr *out)
+struct sim_alloc *sim_mem_place_locked(struct sim_device *d, size_t size, size_t pages)
 {
-    struct sim_device *d = &sim_g.dev[ctx->device];
-    size_t pages = sim_pages(size);
     uintptr_t addr;
     size_t idx;
-    if (sim_fault_alloc() || pages > d->total_pages - d->used_pages ||
-        !find_gap(d, pages, &addr, &idx)) {
-        d->ctr.failed_allocs++;
-        sim_log("device %d: out of memory for %zu bytes (%zu of %zu pages used)", d->ordinal,
-                size, d->used_pages, d->total_pages);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    if (!find_gap(d, pages, &addr, &idx))
+        return NULL;
     struct sim_alloc *a = calloc(1, sizeof *a);
     if (!a || insert_alloc(d, idx, a) != 0) {
         free(a);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (mprotect((void *)addr, pages * SIM_PAGE, PROT_READ | PROT_WRITE) != 0) {
-        sim_log("mprotect: %s", strerror(errno));
-        remove_alloc(d, a);
-        free(a);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
     }
     a->base = addr;
     a->size = size;
     a->pages = pages;
     a->device = d->ordinal;
+    a->serial = ++sim_g.serial;
+    return a;
+}
+
+bool sim_mem_back(struct sim_device *d, uintptr_t base, size_t pages)
+{
+    if (!sim_device_reserve(d, pages))
+        return false; /* the device is full (with TESSERA_SIM_SHARED: every process's pages) */
+    if (mprotect((void *)base, pages * SIM_PAGE, PROT_READ | PROT_WRITE) != 0) {
+        sim_log("mprotect: %s", strerror(errno));
+        sim_device_unreserve(d, pages);
+        return false;
+    }
+    sim_device_account(d, (long)pages, 0, 0);
+    return true;
+}
+
+void sim_mem_unback(struct sim_device *d, uintptr_t base, size_t pages)
+{
+    size_t len = pages * SIM_PAGE;
+    /* give the host memory back: on a shared memfd mapping MADV_DONTNEED would only drop the
+     * page table entries, MADV_REMOVE frees the pages themselves */
+    if (madvise((void *)base, len, MADV_REMOVE) != 0 &&
+        fallocate(d->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(base - d->base),
+                  (off_t)len) != 0)
+        sim_log("releasing %zu bytes: %s", len, strerror(errno));
+    mprotect((void *)base, len, PROT_NONE);
+    sim_device_account(d, -(long)pages, 0, 0);
+}
+
+CUresult sim_mem_alloc_locked(struct sim_ctx *ctx, size_t size, enum sim_alloc_kind kind,
+                              CUdeviceptr *out)
+{
+    struct sim_device *d = &sim_g.dev[ctx->device];
+    size_t pages = sim_pages(size);
+    struct sim_alloc *a = NULL;
+    if (sim_fault_alloc() || pages > sim_device_free_pages(d) ||
+        !(a = sim_mem_place_locked(d, size, pages)) || !sim_mem_back(d, a->base, pages)) {
+        if (a) {
+            remove_alloc(d, a);
+            free(a);
+        }
+        d->ctr.failed_allocs++;
+        sim_log("device %d: out of memory for %zu bytes (%zu of %zu pages free)", d->ordinal,
+                size, sim_device_free_pages(d), d->total_pages);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     a->kind = kind;
     a->ctx = ctx;
-    a->serial = ++sim_g.serial;
     d->ctr.alloc_calls++;
-    sim_device_account(d, (long)pages, 1, 0);
+    sim_device_account(d, 0, 1, 0);
     if (kind == SIM_ALLOC_ASYNC) {
         a->mpool = d->current_pool; /* the caller may name another pool */
         sim_pool_charge(a, 1);
     }
-    *out = (CUdeviceptr)addr;
+    *out = (CUdeviceptr)a->base;
     return CUDA_SUCCESS;
 }
 
@@ -368,105 +400,53 @@ CUresult sim_stream_attach(CUstream h, CUdeviceptr p, size_t n, unsigned flags, 
     return r != CUDA_SUCCESS ? r : managed_stream_work(h, ptsz);
 }
 
-static size_t array_format_bytes(CUarray_format f)
-{
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-        return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-        return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-        return 4;
-    default:
-        return 0;
-    }
-}
-
-/* An array is a plain allocation of width x height elements; its handle is its base. */
-CUresult sim_array_create(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *desc)
-{
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (!out || !desc)
-        return CUDA_ERROR_INVALID_VALUE;
-    size_t elem = array_format_bytes(desc->Format);
-    unsigned ch = desc->NumChannels;
-    size_t w = desc->Width, h = desc->Height ? desc->Height : 1;
-    if (!elem || (ch != 1 && ch != 2 && ch != 4) || w == 0 || w > 131072 || h > 65536)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUdeviceptr p = 0;
-    sim_lock();
-    struct sim_ctx *cur;
-    r = sim_current_ctx(&cur);
-    if (r == CUDA_SUCCESS)
-        r = sim_mem_alloc_locked(cur, w * h * ch * elem, SIM_ALLOC_ARRAY, &p);
-    sim_unlock();
-    if (r == CUDA_SUCCESS)
-        *out = (CUarray)(uintptr_t)p;
-    return r;
-}
-
-CUresult sim_array_destroy(CUarray arr)
-{
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
-    sim_lock();
-    struct sim_alloc *a = alloc_at((uintptr_t)arr);
-    if (!arr || !a || a->kind != SIM_ALLOC_ARRAY || a->base != (uintptr_t)arr || a->free_pending) {
-        r = CUDA_ERROR_INVALID_HANDLE;
-    } else {
-        a->free_pending = true;
-        uint64_t serial = a->serial;
-        sim_wait_ctx_idle(a->ctx);
-        a = alloc_at((uintptr_t)arr);
-        if (a && a->serial == serial)
-            sim_alloc_release(a, true);
-    }
-    sim_unlock();
-    return r;
-}
-
 void sim_alloc_release(struct sim_alloc *a, bool explicit_free)
 {
     struct sim_device *d = &sim_g.dev[a->device];
     size_t len = a->pages * SIM_PAGE;
     remove_alloc(d, a);
-    if (a->kind == SIM_ALLOC_IPC) {
+    if (a->kind == SIM_ALLOC_IPC || a->kind == SIM_ALLOC_POOL_IMPORT) {
         /* put our own (unallocated) device memory back under the imported range */
         if (mmap((void *)a->base, len, PROT_NONE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
                  d->memfd, (off_t)(a->base - d->base)) == MAP_FAILED)
             sim_log("mmap(restore): %s", strerror(errno));
+        if (a->kind == SIM_ALLOC_POOL_IMPORT) {
+            sim_pool_charge(a, -1);
+            if (explicit_free)
+                d->ctr.imported_frees++;
+        }
+    } else if (a->kind == SIM_ALLOC_GRAPH) {
+        sim_graph_mem_forget(a);
     } else {
-        /* give the host memory back: on a shared memfd mapping MADV_DONTNEED would only
-         * drop the page table entries, MADV_REMOVE frees the pages themselves */
-        if (madvise((void *)a->base, len, MADV_REMOVE) != 0 &&
-            fallocate(d->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                      (off_t)(a->base - d->base), (off_t)len) != 0)
-            sim_log("releasing %zu bytes: %s", len, strerror(errno));
-        mprotect((void *)a->base, len, PROT_NONE);
+        sim_mem_unback(d, a->base, a->pages);
         if (explicit_free)
             d->ctr.free_calls++;
         else
             d->ctr.implicit_frees++;
-        sim_device_account(d, -(long)a->pages, -1, 0);
+        sim_device_account(d, 0, -1, 0);
         if (a->kind == SIM_ALLOC_ASYNC)
             sim_pool_charge(a, -1);
     }
+    free(a->array);
     free(a);
 }
 
+void sim_alloc_free(struct sim_alloc *a, uint64_t gen)
+{
+    if (a->kind == SIM_ALLOC_GRAPH)
+        sim_graph_mem_free(a, gen);
+    else
+        sim_alloc_release(a, true);
+}
+
+/* What cuMemFree and cuMemFreeAsync take: an allocation's base, once. Arrays go with
+ * cuArrayDestroy and IPC mappings with cuIpcCloseMemHandle only; a graph allocation only while
+ * a launch has it allocated. */
 static struct sim_alloc *freeable_at(CUdeviceptr p)
 {
     struct sim_alloc *a = alloc_at((uintptr_t)p);
-    /* an array is freed by cuArrayDestroy only */
-    if (!a || a->kind == SIM_ALLOC_IPC || a->kind == SIM_ALLOC_ARRAY || a->free_pending)
+    if (!a || a->kind == SIM_ALLOC_IPC || a->kind == SIM_ALLOC_ARRAY || a->free_pending ||
+        (a->kind == SIM_ALLOC_GRAPH && !a->g_live))
         return NULL;
     return a;
 }
@@ -492,11 +472,11 @@ CUresult sim_mem_free(CUdeviceptr p)
     if (r == CUDA_SUCCESS) {
         /* like a GPU: the free waits until all work of the context queued so far is done */
         a->free_pending = true;
-        uint64_t serial = a->serial;
+        uint64_t serial = a->serial, gen = a->g_gen;
         sim_wait_ctx_idle(a->ctx);
         a = alloc_at((uintptr_t)p);
         if (a && a->serial == serial) /* else a context teardown took it meanwhile */
-            sim_alloc_release(a, true);
+            sim_alloc_free(a, gen);
     }
     sim_unlock();
     return r;
@@ -542,7 +522,7 @@ CUresult sim_mem_get_info(size_t *free_b, size_t *total_b)
     if (r == CUDA_SUCCESS) {
         struct sim_device *d = &sim_g.dev[cur->device];
         if (free_b)
-            *free_b = (d->total_pages - d->used_pages) * SIM_PAGE;
+            *free_b = sim_device_free_pages(d) * SIM_PAGE;
         if (total_b)
             *total_b = d->total_pages * SIM_PAGE;
     }
@@ -841,6 +821,50 @@ CUresult sim_pointer_attribute(void *data, CUpointer_attribute attr, CUdeviceptr
 
 /* ---- IPC ----------------------------------------------------------------------------- */
 
+CUresult sim_open_foreign_fd(pid_t pid, int fdnum, const char *name, int *out)
+{
+    char path[64], link[128];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, fdnum);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n < 0) {
+        sim_log("%s: %s", path, strerror(errno));
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    link[n] = 0;
+    if (!strstr(link, name)) /* not a descriptor of the simulator's */
+        return CUDA_ERROR_INVALID_HANDLE;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        sim_log("open %s: %s", path, strerror(errno));
+        return CUDA_ERROR_MAP_FAILED;
+    }
+    *out = fd;
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_mem_map_foreign(struct sim_ctx *ctx, int device, int fd, uint64_t offset,
+                             size_t size, size_t pages, enum sim_alloc_kind kind,
+                             struct sim_alloc **out)
+{
+    struct sim_device *d = &sim_g.dev[device];
+    struct sim_alloc *a = sim_mem_place_locked(d, size, pages);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (mmap((void *)a->base, pages * SIM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+             fd, (off_t)offset) == MAP_FAILED) {
+        sim_log("mapping another process's memory: %s", strerror(errno));
+        mmap((void *)a->base, pages * SIM_PAGE, PROT_NONE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+             d->memfd, (off_t)(a->base - d->base));
+        remove_alloc(d, a);
+        free(a);
+        return CUDA_ERROR_MAP_FAILED;
+    }
+    a->kind = kind;
+    a->ctx = ctx;
+    *out = a;
+    return CUDA_SUCCESS;
+}
+
 struct ipc_wire {
     char magic[8];
     int32_t pid;
@@ -919,60 +943,21 @@ CUresult sim_ipc_open(CUdeviceptr *out, CUipcMemHandle h, unsigned flags)
             goto out;
         }
     }
-    char path[64], link[128];
-    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)w.pid, (int)w.memfd);
-    ssize_t n = readlink(path, link, sizeof link - 1);
-    if (n < 0) {
-        sim_log("cuIpcOpenMemHandle: %s: %s", path, strerror(errno));
-        r = CUDA_ERROR_INVALID_HANDLE;
+    int fd;
+    r = sim_open_foreign_fd(w.pid, w.memfd, "tessera-sim-dev", &fd);
+    if (r != CUDA_SUCCESS)
         goto out;
-    }
-    link[n] = 0;
-    if (!strstr(link, "tessera-sim-dev")) {
-        r = CUDA_ERROR_INVALID_HANDLE;
-        goto out;
-    }
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        sim_log("cuIpcOpenMemHandle: open %s: %s", path, strerror(errno));
-        r = CUDA_ERROR_MAP_FAILED;
-        goto out;
-    }
-    uintptr_t addr;
-    size_t idx;
-    struct sim_alloc *a = calloc(1, sizeof *a);
-    if (!a || !find_gap(d, w.pages, &addr, &idx) || insert_alloc(d, idx, a) != 0) {
-        free(a);
-        close(fd);
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-        goto out;
-    }
-    size_t len = w.pages * SIM_PAGE;
-    if (mmap((void *)addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
-             (off_t)w.offset) == MAP_FAILED) {
-        sim_log("cuIpcOpenMemHandle: mmap: %s", strerror(errno));
-        mmap((void *)addr, len, PROT_NONE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, d->memfd,
-             (off_t)(addr - d->base));
-        remove_alloc(d, a);
-        free(a);
-        close(fd);
-        r = CUDA_ERROR_MAP_FAILED;
-        goto out;
-    }
+    struct sim_alloc *a;
+    r = sim_mem_map_foreign(cur, cur->device, fd, w.offset, w.size, w.pages, SIM_ALLOC_IPC, &a);
     close(fd);
-    a->base = addr;
-    a->size = w.size;
-    a->pages = w.pages;
-    a->device = d->ordinal;
-    a->kind = SIM_ALLOC_IPC;
-    a->ctx = cur;
-    a->serial = ++sim_g.serial;
+    if (r != CUDA_SUCCESS)
+        goto out;
     a->ipc_refs = 1;
     a->ipc_pid = w.pid;
     a->ipc_serial = w.serial;
     a->ipc_offset = w.offset;
     a->ipc_device = w.device;
-    *out = (CUdeviceptr)addr;
+    *out = (CUdeviceptr)a->base;
 out:
     sim_unlock();
     return r;

@@ -6,7 +6,9 @@
  * cuMemAlloc-class memory of the device of context `to`. Grants die with either context
  * (cuCtxDestroy, last primary release, primary reset: all go through sim_ctx_teardown).
  * Peer access never opens cuMemMap memory: that memory is reachable from exactly the
- * devices cuMemSetAccess named (sim_mapping.writers), as on a GPU. */
+ * devices cuMemSetAccess named (sim_mapping.writers), as on a GPU. Nor pool memory
+ * (cuMemAllocAsync, imported pool pointers): it follows its pool's cuMemPoolSetAccess; a graph
+ * allocation is reachable from its own device. */
 #include "sim.h"
 
 #include <stdlib.h>
@@ -138,7 +140,15 @@ int sim_can_access(int device, uint64_t ptr, uint64_t size)
     struct sim_ptrinfo pi;
     sim_ptr_lookup(p, &pi);
     if (pi.kind == SIM_PTR_DEVICE) {
-        if (end <= pi.base + pi.size)
+        const struct sim_alloc *a = pi.alloc;
+        bool pooled = a->kind == SIM_ALLOC_ASYNC || a->kind == SIM_ALLOC_POOL_IMPORT;
+        if (end > pi.base + pi.size)
+            res = -1;
+        else if (pooled && a->mpool) /* a pool's memory follows the pool's access, not peers' */
+            res = sim_pool_reaches(a->mpool, device);
+        else if (a->kind == SIM_ALLOC_GRAPH) /* graph memory: its own device */
+            res = device == pi.device;
+        else
             res = device == pi.device || peer_reaches(device, pi.device);
     } else if (pi.resv) { /* a reservation: its cuMemMap ranges count whatever their access */
         res = vmm_reaches(device, p, end);

@@ -5,10 +5,16 @@
  * stream-ordered allocations: used is their requested bytes, reserved their 2 MiB pages, since
  * the simulator holds nothing back after cuMemFreeAsync. The release threshold and the three
  * reuse switches are stored and read back; the simulator's behaviour does not depend on them.
- * cuDeviceSetMemPool makes a pool the one cuMemAllocAsync draws from on its device. */
+ * cuDeviceSetMemPool makes a pool the one cuMemAllocAsync draws from on its device.
+ *
+ * Access (cuMemPoolSetAccess) is per device and covers every allocation of the pool, those made
+ * before the call too; the pool's own device always has it. A pool created with the POSIX file
+ * descriptor handle type can be exported (sim_pool_ipc.c); an imported pool serves no
+ * allocations of its own. */
 #include "sim.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #define SIM_MAX_POOLS 32
 
@@ -33,6 +39,14 @@ static struct sim_mempool *pool_live(CUmemoryPool pool)
     return p && !p->destroyed ? p : NULL;
 }
 
+/* A destroyed pool's record becomes free (an imported one lets go of the exporter's memory). */
+static void pool_forget(struct sim_mempool *p)
+{
+    if (p->imported && p->devfd >= 0)
+        close(p->devfd);
+    memset(p, 0, sizeof *p);
+}
+
 void sim_pool_charge(struct sim_alloc *a, int sign)
 {
     struct sim_mempool *p = a->mpool;
@@ -51,7 +65,7 @@ void sim_pool_charge(struct sim_alloc *a, int sign)
     p->used -= a->size;
     p->reserved -= a->pages * SIM_PAGE;
     if (--p->live == 0 && p->destroyed)
-        memset(p, 0, sizeof *p); /* its last allocation went: the record is free again */
+        pool_forget(p); /* its last allocation went: the record is free again */
 }
 
 CUresult sim_pool_default(CUmemoryPool *pool, CUdevice dev)
@@ -67,6 +81,29 @@ CUresult sim_pool_default(CUmemoryPool *pool, CUdevice dev)
     return r;
 }
 
+struct sim_mempool *sim_pool_new_locked(int device)
+{
+    static uint64_t serials;
+    for (int i = 0; i < SIM_MAX_POOLS; i++) {
+        if (created[i].created)
+            continue;
+        memset(&created[i], 0, sizeof created[i]);
+        created[i].created = true;
+        created[i].device = device;
+        created[i].serial = ++serials;
+        created[i].devfd = -1;
+        for (int k = 0; k < 3; k++)
+            created[i].reuse[k] = 1;
+        return &created[i];
+    }
+    return NULL;
+}
+
+bool sim_pool_reaches(const struct sim_mempool *p, int device)
+{
+    return device == p->device || (p->writers & (1u << device));
+}
+
 CUresult sim_pool_create(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
     CUresult r = sim_check_init();
@@ -74,24 +111,17 @@ CUresult sim_pool_create(CUmemoryPool *pool, const CUmemPoolProps *props)
         return r;
     if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
         props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-        sim_device_check(props->location.id) != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_VALUE;
+        sim_device_check(props->location.id) != CUDA_SUCCESS ||
+        (props->handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        return CUDA_ERROR_INVALID_VALUE; /* the simulator shares memory as descriptors only */
     sim_lock();
-    r = CUDA_ERROR_OUT_OF_MEMORY;
-    for (int i = 0; i < SIM_MAX_POOLS; i++) {
-        if (created[i].created)
-            continue;
-        memset(&created[i], 0, sizeof created[i]);
-        created[i].created = true;
-        created[i].device = props->location.id;
-        for (int k = 0; k < 3; k++)
-            created[i].reuse[k] = 1;
-        *pool = (CUmemoryPool)(void *)&created[i];
-        r = CUDA_SUCCESS;
-        break;
+    struct sim_mempool *p = sim_pool_new_locked(props->location.id);
+    if (p) {
+        p->htypes = props->handleTypes;
+        *pool = (CUmemoryPool)(void *)p;
     }
     sim_unlock();
-    return r;
+    return p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult sim_pool_destroy(CUmemoryPool pool)
@@ -110,7 +140,7 @@ CUresult sim_pool_destroy(CUmemoryPool pool)
                 sim_g.dev[i].current_pool = &sim_g.dev[i].pool;
         p->destroyed = true;
         if (p->live == 0)
-            memset(p, 0, sizeof *p);
+            pool_forget(p);
     }
     sim_unlock();
     return r;
@@ -125,7 +155,7 @@ CUresult sim_pool_set_current(CUdevice dev, CUmemoryPool pool)
         return r;
     sim_lock();
     struct sim_mempool *p = pool_live(pool);
-    if (!p || p->device != dev)
+    if (!p || p->device != dev || p->imported) /* an imported pool serves no allocations */
         r = CUDA_ERROR_INVALID_VALUE;
     else
         sim_g.dev[dev].current_pool = p;
@@ -225,6 +255,69 @@ CUresult sim_pool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, voi
     }
     if (is64)
         memcpy(value, &v, sizeof v);
+    sim_unlock();
+    return r;
+}
+
+/* One descriptor per device; the last one naming a device wins, as with cuMemSetAccess. */
+CUresult sim_pool_set_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (count && !map)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    struct sim_mempool *p = pool_live(pool);
+    uint32_t readers = p ? p->readers : 0, writers = p ? p->writers : 0;
+    if (!p)
+        r = CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < count; i++) {
+        const CUmemAccessDesc *d = &map[i];
+        if (d->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+            (unsigned)d->flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE ||
+            d->flags == (CUmemAccess_flags)2 /* write without read: no such access */) {
+            r = CUDA_ERROR_INVALID_VALUE;
+        } else if (sim_device_check(d->location.id) != CUDA_SUCCESS) {
+            r = CUDA_ERROR_INVALID_DEVICE;
+        } else if (d->location.id == p->device) {
+            /* the pool's own device keeps read-write: asking for less is an error */
+            if (d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                r = CUDA_ERROR_INVALID_VALUE;
+        } else {
+            uint32_t bit = 1u << d->location.id;
+            readers = d->flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ? readers & ~bit : readers | bit;
+            writers = d->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? writers | bit
+                                                                       : writers & ~bit;
+        }
+    }
+    if (r == CUDA_SUCCESS) { /* all or nothing */
+        p->readers = readers;
+        p->writers = writers;
+    }
+    sim_unlock();
+    return r;
+}
+
+CUresult sim_pool_get_access(CUmemAccess_flags *flags, CUmemoryPool pool, CUmemLocation *loc)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_device_check(loc->id) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_DEVICE;
+    sim_lock();
+    struct sim_mempool *p = pool_live(pool);
+    if (!p) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        uint32_t bit = 1u << loc->id;
+        *flags = sim_pool_reaches(p, loc->id) ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                 : (p->readers & bit)          ? CU_MEM_ACCESS_FLAGS_PROT_READ
+                                               : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    }
     sim_unlock();
     return r;
 }

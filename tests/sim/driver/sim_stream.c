@@ -36,7 +36,9 @@ static void ops_free(struct sim_op *op)
 static void capture_unref(struct sim_capture *c)
 {
     if (c && --c->refs == 0) {
+        sim_graph_capture_drop(c); /* allocation nodes no graph took */
         ops_free(c->ops_head);
+        free(c->grefs);
         free(c);
     }
 }
@@ -63,6 +65,7 @@ static void event_unref(struct sim_event *e)
     if (--e->refs == 0) {
         if (e->rec_stream)
             sim_stream_unref(e->rec_stream);
+        sim_xevent_release(e);
         capture_unref(e->cap);
         e->magic = 0;
         free(e);
@@ -99,8 +102,15 @@ static void op_discard(struct sim_op *op)
 {
     if (op->type == SIM_OP_EVENT)
         event_unref(op->u.ev.ev);
+    else if (op->type == SIM_OP_WAIT && op->u.wait.ev)
+        event_unref(op->u.wait.ev);
     else if (op->type == SIM_OP_FREE)
         op->u.free.a->free_pending = false;
+    else if (op->type == SIM_OP_GFREE) { /* the launch that queued it failed here */
+        struct sim_alloc *a = sim_mem_alloc_at((CUdeviceptr)op->u.gnode.g.base);
+        if (a && a->serial == op->u.gnode.g.serial && a->g_gen == op->u.gnode.gen)
+            a->free_pending = false;
+    }
     op_release(op);
 }
 
@@ -150,26 +160,35 @@ static void op_execute(struct sim_op *op)
         t->in_callback = false;
         break;
     }
-    case SIM_OP_EVENT:
     case SIM_OP_WAIT:
+        if (op->u.wait.ev) /* another process's record: its stream is not one of ours */
+            sim_xevent_wait(op->u.wait.ev, op->u.wait.xgen);
+        break;
+    case SIM_OP_EVENT:
     case SIM_OP_FREE:
     case SIM_OP_KERNEL:
+    case SIM_OP_GALLOC:
+    case SIM_OP_GFREE:
         break;
     }
 }
 
 /* lock held */
-static void op_finish(struct sim_op *op, uint64_t t_ns)
+static void op_finish(struct sim_op *op)
 {
     if (op->type == SIM_OP_EVENT) {
         struct sim_event *e = op->u.ev.ev;
-        if (e->gen == op->u.ev.gen) {
-            e->timed = true;
-            e->time_ns = t_ns;
-        }
+        if (e->gen == op->u.ev.gen)
+            e->timed = true; /* its timestamp is modelled (sim_order.c) */
+        if (op->u.ev.xgen)
+            sim_xevent_done(e, op->u.ev.xgen);
         event_unref(e);
+    } else if (op->type == SIM_OP_WAIT && op->u.wait.ev) {
+        event_unref(op->u.wait.ev);
     } else if (op->type == SIM_OP_FREE) {
-        sim_alloc_release(op->u.free.a, true);
+        sim_alloc_free(op->u.free.a, op->u.free.gen);
+    } else if (op->type == SIM_OP_GFREE) {
+        sim_graph_op_finish(op);
     }
 }
 
@@ -206,9 +225,8 @@ static void *worker(void *arg)
         sim_unlock();
         sim_sleep_us(delay);
         op_execute(op);
-        uint64_t t = sim_now_ns();
         sim_lock();
-        op_finish(op, t);
+        op_finish(op);
         s->completed = op->seq;
         op_release(op);
         pthread_cond_broadcast(&sim_g.cv);
@@ -245,6 +263,7 @@ struct sim_stream *sim_stream_new(struct sim_ctx *ctx, enum sim_stream_kind kind
     s->flags = flags;
     s->priority = priority;
     s->refs = 2; /* owner + worker */
+    sim_order_stream_init(s);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -510,17 +529,24 @@ static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync
         op_discard(op);
         return CUDA_SUCCESS;
     }
+    struct sim_order_op o;
+    sim_order_begin(&o, s);
     if (s->kind == SIM_STREAM_LEGACY) {
         for (size_t i = 0; i < ctx->nstreams && r == CUDA_SUCCESS; i++) {
             struct sim_stream *b = ctx->streams[i];
-            if (is_blocking(b))
+            if (is_blocking(b)) {
+                sim_order_after_stream(&o, b);
                 r = add_dep(op, b, b->submitted);
+            }
         }
     } else if (is_blocking(s) && ctx->legacy) {
+        sim_order_after_stream(&o, ctx->legacy);
         r = add_dep(op, ctx->legacy, ctx->legacy->submitted);
     }
     if (r != CUDA_SUCCESS)
         goto fail;
+    if (op->type == SIM_OP_WAIT && op->after_event)
+        sim_order_after_event(&o, op->after_event);
     uint64_t seq = op->seq = ++s->submitted;
     if (op->type == SIM_OP_EVENT) {
         struct sim_event *e = op->u.ev.ev;
@@ -535,7 +561,10 @@ static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync
         e->rec_seq = seq;
         capture_unref(e->cap);
         e->cap = NULL;
+        if (e->x) /* and in the completion every process sees */
+            op->u.ev.xgen = sim_xevent_record(e);
     }
+    sim_order_commit(&o, s, op);
     if (s->tail)
         s->tail->next = op;
     else
@@ -547,6 +576,7 @@ static CUresult submit_locked(struct sim_stream *s, struct sim_op *op, bool sync
         while (s->completed < seq)
             pthread_cond_wait(&sim_g.cv, &sim_g.mu);
         sim_stream_unref(s);
+        sim_order_host_after(&o);
     }
     return CUDA_SUCCESS;
 fail:
@@ -607,6 +637,15 @@ static bool ctx_busy(const struct sim_ctx *c)
     return false;
 }
 
+/* The host waited for every stream of c: it knows their work finished. */
+static void order_host_after_ctx(const struct sim_ctx *c)
+{
+    if (c->legacy)
+        sim_order_host_after_stream(c->legacy);
+    for (size_t i = 0; i < c->nstreams; i++)
+        sim_order_host_after_stream(c->streams[i]);
+}
+
 void sim_wait_ctx_idle(struct sim_ctx *ctx)
 {
     struct sim_dep *snap = NULL;
@@ -614,9 +653,12 @@ void sim_wait_ctx_idle(struct sim_ctx *ctx)
     bool overflow = false;
     if (ctx) {
         snap_ctx(ctx, &snap, &n, &cap, &overflow);
+        order_host_after_ctx(ctx);
     } else {
-        for (struct sim_ctx *c = sim_g.ctxs; c; c = c->next_all)
+        for (struct sim_ctx *c = sim_g.ctxs; c; c = c->next_all) {
             snap_ctx(c, &snap, &n, &cap, &overflow);
+            order_host_after_ctx(c);
+        }
     }
     for (size_t i = 0; i < n; i++)
         while (snap[i].s->completed < snap[i].seq)
@@ -777,6 +819,13 @@ CUresult sim_stream_query(CUstream h, bool ptsz)
         r = stream_sync_capture_check(s);
     if (r == CUDA_SUCCESS && !legacy_idle(s))
         r = CUDA_ERROR_NOT_READY;
+    if (r == CUDA_SUCCESS) { /* the host learns that the work finished */
+        sim_order_host_after_stream(s);
+        if (s->kind == SIM_STREAM_LEGACY && s->ctx)
+            for (size_t i = 0; i < s->ctx->nstreams; i++)
+                if (is_blocking(s->ctx->streams[i]))
+                    sim_order_host_after_stream(s->ctx->streams[i]);
+    }
     sim_unlock();
     return r;
 }
@@ -798,10 +847,13 @@ CUresult sim_stream_synchronize(CUstream h, bool ptsz)
         size_t n = 0, cap = 0;
         bool overflow = false;
         snap_push(&snap, &n, &cap, s, &overflow);
+        sim_order_host_after_stream(s);
         if (s->kind == SIM_STREAM_LEGACY) /* the legacy stream also waits for blocking ones */
             for (size_t i = 0; i < s->ctx->nstreams; i++)
-                if (is_blocking(s->ctx->streams[i]))
+                if (is_blocking(s->ctx->streams[i])) {
                     snap_push(&snap, &n, &cap, s->ctx->streams[i], &overflow);
+                    sim_order_host_after_stream(s->ctx->streams[i]);
+                }
         for (size_t i = 0; i < n; i++)
             while (snap[i].s->completed < snap[i].seq)
                 pthread_cond_wait(&sim_g.cv, &sim_g.mu);
@@ -855,15 +907,22 @@ CUresult sim_stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool ptsz
         }
         goto out;
     }
-    if (s->cap && e->recorded && !(flags & CU_EVENT_WAIT_EXTERNAL)) {
+    uint32_t xgen = e->x ? sim_xevent_pending(e) : 0;
+    if (s->cap && (e->recorded || xgen) && !(flags & CU_EVENT_WAIT_EXTERNAL)) {
         /* a dependency on work outside the capture (an H100 refuses it and invalidates) */
         free(op);
         invalidate(s->cap);
         r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
         goto out;
     }
-    if (e->recorded)
+    if (xgen) { /* the record to wait for may run in another process: the worker waits */
+        e->refs++;
+        op->u.wait.ev = e;
+        op->u.wait.xgen = xgen;
+    } else if (e->recorded && !e->x) {
         r = add_dep(op, e->rec_stream, e->rec_seq);
+        op->after_event = e;
+    }
     if (r == CUDA_SUCCESS)
         r = submit_locked(s, op, false);
     else
@@ -970,23 +1029,14 @@ CUresult sim_stream_end_capture(CUstream h, CUgraph *g, bool ptsz)
         capture_end(c);
         sim_log("capture %llu ends: %s, %zu ops", (unsigned long long)c->id,
                 ok ? "ok" : "invalidated", nops);
-        capture_unref(c);
         *g = NULL;
         if (!ok) {
             ops_free(ops);
             r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         } else {
-            struct sim_graph *gr = calloc(1, sizeof *gr);
-            if (!gr) {
-                ops_free(ops);
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-            } else {
-                gr->magic = SIM_MAGIC_GRAPH;
-                gr->nops = nops;
-                gr->ops = ops;
-                *g = (CUgraph)gr;
-            }
+            r = sim_graph_from_capture(c, ops, nops, g);
         }
+        capture_unref(c);
     }
     sim_unlock();
     return r;
@@ -1003,74 +1053,6 @@ CUresult sim_thread_exchange_capture_mode(CUstreamCaptureMode *mode)
     CUstreamCaptureMode old = t->capmode;
     t->capmode = *mode;
     *mode = old;
-    return CUDA_SUCCESS;
-}
-
-CUresult sim_graph_destroy(CUgraph g)
-{
-    struct sim_graph *gr = (struct sim_graph *)g;
-    if (!gr || gr->magic != SIM_MAGIC_GRAPH)
-        return CUDA_ERROR_INVALID_VALUE;
-    gr->magic = 0;
-    ops_free(gr->ops);
-    free(gr);
-    return CUDA_SUCCESS;
-}
-
-CUresult sim_graph_instantiate(CUgraphExec *exec, CUgraph g)
-{
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
-    const struct sim_graph *gr = (const struct sim_graph *)g;
-    if (!exec || !gr || gr->magic != SIM_MAGIC_GRAPH)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct sim_graph_exec *x = calloc(1, sizeof *x);
-    if (!x)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    x->magic = SIM_MAGIC_GRAPH_EXEC;
-    struct sim_op **tail = &x->ops;
-    for (const struct sim_op *op = gr->ops; op; op = op->next) {
-        if (!(*tail = op_clone(op))) {
-            ops_free(x->ops);
-            free(x);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        tail = &(*tail)->next;
-    }
-    *exec = (CUgraphExec)x;
-    return CUDA_SUCCESS;
-}
-
-CUresult sim_graph_launch(CUgraphExec exec, CUstream h, bool ptsz)
-{
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
-    const struct sim_graph_exec *x = (const struct sim_graph_exec *)exec;
-    if (!x || x->magic != SIM_MAGIC_GRAPH_EXEC)
-        return CUDA_ERROR_INVALID_VALUE;
-    sim_lock();
-    struct sim_stream *s;
-    r = resolve_locked(h, ptsz, &s);
-    /* each op is queued as the stream's own async work: stream order, the legacy stream's
-     * implicit synchronisation and TESSERA_SIM_OP_DELAY_US apply as to any other */
-    for (const struct sim_op *op = x->ops; op && r == CUDA_SUCCESS; op = op->next) {
-        struct sim_op *n = op_clone(op);
-        r = n ? submit_locked(s, n, false) : CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    sim_unlock();
-    return r;
-}
-
-CUresult sim_graph_exec_destroy(CUgraphExec exec)
-{
-    struct sim_graph_exec *x = (struct sim_graph_exec *)exec;
-    if (!x || x->magic != SIM_MAGIC_GRAPH_EXEC)
-        return CUDA_ERROR_INVALID_VALUE;
-    x->magic = 0;
-    ops_free(x->ops);
-    free(x);
     return CUDA_SUCCESS;
 }
 
@@ -1223,10 +1205,14 @@ CUresult sim_mem_alloc_pool(CUdeviceptr *out, size_t size, CUmemoryPool pool, CU
     r = resolve_locked(h, ptsz, &s);
     struct sim_mempool *mp = NULL;
     if (r == CUDA_SUCCESS && pool &&
-        (!(mp = sim_pool_lookup(pool)) || mp->destroyed || mp->device != s->ctx->device))
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS && s->cap)
-        r = CUDA_ERROR_NOT_SUPPORTED; /* graph memory nodes are not simulated */
+        (!(mp = sim_pool_lookup(pool)) || mp->destroyed || mp->imported ||
+         mp->device != s->ctx->device))
+        r = CUDA_ERROR_INVALID_VALUE; /* an imported pool serves no allocations */
+    if (r == CUDA_SUCCESS && s->cap) { /* an allocation node of the graph being captured */
+        r = sim_graph_capture_alloc(s, size, out);
+        sim_unlock();
+        return r;
+    }
     if (r == CUDA_SUCCESS && s->kind == SIM_STREAM_LEGACY)
         r = sim_capture_legacy(s->ctx);
     if (r == CUDA_SUCCESS)
@@ -1253,12 +1239,17 @@ CUresult sim_mem_free_async(CUdeviceptr p, CUstream h, bool ptsz)
     struct sim_stream *s;
     struct sim_alloc *a = NULL;
     r = resolve_locked(h, ptsz, &s);
-    if (r == CUDA_SUCCESS && s->cap)
-        r = CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_SUCCESS && s->cap) { /* a free node: of a graph allocation only */
+        free(op);
+        r = sim_graph_capture_free(s, p);
+        sim_unlock();
+        return r;
+    }
     if (r == CUDA_SUCCESS)
         r = sim_mem_free_async_prepare(p, &a);
     if (r == CUDA_SUCCESS) {
         op->u.free.a = a;
+        op->u.free.gen = a->g_gen;
         r = submit_locked(s, op, false); /* discards (and un-marks a) on failure */
     } else {
         free(op);
@@ -1280,23 +1271,36 @@ CUresult sim_event_create(CUevent *pe, unsigned flags)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     struct sim_ctx *cur;
+    struct sim_event *e = NULL;
     r = sim_current_ctx(&cur);
-    if (r == CUDA_SUCCESS) {
-        struct sim_event *e = calloc(1, sizeof *e);
-        if (!e) {
-            r = CUDA_ERROR_OUT_OF_MEMORY;
-        } else {
-            e->magic = SIM_MAGIC_EVENT;
-            e->ctx = cur;
-            e->flags = flags;
-            e->refs = 1;
-            e->reg_next = sim_g.events;
-            sim_g.events = e;
-            *pe = (CUevent)e;
+    if (r == CUDA_SUCCESS)
+        r = sim_event_new_locked(cur, flags, &e);
+    if (r == CUDA_SUCCESS && (flags & CU_EVENT_INTERPROCESS)) {
+        r = sim_xevent_create(e);
+        if (r != CUDA_SUCCESS) {
+            registry_remove_event(e);
+            event_unref(e);
         }
     }
+    if (r == CUDA_SUCCESS)
+        *pe = (CUevent)e;
     sim_unlock();
     return r;
+}
+
+CUresult sim_event_new_locked(struct sim_ctx *ctx, unsigned flags, struct sim_event **out)
+{
+    struct sim_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = SIM_MAGIC_EVENT;
+    e->ctx = ctx;
+    e->flags = flags;
+    e->refs = 1;
+    e->reg_next = sim_g.events;
+    sim_g.events = e;
+    *out = e;
+    return CUDA_SUCCESS;
 }
 
 CUresult sim_event_destroy(CUevent h)
@@ -1350,6 +1354,8 @@ static CUresult event_check(struct sim_event *e)
 
 static bool event_done(const struct sim_event *e)
 {
+    if (e->x) /* its last record may be another process's */
+        return sim_xevent_pending(e) == 0;
     return !e->recorded || e->rec_stream->completed >= e->rec_seq;
 }
 
@@ -1363,6 +1369,8 @@ CUresult sim_event_query(CUevent h)
     r = e ? event_check(e) : CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS && !event_done(e))
         r = CUDA_ERROR_NOT_READY;
+    if (r == CUDA_SUCCESS)
+        sim_order_host_after_event(e);
     sim_unlock();
     return r;
 }
@@ -1377,13 +1385,21 @@ CUresult sim_event_synchronize(CUevent h)
     sim_lock();
     struct sim_event *e = event_lookup(h);
     r = e ? event_check(e) : CUDA_ERROR_INVALID_HANDLE;
-    if (r == CUDA_SUCCESS && e->recorded) {
+    uint32_t xgen = r == CUDA_SUCCESS && e->x ? sim_xevent_pending(e) : 0;
+    if (xgen) { /* wait without the lock: the record may run in another process */
+        e->refs++;
+        sim_unlock();
+        sim_xevent_wait(e, xgen);
+        sim_lock();
+        event_unref(e);
+    } else if (r == CUDA_SUCCESS && e->recorded && !e->x) {
         struct sim_stream *s = e->rec_stream;
         uint64_t seq = e->rec_seq;
         s->refs++;
         while (s->completed < seq)
             pthread_cond_wait(&sim_g.cv, &sim_g.mu);
         sim_stream_unref(s);
+        sim_order_host_after_event(e);
     }
     sim_unlock();
     return r;
@@ -1406,7 +1422,34 @@ CUresult sim_event_elapsed(float *ms, CUevent ha, CUevent hb)
     else if (!event_done(a) || !event_done(b) || !a->timed || !b->timed)
         r = CUDA_ERROR_NOT_READY;
     else
-        *ms = (float)(((double)b->time_ns - (double)a->time_ns) / 1e6);
+        *ms = (float)(((double)b->order.time_ns - (double)a->order.time_ns) / 1e6);
     sim_unlock();
     return r;
+}
+
+/* ---- what sim_graph.c, sim_limits.c and sim_ipc_event.c use ------------------------------- */
+
+struct sim_event *sim_event_lookup(CUevent h)
+{
+    return event_lookup(h);
+}
+
+CUresult sim_resolve_locked(CUstream h, bool ptsz, struct sim_stream **out)
+{
+    return resolve_locked(h, ptsz, out);
+}
+
+CUresult sim_submit_locked(struct sim_stream *s, struct sim_op *op, bool sync)
+{
+    return submit_locked(s, op, sync);
+}
+
+struct sim_op *sim_op_clone(const struct sim_op *op)
+{
+    return op_clone(op);
+}
+
+void sim_ops_free(struct sim_op *op)
+{
+    ops_free(op);
 }

@@ -191,7 +191,7 @@ CUresult sim_vmm_create(CUmemGenericAllocationHandle *h, size_t size,
     struct sim_device *d = &sim_g.dev[prop->location.id];
     size_t pages = size / SIM_PAGE;
     sim_lock();
-    if (sim_fault_alloc() || pages > d->total_pages - d->used_pages) {
+    if (sim_fault_alloc() || !sim_device_reserve(d, pages)) {
         d->ctr.failed_allocs++;
         sim_unlock();
         sim_log("device %d: cuMemCreate(%zu): out of memory", d->ordinal, size);
@@ -207,6 +207,7 @@ CUresult sim_vmm_create(CUmemGenericAllocationHandle *h, size_t size,
         if (fd >= 0)
             close(fd);
         free(v);
+        sim_device_unreserve(d, pages);
         sim_unlock();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -141,6 +141,26 @@
     X(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync_ptsz, "cuMemcpyPeerAsync", 7000, 2)           \
     X(cuStreamAddCallback, cuStreamAddCallback, "cuStreamAddCallback", 5000, 0)               \
     X(cuStreamAddCallback_ptsz, cuStreamAddCallback_ptsz, "cuStreamAddCallback", 7000, 2)     \
+    X(cuIpcGetEventHandle, cuIpcGetEventHandle, "cuIpcGetEventHandle", 4010, 0)               \
+    X(cuIpcOpenEventHandle, cuIpcOpenEventHandle, "cuIpcOpenEventHandle", 4010, 0)            \
+    X(cuMemPoolSetAccess, cuMemPoolSetAccess, "cuMemPoolSetAccess", 11020, 0)                 \
+    X(cuMemPoolGetAccess, cuMemPoolGetAccess, "cuMemPoolGetAccess", 11020, 0)                 \
+    X(cuMemPoolExportToShareableHandle, cuMemPoolExportToShareableHandle,                     \
+      "cuMemPoolExportToShareableHandle", 11020, 0)                                           \
+    X(cuMemPoolImportFromShareableHandle, cuMemPoolImportFromShareableHandle,                 \
+      "cuMemPoolImportFromShareableHandle", 11020, 0)                                         \
+    X(cuMemPoolExportPointer, cuMemPoolExportPointer, "cuMemPoolExportPointer", 11020, 0)     \
+    X(cuMemPoolImportPointer, cuMemPoolImportPointer, "cuMemPoolImportPointer", 11020, 0)     \
+    X(cuCtxSetLimit, cuCtxSetLimit, "cuCtxSetLimit", 3010, 0)                                 \
+    X(cuCtxGetLimit, cuCtxGetLimit, "cuCtxGetLimit", 3010, 0)                                 \
+    X(cuCtxResetPersistingL2Cache, cuCtxResetPersistingL2Cache, "cuCtxResetPersistingL2Cache", 11000, 0) \
+    X(cuStreamSetAttribute, cuStreamSetAttribute, "cuStreamSetAttribute", 11000, 0)           \
+    X(cuStreamSetAttribute_ptsz, cuStreamSetAttribute_ptsz, "cuStreamSetAttribute", 11000, 2) \
+    X(cuStreamGetAttribute, cuStreamGetAttribute, "cuStreamGetAttribute", 11000, 0)           \
+    X(cuStreamGetAttribute_ptsz, cuStreamGetAttribute_ptsz, "cuStreamGetAttribute", 11000, 2) \
+    X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, 0)           \
+    X(cuDeviceGetGraphMemAttribute, cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", 11040, 0) \
+    X(cuDeviceSetGraphMemAttribute, cuDeviceSetGraphMemAttribute, "cuDeviceSetGraphMemAttribute", 11040, 0) \
     X(cuGetExportTable, cuGetExportTable, "cuGetExportTable", 3000, 0)
 
 static struct driver {
@@ -218,6 +238,8 @@ static cudaError_t from_cu(CUresult r)
     case CUDA_ERROR_TIMEOUT: return cudaErrorTimeout;
     case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: return cudaErrorHostMemoryAlreadyRegistered;
     case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: return cudaErrorHostMemoryNotRegistered;
+    case CUDA_ERROR_UNSUPPORTED_LIMIT: return cudaErrorUnsupportedLimit;
+    case CUDA_ERROR_TOO_MANY_PEERS: return cudaErrorTooManyPeers;
     default: return cudaErrorUnknown;
     }
 }
@@ -288,6 +310,8 @@ static const struct {
     E(cudaErrorTimeout, "wait operation timed out"),
     E(cudaErrorHostMemoryAlreadyRegistered, "part or all of the requested memory range is already mapped"),
     E(cudaErrorHostMemoryNotRegistered, "pointer does not correspond to a registered memory region"),
+    E(cudaErrorUnsupportedLimit, "limit is not supported on this architecture"),
+    E(cudaErrorTooManyPeers, "peer mapping resources exhausted"),
     E(cudaErrorUnknown, "unknown error"),
 };
 #undef E
@@ -1041,6 +1065,30 @@ RT_API cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void *devPtr)
     return rt_cu(drv.cuIpcCloseMemHandle(DP(devPtr)));
 }
 
+/* Interprocess events: the driver's (a cudaIpcEventHandle_t has CUipcEventHandle's layout). */
+RT_API cudaError_t CUDARTAPI cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event)
+{
+    if (!handle)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    CUipcEventHandle h;
+    CUresult r = drv.cuIpcGetEventHandle(&h, (CUevent)event);
+    if (r == CUDA_SUCCESS)
+        memcpy(handle, &h, sizeof h < sizeof *handle ? sizeof h : sizeof *handle);
+    return rt_cu(r);
+}
+
+RT_API cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t handle)
+{
+    if (!event)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    CUipcEventHandle h;
+    memset(&h, 0, sizeof h);
+    memcpy(&h, &handle, sizeof h < sizeof handle ? sizeof h : sizeof handle);
+    return rt_cu(drv.cuIpcOpenEventHandle((CUevent *)event, h));
+}
+
 /* ---- streams ------------------------------------------------------------------------- */
 
 RT_API cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t *pStream)
@@ -1667,6 +1715,61 @@ RT_API cudaError_t CUDARTAPI cudaDeviceGetMemPool(cudaMemPool_t *memPool, int de
     return rt_cu(drv.cuDeviceGetMemPool((CUmemoryPool *)memPool, device));
 }
 
+/* Pool access and sharing: the driver's (cudaMemAccessDesc, cudaMemLocation and
+ * cudaMemPoolPtrExportData have the driver's layouts). */
+RT_API cudaError_t CUDARTAPI cudaMemPoolSetAccess(cudaMemPool_t memPool,
+                                                  const struct cudaMemAccessDesc *descList,
+                                                  size_t count)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolSetAccess((CUmemoryPool)memPool, (const CUmemAccessDesc *)descList,
+                                        count));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags,
+                                                  cudaMemPool_t memPool,
+                                                  struct cudaMemLocation *location)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolGetAccess((CUmemAccess_flags *)flags, (CUmemoryPool)memPool,
+                                        (CUmemLocation *)location));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemPoolExportToShareableHandle(
+    void *shareableHandle, cudaMemPool_t memPool, enum cudaMemAllocationHandleType handleType,
+    unsigned int flags)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolExportToShareableHandle(
+        shareableHandle, (CUmemoryPool)memPool, (CUmemAllocationHandleType)handleType, flags));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemPoolImportFromShareableHandle(
+    cudaMemPool_t *memPool, void *shareableHandle, enum cudaMemAllocationHandleType handleType,
+    unsigned int flags)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolImportFromShareableHandle(
+        (CUmemoryPool *)memPool, shareableHandle, (CUmemAllocationHandleType)handleType, flags));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData,
+                                                      void *ptr)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolExportPointer((CUmemPoolPtrExportData *)exportData, DP(ptr)));
+}
+
+RT_API cudaError_t CUDARTAPI cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool,
+                                                      struct cudaMemPoolPtrExportData *exportData)
+{
+    if (!ptr)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_ENTER();
+    return rt_cu(drv.cuMemPoolImportPointer((CUdeviceptr *)(void *)ptr, (CUmemoryPool)memPool,
+                                            (CUmemPoolPtrExportData *)exportData));
+}
+
 /* the per-thread default stream variant, not declared by cuda_runtime_api.h */
 cudaError_t CUDARTAPI cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool,
                                                    cudaStream_t stream);
@@ -1700,6 +1803,101 @@ RT_API cudaError_t CUDARTAPI cudaMallocFromPoolAsync_ptsz(void **ptr, size_t siz
                                                           cudaStream_t stream)
 {
     return malloc_from_pool(ptr, size, memPool, stream, true);
+}
+
+/* ---- limits, L2 persistence, stream attributes -------------------------------------------- */
+
+/* cudaLimit has the driver's CUlimit values; the current device's primary context holds them. */
+RT_API cudaError_t CUDARTAPI cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuCtxSetLimit((CUlimit)limit, value));
+}
+
+RT_API cudaError_t CUDARTAPI cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuCtxGetLimit(pValue, (CUlimit)limit));
+}
+
+RT_API cudaError_t CUDARTAPI cudaCtxResetPersistingL2Cache(void)
+{
+    RT_ENTER();
+    return rt_cu(drv.cuCtxResetPersistingL2Cache());
+}
+
+/* the per-thread default stream variants, not declared by cuda_runtime_api.h */
+cudaError_t CUDARTAPI cudaStreamSetAttribute_ptsz(cudaStream_t hStream, cudaStreamAttrID attr,
+                                                  const cudaStreamAttrValue *value);
+cudaError_t CUDARTAPI cudaStreamGetAttribute_ptsz(cudaStream_t hStream, cudaStreamAttrID attr,
+                                                  cudaStreamAttrValue *value_out);
+
+/* cudaStreamAttrValue has CUstreamAttrValue's layout and the attribute ids are the driver's. */
+static cudaError_t stream_attribute(cudaStream_t s, cudaStreamAttrID attr, void *value, bool set,
+                                    bool ptsz)
+{
+    RT_ENTER();
+    CUstream cs = (CUstream)s;
+    CUstreamAttrID id = (CUstreamAttrID)attr;
+    if (set)
+        return rt_cu((ptsz ? drv.cuStreamSetAttribute_ptsz : drv.cuStreamSetAttribute)(
+            cs, id, (const CUstreamAttrValue *)value));
+    return rt_cu((ptsz ? drv.cuStreamGetAttribute_ptsz : drv.cuStreamGetAttribute)(
+        cs, id, (CUstreamAttrValue *)value));
+}
+
+RT_API cudaError_t CUDARTAPI cudaStreamSetAttribute(cudaStream_t hStream, cudaStreamAttrID attr,
+                                                    const cudaStreamAttrValue *value)
+{
+    return stream_attribute(hStream, attr, (void *)(uintptr_t)value, true, false);
+}
+RT_API cudaError_t CUDARTAPI cudaStreamSetAttribute_ptsz(cudaStream_t hStream,
+                                                         cudaStreamAttrID attr,
+                                                         const cudaStreamAttrValue *value)
+{
+    return stream_attribute(hStream, attr, (void *)(uintptr_t)value, true, true);
+}
+RT_API cudaError_t CUDARTAPI cudaStreamGetAttribute(cudaStream_t hStream, cudaStreamAttrID attr,
+                                                    cudaStreamAttrValue *value_out)
+{
+    return stream_attribute(hStream, attr, value_out, false, false);
+}
+RT_API cudaError_t CUDARTAPI cudaStreamGetAttribute_ptsz(cudaStream_t hStream,
+                                                         cudaStreamAttrID attr,
+                                                         cudaStreamAttrValue *value_out)
+{
+    return stream_attribute(hStream, attr, value_out, false, true);
+}
+
+/* ---- graph memory ------------------------------------------------------------------------ */
+
+RT_API cudaError_t CUDARTAPI cudaDeviceGraphMemTrim(int device)
+{
+    RT_READY();
+    if (device < 0 || device >= ndev)
+        return rt_ret(cudaErrorInvalidDevice);
+    return rt_cu(drv.cuDeviceGraphMemTrim(device));
+}
+
+/* cudaGraphMemAttributeType has the driver's CUgraphMem_attribute values */
+RT_API cudaError_t CUDARTAPI cudaDeviceGetGraphMemAttribute(int device,
+                                                            enum cudaGraphMemAttributeType attr,
+                                                            void *value)
+{
+    RT_READY();
+    if (device < 0 || device >= ndev)
+        return rt_ret(cudaErrorInvalidDevice);
+    return rt_cu(drv.cuDeviceGetGraphMemAttribute(device, (CUgraphMem_attribute)attr, value));
+}
+
+RT_API cudaError_t CUDARTAPI cudaDeviceSetGraphMemAttribute(int device,
+                                                            enum cudaGraphMemAttributeType attr,
+                                                            void *value)
+{
+    RT_READY();
+    if (device < 0 || device >= ndev)
+        return rt_ret(cudaErrorInvalidDevice);
+    return rt_cu(drv.cuDeviceSetGraphMemAttribute(device, (CUgraphMem_attribute)attr, value));
 }
 
 /* ---- peer copies ------------------------------------------------------------------------ */

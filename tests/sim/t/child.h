@@ -98,4 +98,23 @@ static inline void spawn_self(const char *const *args, const char *const *extra,
     spawn_cmd("/proc/self/exe", args, extra, res);
 }
 
+/* Handles travel to a child as hex text on its command line. */
+static inline void hex_encode(const void *p, size_t n, char *out)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static inline void hex_decode(const char *s, void *p, size_t n)
+{
+    unsigned char *b = p;
+    CHECK(strlen(s) == 2 * n);
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        CHECK(sscanf(s + 2 * i, "%2x", &v) == 1);
+        b[i] = (unsigned char)v;
+    }
+}
+
 #endif

@@ -9,28 +9,10 @@
 #include "drv.h"
 #include "child.h"
 
-static void hex(const void *p, size_t n, char *out)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", b[i]);
-}
-
-static void unhex(const char *s, void *p, size_t n)
-{
-    unsigned char *b = p;
-    CHECK(strlen(s) == 2 * n);
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        CHECK(sscanf(s + 2 * i, "%2x", &v) == 1);
-        b[i] = (unsigned char)v;
-    }
-}
-
 static int child(const char *hexhandle)
 {
     CUipcMemHandle h;
-    unhex(hexhandle, &h, sizeof h);
+    hex_decode(hexhandle, &h, sizeof h);
     drv_setup(0);
     CUdeviceptr p, p2;
     CU(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
@@ -87,7 +69,7 @@ static void test_ipc_between_processes(void)
     EXPECT(cuIpcOpenMemHandle(&x, junk, 0), CUDA_ERROR_INVALID_VALUE);
 
     char text[2 * sizeof(CUipcMemHandle) + 1];
-    hex(&hbase, sizeof hbase, text);
+    hex_encode(&hbase, sizeof hbase, text);
     const char *args[] = {"child", text, NULL};
     const char *env[] = {"TESSERA_SIM_MEMORY=1G", NULL};
     struct child_result res;

@@ -1,5 +1,5 @@
-/* Device time as a GPU spends it, read from the simulator's own event timestamps (the moment
- * each record ran on its stream's worker), never from wall-clock bounds around host calls.
+/* Device time as a GPU spends it, read from the simulator's own event timestamps (the device's
+ * modelled time, sim_order.c), never from wall-clock bounds around host calls.
  * Run with TESSERA_SIM_OP_DELAY_US=100000: every piece of queued work takes 100 ms.
  *
  *   (no argument)  markers (event records, stream waits) cost no device time; two non-blocking

@@ -92,7 +92,9 @@ static void test_report_and_logging(void)
         CHECK(strstr(line, "\"peak_bytes_in_use\":4194304,"));
         CHECK(strstr(line, "\"live_allocations\":1,"));
         CHECK(strstr(line, "\"peak_live_allocations\":2,"));
-        CHECK(strstr(line, "\"live_handles\":1}"));
+        CHECK(strstr(line, "\"live_handles\":1,"));
+        CHECK(strstr(line, "\"imported_frees\":0,"));
+        CHECK(strstr(line, "\"races\":0,"));
     }
     CHECK_EQ(lines, 6);
     CHECK(pids[0] != pids[2] && pids[2] != pids[4] && pids[0] != pids[4]);

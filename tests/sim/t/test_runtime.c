@@ -250,6 +250,106 @@ static void test_ipc_and_entry_points(void)
     CHECK(fn == dlsym(drv, "cuMemCreate"));
 }
 
+/* The runtime's wrappers of what programs share memory with: limits, stream attributes, pool
+ * access and sharing, interprocess events, graph memory; each the driver's answer in the
+ * runtime's codes. */
+static void test_sharing_and_settings(void)
+{
+    size_t v = 0;
+    RT(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 32 * MiB));
+    RT(cudaDeviceGetLimit(&v, cudaLimitMallocHeapSize));
+    CHECK_EQ(v, 32 * MiB);
+    EXPECT(cudaDeviceGetLimit(&v, cudaLimitDevRuntimeSyncDepth), cudaErrorUnsupportedLimit);
+    EXPECT(cudaGetLastError(), cudaErrorUnsupportedLimit);
+    CHECK(strcmp(cudaGetErrorName(cudaErrorUnsupportedLimit), "cudaErrorUnsupportedLimit") == 0);
+    RT(cudaCtxResetPersistingL2Cache());
+    cudaStream_t s;
+    RT(cudaStreamCreate(&s));
+    cudaStreamAttrValue w, back;
+    memset(&w, 0, sizeof w);
+    w.accessPolicyWindow.num_bytes = MiB;
+    w.accessPolicyWindow.hitRatio = 1.0f;
+    w.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+    RT(cudaStreamSetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &w));
+    RT(cudaStreamGetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &back));
+    CHECK_EQ(back.accessPolicyWindow.num_bytes, MiB);
+    w.accessPolicyWindow.hitRatio = 2.0f;
+    EXPECT(cudaStreamSetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &w),
+           cudaErrorInvalidValue);
+    cudaMemPool_t pool;
+    RT(cudaDeviceGetDefaultMemPool(&pool, 0));
+    struct cudaMemLocation loc = {cudaMemLocationTypeDevice, 0};
+    enum cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
+    RT(cudaMemPoolGetAccess(&f, pool, &loc));
+    CHECK_EQ(f, cudaMemAccessFlagsProtReadWrite);
+    struct cudaMemAccessDesc none = {{cudaMemLocationTypeDevice, 0}, cudaMemAccessFlagsProtNone};
+    EXPECT(cudaMemPoolSetAccess(pool, &none, 1), cudaErrorInvalidValue); /* its own device */
+    int fd = -1;
+    EXPECT(cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0),
+           cudaErrorInvalidValue); /* the default pool does not share */
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location = loc;
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    cudaMemPool_t own, imported;
+    RT(cudaMemPoolCreate(&own, &props));
+    RT(cudaMemPoolExportToShareableHandle(&fd, own, cudaMemHandleTypePosixFileDescriptor, 0));
+    RT(cudaMemPoolImportFromShareableHandle(&imported, (void *)(intptr_t)fd,
+                                            cudaMemHandleTypePosixFileDescriptor, 0));
+    void *p = NULL, *q = NULL;
+    RT(cudaMallocFromPoolAsync(&p, 4096, own, s));
+    struct cudaMemPoolPtrExportData data;
+    RT(cudaMemPoolExportPointer(&data, p));
+    RT(cudaMemPoolImportPointer(&q, imported, &data)); /* its own pool: a second mapping */
+    CHECK(q != NULL && q != p);
+    EXPECT(cudaMemPoolImportPointer(NULL, imported, &data), cudaErrorInvalidValue);
+    RT(cudaFree(q));
+    RT(cudaFreeAsync(p, s));
+    RT(cudaStreamSynchronize(s));
+    RT(cudaMemPoolDestroy(imported));
+    RT(cudaMemPoolDestroy(own));
+    close(fd);
+    cudaEvent_t e, plain;
+    RT(cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming));
+    RT(cudaEventCreate(&plain));
+    cudaIpcEventHandle_t eh;
+    EXPECT(cudaIpcGetEventHandle(&eh, plain), cudaErrorInvalidValue);
+    EXPECT(cudaIpcGetEventHandle(NULL, e), cudaErrorInvalidValue);
+    RT(cudaIpcGetEventHandle(&eh, e));
+    cudaEvent_t opened;
+    EXPECT(cudaIpcOpenEventHandle(&opened, eh), cudaErrorDeviceUninitialized); /* own process */
+    EXPECT(cudaIpcOpenEventHandle(NULL, eh), cudaErrorInvalidValue);
+    RT(cudaEventDestroy(e));
+    RT(cudaEventDestroy(plain));
+    /* graph memory: an allocation node's memory exists from the launch */
+    cudaGraph_t g;
+    RT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    RT(cudaMallocAsync(&p, MiB, s));
+    RT(cudaFreeAsync(p, s));
+    RT(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t x;
+    RT(cudaGraphInstantiate(&x, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+    RT(cudaGraphLaunch(x, s));
+    RT(cudaStreamSynchronize(s));
+    unsigned long long reserved = 0, zero = 0;
+    RT(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
+    CHECK_EQ(reserved, 2 * MiB);
+    RT(cudaDeviceGraphMemTrim(0));
+    RT(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
+    CHECK_EQ(reserved, 0);
+    RT(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrReservedMemHigh, &zero));
+    EXPECT(cudaDeviceGraphMemTrim(5), cudaErrorInvalidDevice);
+    EXPECT(cudaDeviceGetGraphMemAttribute(5, cudaGraphMemAttrReservedMemCurrent, &reserved),
+           cudaErrorInvalidDevice);
+    EXPECT(cudaDeviceSetGraphMemAttribute(-1, cudaGraphMemAttrReservedMemHigh, &zero),
+           cudaErrorInvalidDevice);
+    RT(cudaGraphExecDestroy(x));
+    RT(cudaGraphDestroy(g));
+    RT(cudaStreamDestroy(s));
+    (void)cudaGetLastError();
+}
+
 static void test_device_reset(void)
 {
     void *p[3];
@@ -318,6 +418,7 @@ int main(int argc, char **argv)
     RUN(test_streams_events);
     RUN(test_capture);
     RUN(test_ipc_and_entry_points);
+    RUN(test_sharing_and_settings);
     RUN(test_device_reset);
     return 0;
 }

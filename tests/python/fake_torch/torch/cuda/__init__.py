@@ -1,0 +1,1 @@
+from torch.cuda import memory  # noqa: F401
