@@ -25,7 +25,8 @@
 #include "shim/shim.h"
 
 /* The test's service: types 0x200-0x20f. */
-enum { ECHO = 0x200, HOLD = 0x201, FDS = 0x202, BAD = 0x203, QUIET = 0x204 };
+enum { ECHO = 0x200, HOLD = 0x201, FDS = 0x202, BAD = 0x203, QUIET = 0x204, BIG = 0x205,
+       LAST = 0x20f };
 
 typedef struct msg {
     ts_ctl_header h;
@@ -59,6 +60,12 @@ static bool served(void **data, const ts_ctl_peer_info *who, const void *in, siz
         return true;
     case QUIET:
         ans->len = 0;
+        return true;
+    case BIG: /* an answer of the most a message may hold */
+        memset(ans->buf + sizeof m.h, 0x5a, TS_CTL_MSG_MAX - sizeof m.h);
+        ans->len = TS_CTL_MSG_MAX;
+        return true;
+    case LAST: /* the last type of the range is the service's */
         return true;
     default:
         return false; /* BAD */
@@ -184,6 +191,30 @@ static void test_round_trip_and_sequence(void **state)
     assert_int_equal(call(c, ECHO, "still", &a), sizeof a);
     assert_string_equal(a.body, "still");
     assert_int_equal(__atomic_load_n(&peer_uid, __ATOMIC_RELAXED), (int)geteuid());
+    ts_ctl_close(c);
+}
+
+static void test_answers_at_their_bounds(void **state)
+{
+    (void)state;
+    ts_ctl_client *c = connected();
+    /* a message of exactly TS_CTL_MSG_MAX bytes */
+    static unsigned char big[TS_CTL_MSG_MAX];
+    msg q = {.h = {.type = BIG}};
+    unsigned nfds = 0;
+    assert_int_equal(ts_ctl_call(c, &q, sizeof q, big, sizeof big, NULL, 0, &nfds), TS_CTL_MSG_MAX);
+    assert_int_equal(big[TS_CTL_MSG_MAX - 1], 0x5a);
+    /* TS_CTL_FDS_MAX descriptors with one answer */
+    int fds[TS_CTL_FDS_MAX];
+    msg f = {.h = {.type = FDS}, .body = {TS_CTL_FDS_MAX}}, a;
+    assert_int_equal(ts_ctl_call(c, &f, sizeof f, &a, sizeof a, fds, TS_CTL_FDS_MAX, &nfds),
+                     sizeof a.h);
+    assert_int_equal(nfds, TS_CTL_FDS_MAX);
+    for (unsigned i = 0; i < nfds; i++)
+        close(fds[i]);
+    /* the last type of the service's range is its own (it answers; BAD would drop) */
+    assert_int_equal(call(c, LAST, NULL, &a), sizeof a.h);
+    assert_int_equal(a.h.type, LAST);
     ts_ctl_close(c);
 }
 
@@ -431,6 +462,9 @@ static void test_answer_descriptors_without_room(void **state)
         msg a;
         if (ts_ctl_connect(&addr, &c) != 0 || call(c, ECHO, "x", &a) != sizeof a)
             _exit(2);
+        struct rlimit rl = {64, 64};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(4);
         int before = count_fds(NULL), fill[64], n = 0;
         while (n < 64 && (fill[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
             n++;
@@ -612,14 +646,18 @@ static void test_listening_socket_taken_over(void **state)
 int main(void)
 {
     /* the server's bounds come from the descriptor limit when it starts */
-    struct rlimit rl = {64, 64};
+    struct rlimit rl = {64, 4096};
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
         return 1;
     if (ts_ctl_serve(&service, &addr) != 0)
         return 1;
+    rl.rlim_cur = 1024; /* room for the tests' own descriptors; the server keeps its bounds */
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_and_sequence),
         cmocka_unit_test(test_answers_carry_descriptors),
+        cmocka_unit_test(test_answers_at_their_bounds),
         cmocka_unit_test(test_dropped_peer_lets_go),
         cmocka_unit_test(test_raw_requests_out_of_bounds_are_dropped),
         cmocka_unit_test(test_server_identity_checked),
