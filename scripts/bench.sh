@@ -32,6 +32,9 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      size around their edge (tests/bench/edge.py); and the programs of tests/bench/live_fit.sh
   9. the counters read from Python (tests/bench/py_stats.py): tessera.stats() in a process
      under tessera run --sim, beside tessera.stats(pid) and tessera-stat --json run and parsed
+  10. CUDA IPC through LD_PRELOAD (tests/bench/ipc_cost.py): cudaIpcGetMemHandle and
+      cudaIpcOpenMemHandle of tests/programs/ipc_share without tessera and under tessera's
+      default, PyTorch's policy and expandable segments
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -41,7 +44,7 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    floor,python (default: all)
+                    floor,python,ipc (default: all)
   --traces DIR      part 8 also replays the *.pickle of DIR (those not already in the run)
   --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h200, the
                     default; a100, the published figures) or with FILE (tessera-costs writes it
@@ -57,7 +60,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,floor,python"
+only="core,replay,steady,shim,stream,pinned,async,floor,python,ipc"
 traces_extra=()
 costs=()
 baseline=()
@@ -299,6 +302,7 @@ preload_part() {
 preload_part stream stream_order.py tight_loop "stream-ordered reuse"
 preload_part pinned pinned.py staging "pinned host memory"
 preload_part async async_pair.py staging "cudaMallocAsync/cudaFreeAsync pairs"
+preload_part ipc ipc_cost.py ipc_share "CUDA IPC export and open"
 
 # --- 8. the default at the floor --------------------------------------------------------------
 if want floor; then
@@ -345,4 +349,5 @@ report_part floor "The default at the floor: targets on every trace and workload
 report_part edge "At the edge: loops that repeat one step, on every device size around their edge"
 report_part live_fit "Programs that fit the simulated device without tessera"
 report_part python "The counters from Python: tessera.stats() every step"
+report_part ipc "CUDA IPC: export and open through LD_PRELOAD (simulated device)"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2
