@@ -735,5 +735,4 @@ static void fork_child(void)
     g_page = NULL;
     g_page_tried = false;
     ts_streams_reset_after_fork();
-    ts_trace_after_fork();
 }

@@ -197,7 +197,6 @@ TS_HIDDEN void ts_trace_free(uintptr_t ptr, size_t size);
 /* The same for a stream-ordered call, with the stream it names (the core's stream tag). */
 TS_HIDDEN void ts_trace_alloc_on(uintptr_t ptr, size_t size, bool failed, uintptr_t stream);
 TS_HIDDEN void ts_trace_free_on(uintptr_t ptr, size_t size, uintptr_t stream);
-TS_HIDDEN void ts_trace_after_fork(void);
 
 /* --- streams.c ------------------------------------------------------------------------------- */
 

@@ -173,8 +173,11 @@ static bool trace_open_file(const char *path)
     return true;
 }
 
+static void trace_fork_child(void);
+
 static void trace_init(void)
 {
+    pthread_atfork(NULL, NULL, trace_fork_child);
     const char *path = getenv("TESSERA_TRACE");
     if (!path || !*path)
         return;
@@ -291,7 +294,9 @@ void ts_trace_free(uintptr_t ptr, size_t size)
     ts_trace_free_on(ptr, size, 0);
 }
 
-void ts_trace_after_fork(void)
+/* A forked child records nothing: the parent's buffer and file are the parent's. Registered by
+ * trace_init, so only a process that looked at TESSERA_TRACE pays for it. */
+static void trace_fork_child(void)
 {
     pthread_mutex_init(&trace_lock, NULL);
     trace_on = false; /* the parent's buffer is the parent's to write */
