@@ -392,7 +392,9 @@ class StreamOrder(Base):
 
     def test_replay_matches_live_run(self):
         # tessera-replay models no fences: with stream order a live single-stream run reserves
-        # exactly what the replay of its trace says (with reuse_fence:events it reserves more)
+        # exactly what the replay of its trace says. With reuse_fence:events it reserves at
+        # least that: more when a freed block's event is still pending at the next request,
+        # which depends on how far the device got, so only the bound is load-proof
         peaks = {}
         for conf in ("", "reuse_fence:events"):
             trace = os.path.join(self.env.tmp, "order.csv")
@@ -404,7 +406,7 @@ class StreamOrder(Base):
             peaks[conf] = (run.stats["reserved_bytes.all.peak"], json.loads(out.stdout)["peak_reserved_bytes"])
         live, replayed = peaks[""]
         self.assertEqual(live, replayed, peaks)
-        self.assertGreater(peaks["reuse_fence:events"][0], replayed, peaks)
+        self.assertGreaterEqual(peaks["reuse_fence:events"][0], replayed, peaks)
 
     def test_unconditional_reuse_races_in_every_variant(self):
         # with reuse made unconditional each variant's new owner meets the late copies on the
