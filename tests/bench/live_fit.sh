@@ -3,7 +3,7 @@
 # Runs sample programs near the simulated device's capacity with no tessera and under each
 # configuration given (default: PyTorch's policy and expandable segments), and prints the exit
 # statuses side by side (0: served, 2: out of memory). The check behind the choice of default
-# (docs/BENCHMARKS.md, "The default, after IPC" and "The default at the floor"). CONF "default"
+# (docs/BENCHMARKS.md, "Programs that fit the device without tessera"). CONF "default"
 # is tessera's default (no configuration string).
 #   tests/bench/live_fit.sh [BUILD_DIR] [CONF ...]
 set -u

@@ -1058,8 +1058,8 @@ class SharingPrograms(Base):
 class DefaultPolicy(Base):
     """tessera's default (no configuration) runs every program that fits the device without
     tessera, near the device's capacity: the cases of tests/bench/live_fit.sh where PyTorch's
-    policy (two) or expandable segments (four) run out of memory (docs/BENCHMARKS.md, "The
-    default, after IPC"; SamplePrograms runs the others)."""
+    policy (two) or expandable segments (four) run out of memory (docs/BENCHMARKS.md, "Programs
+    that fit the device without tessera"; SamplePrograms runs the others)."""
 
     CASES = [
         ("512M", "seed_cyclic", ["--min", "12M", "--max", "32M"]),
