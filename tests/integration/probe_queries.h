@@ -66,6 +66,8 @@ static inline void q_off(char *buf, size_t cap, uintptr_t ptr, uintptr_t addr)
 
 /* Append " k=v" to out. */
 static inline void q_put(char *out, size_t cap, const char *label, const char *key,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static inline void q_put(char *out, size_t cap, const char *label, const char *key,
                          const char *fmt, ...)
 {
     size_t len = strlen(out);

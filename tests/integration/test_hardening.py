@@ -520,7 +520,7 @@ class ServeBounds(Base):
         for a in range(1, 9):
             for _ in range(8):
                 socks.append(self.slow_client(port, f"127.0.0.{a}", None))
-                time.sleep(0.002)  # each its own arrival time
+                # no pause: many arrive within one millisecond, ranked by arrival all the same
         self.addCleanup(lambda: [s.close() for s in socks])
 
         def closed(conns, wait):

@@ -119,8 +119,10 @@ static mhd_result on_accept(void *cls, const struct sockaddr *addr, socklen_t ad
             continue;
         total++;
         held += memcmp(c->client, key, sizeof key) == 0;
+        /* <=: conns is newest first, and connections the server took in the same
+         * millisecond (a backlog drained at once) are then ranked by arrival */
         if (!c->answering && c->fd >= 0 &&
-            (!oldest || c->waiting_since_ms < oldest->waiting_since_ms))
+            (!oldest || c->waiting_since_ms <= oldest->waiting_since_ms))
             oldest = c;
     }
     bool ok = held < SERVE_PER_CLIENT_LIMIT;
