@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what is missing, build, and run every test:
-#   build        gcc, -Werror: every suite (unit, config, sim, programs, statspage, scripts,
-#                fuzz corpora, integration)
+#   build        gcc, -Werror: every suite (unit, config, sim, statspage, scripts, fuzz
+#                corpora, replay, python, soak; with --quick also programs and integration,
+#                which otherwise run once, in build-ubsan)
 #   build-asan   gcc, ASan + UBSan: every suite that does not preload tessera
 #   build-ubsan  gcc, UBSan: the integration suite (tessera preloaded into the programs; ASan's
 #                and TSan's runtimes cannot share a process with a preloaded dlsym hook)
@@ -76,7 +77,13 @@ run_tests() {
 
 log "main build (gcc, -Werror)"
 if configure build -Dwerror=true && build build; then
-  run_tests build
+  if [ $quick -eq 1 ]; then
+    run_tests build
+  else
+    # the programs and integration suites run below, under UBSan: the same programs with
+    # tessera preloaded, checked for undefined behaviour as well
+    run_tests build --no-suite integration --no-suite programs
+  fi
 else
   failed=$((failed + 1))
 fi
