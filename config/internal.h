@@ -16,6 +16,10 @@
 #include "config/config.h"
 
 #define MIB ((size_t)1 << 20)
+/* The largest value of a MiB key without a bound of its own: its bytes stay below 1 EiB, where
+ * every request is out of memory at once (core/internal.h), so no sum of such a size and a
+ * request can wrap and no value can name more than a device could ever hold. */
+#define MIB_KEY_MAX (((uint64_t)1 << 40) - 1)
 #define SHOW_MAX 48 /* characters of offending text quoted in a message */
 
 /* --- the key table (keys.c) ---------------------------------------------------------------- */
@@ -100,8 +104,8 @@ typedef struct key_desc {
     unsigned char kind;
     unsigned char flags;
     size_t offset;         /* field in ts_config; unused by KIND_NA_* */
-    uint64_t min, max;     /* KIND_MIB (in MiB; max 0: capped at SIZE_MAX / 1 MiB, else an
-                            * error above it), KIND_U32 */
+    uint64_t min, max;     /* KIND_MIB (in MiB; max 0: MIB_KEY_MAX), KIND_U32; a value above
+                            * max is refused */
     union {
         bool b;
         uint64_t u; /* KIND_MIB: MiB, UINT64_MAX for unlimited; KIND_SIZE: bytes */

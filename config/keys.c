@@ -47,8 +47,8 @@ const key_desc cfg_keys[KEY_COUNT] = {
         .flags = F_MIN_LARGE_SEG | F_UNLIMITED | F_NATIVE_ONLY,
         .offset = FIELD(max_split_size), .def.u = UINT64_MAX,
         .help = "Blocks of at least this size are never split and are reused only for requests "
-                "close to their size. unlimited: no such blocks. Larger values are capped at "
-                "SIZE_MAX / 1 MiB, as in PyTorch.",
+                "close to their size. unlimited: no such blocks. Values of 1 EiB or more are "
+                "refused (PyTorch caps them at SIZE_MAX / 1 MiB).",
     },
     [KEY_MAX_NON_SPLIT_ROUNDING_MB] = {
         .name = "max_non_split_rounding_mb", .kind = KIND_MIB,
@@ -157,12 +157,13 @@ const key_desc cfg_keys[KEY_COUNT] = {
     },
     [KEY_EXPANDABLE_PAGE_MB] = {
         .name = "expandable_page_mb", .kind = KIND_MIB, .flags = F_TESSERA,
-        .offset = FIELD(expandable_page), .min = 0, .def.u = 0,
-        .range = "an integer number of MiB, 0 for the default",
+        .offset = FIELD(expandable_page), .min = 0, .max = 1024, .def.u = 0,
+        .range = "an integer from 0 to 1024 MiB, 0 for the default",
         .help = "Page size of expandable segments, rounded up to the device's granularity. 0: "
                 "PyTorch's (2 MiB small pool, large_segment_size_mb large pool), or the "
                 "granularity (2 MiB) with defragment. Smaller pages let smaller free holes go "
-                "back to the device or be stitched.",
+                "back to the device or be stitched. At most 1024, the bound of "
+                "large_segment_size_mb: a page larger than the device fails every allocation.",
     },
     [KEY_HANDLE_POLICY] = {
         .name = "handle_policy", .kind = KIND_CHOICE, .flags = F_TESSERA,
@@ -354,8 +355,9 @@ void cfg_range_text(const key_desc *k, size_t large_seg_mb, char *dst, size_t ca
     }
     switch (k->kind) {
     case KIND_MIB:
-        snprintf(dst, cap, "an integer >= %llu MiB",
-                 (unsigned long long)((k->flags & F_MIN_LARGE_SEG) ? large_seg_mb : k->min));
+        snprintf(dst, cap, "an integer from %llu to %llu MiB",
+                 (unsigned long long)((k->flags & F_MIN_LARGE_SEG) ? large_seg_mb : k->min),
+                 (unsigned long long)(k->max ? k->max : MIB_KEY_MAX));
         return;
     case KIND_U32:
         snprintf(dst, cap, "an integer from %llu to %llu", (unsigned long long)k->min,

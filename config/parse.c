@@ -335,12 +335,12 @@ static bool parse_value(parser *p, const entry *e)
         uint64_t min = (k->flags & F_MIN_LARGE_SEG) ? cfg->large_segment_size / MIB : k->min;
         if (v < min)
             return bad_value(p, e, "is too small");
-        /* A bound where the value is a segment size: one larger than any device makes every
-         * request it applies to fail (with an out-of-memory line blaming a full device). */
-        if (k->max && v > k->max)
+        /* Every size is bounded: a page or segment larger than any device makes every request
+         * it applies to fail (an out-of-memory line blaming a full device), and bytes past the
+         * key's bound would wrap, in the product or in a later sum with a request (a page of
+         * 2^44 MiB rounded to 0 bytes divided by zero). PyTorch caps the product instead. */
+        if (v > (k->max ? k->max : MIB_KEY_MAX))
             return bad_value(p, e, "is too large");
-        if (v > SIZE_MAX / MIB) /* PyTorch caps at SIZE_MAX / 1 MiB */
-            v = SIZE_MAX / MIB;
         *f = (size_t)v * MIB;
         break;
     }

@@ -30,6 +30,9 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      8) and every synthetic workload, with the targets of planned memory
   9. the counters read from Python (tests/bench/py_stats.py): tessera.stats() in a process
      under tessera run --sim, beside tessera.stats(pid) and tessera-stat --json run and parsed
+  10. CUDA IPC through LD_PRELOAD (tests/bench/ipc_cost.py): cudaIpcGetMemHandle and
+     cudaIpcOpenMemHandle of tests/programs/ipc_share without tessera and under tessera's
+     default, PyTorch's policy and expandable segments
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -39,7 +42,7 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    plan,python (default: all)
+                    plan,python,ipc (default: all)
   --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
                     GPU) instead of the published figures
   -h, --help
@@ -50,7 +53,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,plan,python"
+only="core,replay,steady,shim,stream,pinned,async,plan,python,ipc"
 costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -279,6 +282,7 @@ preload_part() {
 preload_part stream stream_order.py tight_loop "stream-ordered reuse"
 preload_part pinned pinned.py staging "pinned host memory"
 preload_part async async_pair.py staging "cudaMallocAsync/cudaFreeAsync pairs"
+preload_part ipc ipc_cost.py ipc_share "CUDA IPC export and open"
 
 # --- 8. planned memory ----------------------------------------------------------------------------
 if want plan; then
@@ -314,4 +318,5 @@ report_part pinned "Pinned host memory through LD_PRELOAD (simulated device)"
 report_part async "cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated device)"
 report_part plan "Planned memory: plan:True beside the other policies"
 report_part python "The counters from Python: tessera.stats() every step"
+report_part ipc "CUDA IPC: export and open through LD_PRELOAD (simulated device)"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

@@ -738,8 +738,9 @@ static CUresult hook_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
     if (!HOOK_READY() || !ts_real.cuIpcGetMemHandle)
         return CUDA_ERROR_NOT_INITIALIZED;
     ts_allocator *a = NULL;
-    if (h && !hook_pass(ts_tls_get()) && ts_ctx_owner((uintptr_t)dptr, &a, NULL, NULL, NULL) == TS_OK)
-        return ts_ipc_export(h, a, (uintptr_t)dptr);
+    CUcontext ctx = NULL;
+    if (h && !hook_pass(ts_tls_get()) && ts_ctx_owner((uintptr_t)dptr, &a, &ctx, NULL, NULL) == TS_OK)
+        return ts_ipc_export(h, a, ctx, (uintptr_t)dptr);
     return ts_real.cuIpcGetMemHandle(h, dptr);
 }
 

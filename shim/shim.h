@@ -7,6 +7,9 @@
  *   pluggable.c       PyTorch's pluggable allocator entry points (the library is loaded, not
  *                     preloaded: nothing is interposed), over the stream-ordered hooks' service
  *   context.c         CUDA context -> allocator; page, trace, fork and exit handling
+ *   ipc.c             CUDA IPC of tessera's blocks: what is exported, held, imported
+ *   control.c         the control channel: a socket and a thread of tessera's own, started at
+ *                     the first export; its clients (ipc.c) plug in as services
  *   backend_cuda.c    the core's backend over the real driver; fences on tracked streams
  *   streams.c         which streams exist, which threads use a context, whether a capture runs
  *   real.c            the real dlsym, the real driver entry points, the routing table
@@ -240,9 +243,10 @@ TS_HIDDEN void ts_cuda_backend_stream_created(ts_cuda_backend *b, CUstream s, un
 /* What a free of an exported block found (ts_ipc_on_free). */
 enum { TS_IPC_NOT_EXPORTED = 0, TS_IPC_HELD = 1, TS_IPC_INVALID = 2 };
 extern TS_HIDDEN unsigned ts_ipc_exported; /* exports alive (atomic) */
-extern TS_HIDDEN unsigned ts_ipc_held;     /* of which freed by the program, held (atomic) */
-/* A handle for the live block of a that contains ptr (cuIpcGetMemHandle). */
-TS_HIDDEN CUresult ts_ipc_export(CUipcMemHandle *h, ts_allocator *a, uintptr_t ptr);
+extern TS_HIDDEN unsigned ts_ipc_reapable; /* held blocks no process holds any more (atomic) */
+/* A handle for the live block of a (an allocator of context ctx) that contains ptr
+ * (cuIpcGetMemHandle). */
+TS_HIDDEN CUresult ts_ipc_export(CUipcMemHandle *h, ts_allocator *a, CUcontext ctx, uintptr_t ptr);
 /* The program frees ptr: TS_IPC_HELD when another process still has the block open (the free
  * succeeds, the block stays allocated until they close it), TS_IPC_INVALID when the block was
  * already freed and is held, else TS_IPC_NOT_EXPORTED (free it as usual). */
@@ -257,12 +261,97 @@ TS_HIDDEN bool ts_ipc_is_ours(const CUipcMemHandle *h);
 TS_HIDDEN CUresult ts_ipc_open(CUdeviceptr *out, const CUipcMemHandle *h, unsigned int flags);
 /* cuIpcCloseMemHandle: *handled is false when p is not a tessera import (forward it). */
 TS_HIDDEN CUresult ts_ipc_close(CUdeviceptr p, bool *handled);
-/* On the allocation and free paths: one relaxed load while nothing is held. */
+/* On the allocation and free paths: one relaxed load while nothing is to be given back. */
 static inline void ts_ipc_tick(void)
 {
-    if (__builtin_expect(__atomic_load_n(&ts_ipc_held, __ATOMIC_RELAXED) != 0, 0))
+    if (__builtin_expect(__atomic_load_n(&ts_ipc_reapable, __ATOMIC_RELAXED) != 0, 0))
         ts_ipc_reap();
 }
+
+/* --- control.c: the control channel between processes of one user ----------------------------- */
+
+#define TS_CTL_MAGIC 0x31435354u /* "TSC1" */
+#define TS_CTL_MSG_MAX 4096      /* bytes in one message, header included */
+#define TS_CTL_FDS_MAX 64        /* descriptors in one answer */
+
+/* Types the channel itself uses; services take their own ranges (ipc.c: 0x100-0x1ff).
+ * REFUSED: the connection is not admitted (status: why); UNKNOWN: a request type no service
+ * answers; FAILED: the answer could not be sent now (status: errno). */
+enum { TS_CTL_REFUSED = 1, TS_CTL_UNKNOWN = 2, TS_CTL_FAILED = 3 };
+/* Why a connection was refused (the status of TS_CTL_REFUSED). */
+enum { TS_CTL_WHY_USER = 1, TS_CTL_WHY_BUSY = 2 };
+
+/* The head of every message. A request's seq comes back in its answer; status is the answer's. */
+typedef struct ts_ctl_header {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t status;
+    uint32_t seq;
+    uint32_t reserved;
+} ts_ctl_header;
+
+/* Where a process's server is: its pid, its start time (/proc/PID/stat, against pid reuse) and
+ * the secret its name carries. */
+typedef struct ts_ctl_address {
+    int32_t pid;
+    uint64_t start;
+    uint64_t secret;
+} ts_ctl_address;
+
+typedef struct ts_ctl_peer ts_ctl_peer;
+typedef struct ts_ctl_peer_info {
+    pid_t pid;
+    uid_t uid;
+} ts_ctl_peer_info;
+
+/* An answer a service fills: buf starts with the header (type and status the service's; magic
+ * and seq the channel's), len bytes in all (0: no answer), and nfds descriptors the channel
+ * sends with it and then closes, sent or not. */
+typedef struct ts_ctl_answer {
+    unsigned char buf[TS_CTL_MSG_MAX];
+    size_t len;
+    int fds[TS_CTL_FDS_MAX];
+    unsigned nfds;
+} ts_ctl_answer;
+
+/* A client of the server: the requests of types [type_first, type_last]. Both calls run on the
+ * server's thread, under the channel's lock, and must not block on a peer. *data is the
+ * service's state for that peer, NULL at first; while it is not NULL the peer holds something
+ * and is never closed for being idle. request returns false to drop the peer (a request no
+ * honest client sends); gone releases *data when the peer is closed, dies or is dropped. */
+typedef struct ts_ctl_service {
+    uint16_t type_first, type_last;
+    bool (*request)(void **data, const ts_ctl_peer_info *who, const void *msg, size_t len,
+                    ts_ctl_answer *answer);
+    void (*gone)(void **data);
+} ts_ctl_service;
+
+/* Serve svc: starts the thread and the socket at the first call; *addr is where clients find
+ * it. 0, or -errno. */
+TS_HIDDEN int ts_ctl_serve(const ts_ctl_service *svc, ts_ctl_address *addr);
+
+typedef struct ts_ctl_client ts_ctl_client;
+/* Connect to the server at addr and check it is that process (SO_PEERCRED pid and its start
+ * time). 0, or -ESRCH (no such server: the process exited), -ESTALE (the pid is another
+ * process now), -EPERM (the name is held by another process), -errno. */
+TS_HIDDEN int ts_ctl_connect(const ts_ctl_address *addr, ts_ctl_client **out);
+/* One request (its header's type set; magic and seq are filled in) and its answer: the
+ * answer's length with up to max_fds descriptors in fds (*nfds), or -errno: -EACCES (this
+ * user is refused), -EUSERS (the server is full), -ECONNRESET (it went away), -ETIMEDOUT,
+ * -EAGAIN (the server could not send its answer now), -EMFILE (no room here for the
+ * descriptors it sent), -EPROTO (not an answer of this channel: too long, stray descriptors,
+ * a foreign head). */
+TS_HIDDEN ssize_t ts_ctl_call(ts_ctl_client *c, void *req, size_t len, void *ans, size_t cap,
+                              int *fds, unsigned max_fds, unsigned *nfds);
+/* A request sent without waiting for an answer (one that comes is skipped by the next call).
+ * 0 or -errno. */
+TS_HIDDEN int ts_ctl_send(ts_ctl_client *c, void *msg, size_t len);
+/* Close the connection (the server lets go of what it held for it) and free c. */
+TS_HIDDEN void ts_ctl_close(ts_ctl_client *c);
+/* The start time of pid (field 22 of /proc/PID/stat); false when it cannot be read. */
+TS_HIDDEN bool ts_ctl_proc_start(pid_t pid, uint64_t *out);
+/* n random bytes (getrandom; unique if not random when the kernel has no entropy yet). */
+TS_HIDDEN void ts_ctl_random(void *out, size_t n);
 
 /* --- pointer.c: pointer queries answered for tessera's blocks --------------------------------- */
 

@@ -74,7 +74,7 @@ static void test_format_values(void **state)
         const char *in, *key, *out;
     } cases[] = {
         { "max_split_size_mb:64", "max_split_size_mb", "64" },
-        { "max_split_size_mb:99999999999999999", "max_split_size_mb", "17592186044415" },
+        { "max_split_size_mb:1099511627775", "max_split_size_mb", "1099511627775" },
         { "large_segment_size_mb:32", "max_non_split_rounding_mb", "32" },
         { "garbage_collection_threshold:0.60", "garbage_collection_threshold", "0.6" },
         { "garbage_collection_threshold:1e-5", "garbage_collection_threshold", "1e-05" },
@@ -119,7 +119,7 @@ static void test_format_values(void **state)
     /* the longest output fits TS_CONFIG_FORMAT_MAX */
     ts_config big;
     assert_true(parse_ok(
-        "max_split_size_mb:17592186044414,max_non_split_rounding_mb:17592186044414,"
+        "max_split_size_mb:1099511627774,max_non_split_rounding_mb:1099511627774,"
         "large_segment_size_mb:1024,"
         "garbage_collection_threshold:4.9406564584124654e-324,"
         "per_process_memory_fraction:4.9406564584124654e-324,"
@@ -127,7 +127,7 @@ static void test_format_values(void **state)
         "16:2147483648,32:1073741824,64:2147483648,128:1073741824,256:2147483648,512:1073741824,"
         "1024:2147483648,2048:1073741824,4096:2147483648,8192:1073741824,16384:2147483648,"
         "32768:1073741824],backend:cudaMallocAsync,memory_limit:18446744073709551615,"
-        "reuse_fence:events,stitch_min_block_mb:17592186044415,stitch_max_ranges:4096,"
+        "reuse_fence:events,stitch_min_block_mb:1099511627775,stitch_max_ranges:4096,"
         "expandable_segments:False,caching:False,stats:False,oom_report:False,stitching:False,"
         "defragment:False,verbose:False,"
         "release_lock_on_cudamalloc:False,pinned_use_cuda_host_register:False,"
@@ -209,7 +209,7 @@ static void random_entry(text *t, unsigned k, unsigned large_seg_mb)
         switch (below(3)) {
         case 0: put(t, "max_split_size_mb:unlimited"); break;
         case 1: put(t, "max_split_size_mb:%u", large_seg_mb + below(100000)); break;
-        default: put(t, "max_split_size_mb:%" PRIu64, rnd() | ((uint64_t)1 << 63)); break;
+        default: put(t, "max_split_size_mb:%" PRIu64, (rnd() | ((uint64_t)1 << 39)) & (((uint64_t)1 << 40) - 1)); break;
         }
         break;
     case 1: put(t, "max_non_split_rounding_mb:%u", large_seg_mb + below(5000)); break;
@@ -381,7 +381,7 @@ static void test_describe(void **state)
         keys++;
     }
     assert_int_equal(keys, 26 + TS_CONFIG_NOT_APPLICABLE_COUNT);
-    assert_non_null(strstr(buf, "  max_split_size_mb\n      value:   an integer >= 20 MiB, or "
+    assert_non_null(strstr(buf, "  max_split_size_mb\n      value:   an integer from 20 to 1099511627775 MiB, or "
                                 "unlimited\n      default: unlimited\n"));
     assert_non_null(strstr(buf, "  reuse_fence\n      value:   order, events, sync or none\n      "
                                 "default: order\n"));

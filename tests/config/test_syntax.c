@@ -123,7 +123,7 @@ static void test_lenient_keeps_going(void **state)
                                   "ignored");
     /* syntax problems (pass 1) come first, then value problems in order */
     assert_string_equal(w.msg[3], LENIENT_VAR ": key 'max_split_size_mb' at position 14: value '10' "
-                                  "is too small (must be an integer >= 20 MiB); ignored");
+                                  "is too small (must be an integer from 20 to 1099511627775 MiB); ignored");
 
     /* an invalid value leaves an earlier valid one in place */
     parse_lenient("max_split_size_mb:100,max_split_size_mb:5", &c, &w);
@@ -310,7 +310,7 @@ static void test_env_modes(void **state)
     assert_string_equal(source, "TESSERA_ALLOC_CONF");
     assert_memory_equal(&c, &before, sizeof c);
     assert_string_equal(diag.message, "TESSERA_ALLOC_CONF: key 'max_split_size_mb' at position 13: "
-                                      "value '1' is too small (must be an integer >= 20 MiB)");
+                                      "value '1' is too small (must be an integer from 20 to 1099511627775 MiB)");
 
     /* the PyTorch variables are lenient: warned about, defaults kept, rest applied */
     unsetenv("TESSERA_ALLOC_CONF");
@@ -321,7 +321,7 @@ static void test_env_modes(void **state)
     assert_true(c.max_split_size == SIZE_MAX);
     assert_int_equal(w.problems, 2);
     assert_string_equal(w.msg[0], "PYTORCH_CUDA_ALLOC_CONF: key 'max_split_size_mb' at position 13: "
-                                  "value '1' is too small (must be an integer >= 20 MiB); ignored");
+                                  "value '1' is too small (must be an integer from 20 to 1099511627775 MiB); ignored");
     unsetenv("PYTORCH_CUDA_ALLOC_CONF");
     memset(&w, 0, sizeof w);
     setenv("PYTORCH_ALLOC_CONF", "expandable_segments:yes", 1);

@@ -53,24 +53,27 @@ static void test_max_split_size(void **state)
     assert_true(c.max_split_size == 1024 * MiB);
     assert_true(parse_ok("max_split_size_mb:unlimited", &c));
     assert_true(c.max_split_size == SIZE_MAX);
-    /* capped at SIZE_MAX / 1 MiB, as PyTorch */
-    assert_true(parse_ok("max_split_size_mb:18446744073709551615", &c));
-    assert_true(c.max_split_size == (SIZE_MAX / MiB) * MiB);
-    assert_true(parse_ok("max_split_size_mb:17592186044416", &c)); /* SIZE_MAX / MiB + 1 */
-    assert_true(c.max_split_size == (SIZE_MAX / MiB) * MiB);
+    /* the largest: its bytes stay below 1 EiB; one more is refused, however PyTorch caps it */
+    assert_true(parse_ok("max_split_size_mb:1099511627775", &c));
+    assert_true(c.max_split_size == ((size_t)1 << 60) - MiB);
+    assert_true(parse_error("max_split_size_mb:1099511627776",
+                            "key 'max_split_size_mb' at position 0: value '1099511627776' is too "
+                            "large (must be an integer from 20 to 1099511627775 MiB)", NULL));
+    assert_true(parse_error("max_split_size_mb:18446744073709551615", NULL, NULL));
+    assert_true(parse_error("max_split_size_mb:17592186044416", NULL, NULL)); /* SIZE_MAX / MiB + 1 */
     assert_true(parse_ok("max_split_size_mb: 0 0 2 0 ", &c)); /* blanks dropped, leading zeros */
     assert_true(c.max_split_size == 20 * MiB);
 
     assert_true(parse_error("max_split_size_mb:10",
                             "key 'max_split_size_mb' at position 0: value '10' is too small (must be "
-                            "an integer >= 20 MiB)", NULL));
+                            "an integer from 20 to 1099511627775 MiB)", NULL));
     assert_true(parse_error("max_split_size_mb:19",
                             "key 'max_split_size_mb' at position 0: value '19' is too small (must be "
-                            "an integer >= 20 MiB)", NULL));
+                            "an integer from 20 to 1099511627775 MiB)", NULL));
     assert_true(parse_error("max_split_size_mb:0", NULL, NULL));
     assert_true(parse_error("max_split_size_mb:-1",
                             "key 'max_split_size_mb' at position 0: value '-1' is not an integer "
-                            "(must be an integer >= 20 MiB)", NULL));
+                            "(must be an integer from 20 to 1099511627775 MiB)", NULL));
     assert_true(parse_error("max_split_size_mb:+30", NULL, NULL));
     assert_true(parse_error("max_split_size_mb:30.5", NULL, NULL));
     assert_true(parse_error("max_split_size_mb:30abc", NULL, NULL));
@@ -78,11 +81,11 @@ static void test_max_split_size(void **state)
     assert_true(parse_error("max_split_size_mb:0x40", NULL, NULL));
     assert_true(parse_error("max_split_size_mb:18446744073709551616",
                             "key 'max_split_size_mb' at position 0: value '18446744073709551616' is "
-                            "out of range (must be an integer >= 20 MiB)", NULL));
+                            "out of range (must be an integer from 20 to 1099511627775 MiB)", NULL));
     assert_true(parse_error("max_split_size_mb:99999999999999999999999999999999", NULL, NULL));
     assert_true(parse_error("max_split_size_mb:[1:2]",
                             "key 'max_split_size_mb' at position 0: value '[1:2]' is a list (must be "
-                            "an integer >= 20 MiB)", NULL));
+                            "an integer from 20 to 1099511627775 MiB)", NULL));
 }
 
 static void test_max_non_split_rounding(void **state)
@@ -93,11 +96,16 @@ static void test_max_non_split_rounding(void **state)
     assert_true(c.max_non_split_rounding == 20 * MiB);
     assert_true(parse_ok("max_non_split_rounding_mb:512", &c));
     assert_true(c.max_non_split_rounding == 512 * MiB);
-    assert_true(parse_ok("max_non_split_rounding_mb:18446744073709551615", &c));
-    assert_true(c.max_non_split_rounding == (SIZE_MAX / MiB) * MiB);
+    /* bounded: a size past 1 EiB plus a request would wrap in the oversize rule */
+    assert_true(parse_ok("max_non_split_rounding_mb:1099511627775", &c));
+    assert_true(c.max_non_split_rounding == ((size_t)1 << 60) - MiB);
+    assert_true(parse_error("max_non_split_rounding_mb:1099511627776",
+                            "key 'max_non_split_rounding_mb' at position 0: value '1099511627776' is "
+                            "too large (must be an integer from 20 to 1099511627775 MiB)", NULL));
+    assert_true(parse_error("max_non_split_rounding_mb:18446744073709551615", NULL, NULL));
     assert_true(parse_error("max_non_split_rounding_mb:19",
                             "key 'max_non_split_rounding_mb' at position 0: value '19' is too small "
-                            "(must be an integer >= 20 MiB)", NULL));
+                            "(must be an integer from 20 to 1099511627775 MiB)", NULL));
     assert_true(parse_error("max_non_split_rounding_mb:unlimited", NULL, NULL));
 }
 
@@ -128,13 +136,13 @@ static void test_large_segment_size(void **state)
     /* ... and raises it, wherever it appears. */
     assert_true(parse_error("max_split_size_mb:40,large_segment_size_mb:64",
                             "key 'max_split_size_mb' at position 0: value '40' is too small (must be "
-                            "an integer >= 64 MiB)", NULL));
+                            "an integer from 64 to 1099511627775 MiB)", NULL));
     assert_true(parse_error("large_segment_size_mb:64,max_split_size_mb:40",
                             "key 'max_split_size_mb' at position 25: value '40' is too small (must be "
-                            "an integer >= 64 MiB)", NULL));
+                            "an integer from 64 to 1099511627775 MiB)", NULL));
     assert_true(parse_error("max_non_split_rounding_mb:63, large_segment_size_mb:64",
                             "key 'max_non_split_rounding_mb' at position 0: value '63' is too small "
-                            "(must be an integer >= 64 MiB)", NULL));
+                            "(must be an integer from 64 to 1099511627775 MiB)", NULL));
     assert_true(parse_ok("max_split_size_mb:64,max_non_split_rounding_mb:100,large_segment_size_mb:64", &c));
     assert_true(c.max_split_size == 64 * MiB);
     assert_true(c.max_non_split_rounding == 100 * MiB);
@@ -495,7 +503,11 @@ static void test_stitch_keys(void **state)
     assert_true(c.stitch_min_block == 64 * MiB);
     assert_true(parse_error("stitch_min_block_mb:1",
                             "key 'stitch_min_block_mb' at position 0: value '1' is too small (must be "
-                            "an integer >= 2 MiB)", NULL));
+                            "an integer from 2 to 1099511627775 MiB)", NULL));
+    assert_true(parse_ok("stitch_min_block_mb:1099511627775", &c));
+    assert_true(parse_error("stitch_min_block_mb:1099511627776",
+                            "key 'stitch_min_block_mb' at position 0: value '1099511627776' is too "
+                            "large (must be an integer from 2 to 1099511627775 MiB)", NULL));
     assert_true(parse_ok("stitch_max_ranges:1", &c));
     assert_int_equal(c.stitch_max_ranges, 1);
     assert_true(parse_ok("stitch_max_ranges:4096", &c));
@@ -542,6 +554,13 @@ static void test_expandable_page_and_handles(void **state)
     assert_true(c.expandable_page == 2 * MiB);
     assert_true(parse_ok("expandable_page_mb:1024", &c));
     assert_true(c.expandable_page == 1024 * MiB);
+    /* a page larger than a segment may be (2^44 MiB wrapped to 0 bytes: a division by zero at
+     * the first allocation; 2^32 MiB: every allocation "device is full") */
+    assert_true(parse_error("expandable_page_mb:1025",
+                            "key 'expandable_page_mb' at position 0: value '1025' is too large (must "
+                            "be an integer from 0 to 1024 MiB, 0 for the default)", NULL));
+    assert_true(parse_error("expandable_page_mb:4294967296", NULL, NULL));
+    assert_true(parse_error("expandable_page_mb:17592186044416", NULL, NULL));
     assert_true(parse_ok("handle_policy:geometric", &c));
     assert_int_equal(c.handle_policy, TS_HANDLES_GEOMETRIC);
     assert_true(parse_ok("handle_policy:coarse", &c));

@@ -42,4 +42,27 @@ static inline int fill_check(void *dev, size_t n, unsigned char v)
     return ok;
 }
 
+/* Bytes as hex (out holds 2n + 1) and back: how the IPC probes pass handles on their lines.
+ * unhex returns -1 unless s is exactly n bytes of hex. */
+static inline void hex(const void *v, size_t n, char *out)
+{
+    const unsigned char *b = v;
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static inline int unhex(const char *s, void *v, size_t n)
+{
+    unsigned char *b = v;
+    if (strlen(s) != 2 * n)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned x;
+        if (sscanf(s + 2 * i, "%2x", &x) != 1)
+            return -1;
+        b[i] = (unsigned char)x;
+    }
+    return 0;
+}
+
 #endif

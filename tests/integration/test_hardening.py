@@ -18,7 +18,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_integration import STAT, SHIM, Base, prog, probe  # noqa: E402
+from test_integration import PROBES, PYTORCH, STAT, SHIM, Base, Peer, prog, probe  # noqa: E402
 
 OTHER_USER = "tessera-probe"
 HEADER, SLOT = 4096, 94208
@@ -1176,6 +1176,158 @@ class Bounds(Base):
         run = self.env.run(prog("bad_input"))
         self.assertIn("EiB", run.stderr, run)
         self.assertIsNone(re.search(r"\d{5,}\.\d\d GiB", run.stderr), run.stderr)
+
+
+class Sharing(Base):
+    """CUDA IPC between processes that do not trust each other (tests/integration/ipc_hostile
+    speaks the protocol dishonestly, without tessera; ipc_peer is an honest process under
+    tessera). Nothing either side receives is trusted: a forged answer gets an importer a clear
+    error and costs it nothing, a forged request changes nothing in the exporter."""
+
+    NOBODY = 65534
+
+    def hostile(self, *args, uid=None):
+        def drop():
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+        return subprocess.Popen([os.path.join(PROBES, "ipc_hostile")] + list(args),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env=self.env.base("1G", preload=False), preexec_fn=drop)
+
+    def exporter(self, conf=None, fill=0x3c, **kw):
+        exp = Peer(self.env, conf=conf, **kw)
+        idx, addr = exp.alloc(8 << 20)
+        exp.ask(f"fill {idx} {fill:#x}")
+        return exp, idx, addr, exp.export(idx)
+
+    def test_forged_answers_refused_by_the_importer(self):
+        cases = {
+            "short": ("cudaErrorInvalidResourceHandle", "not one tessera gives"),
+            "long": ("cudaErrorInvalidResourceHandle", "not one tessera gives"),
+            "magic": ("cudaErrorInvalidResourceHandle", "not one tessera gives"),
+            "seq": ("cudaErrorInvalidResourceHandle", "not one tessera gives"),
+            "fds": ("cudaErrorInvalidResourceHandle", "not the one asked for"),
+            "offset": ("cudaErrorInvalidResourceHandle", "a block outside its mapping"),
+            "size": ("cudaErrorInvalidResourceHandle", "a block outside its mapping"),
+            "kind": ("cudaErrorInvalidResourceHandle", "its kind"),
+            "npieces": ("cudaErrorInvalidResourceHandle", "its kind"),
+            "plain_offset": ("cudaErrorInvalidResourceHandle", "a block outside the segment"),
+            "pieces_short": ("cudaErrorInvalidResourceHandle", "not the one asked for"),
+            "pieces_big": ("cudaErrorInvalidResourceHandle", "handles larger than the range"),
+            "gone": ("cudaErrorInvalidResourceHandle", "no longer exports this block"),
+            "refuse": ("cudaErrorNotPermitted", "only with processes of its own user"),
+            "hangup": ("cudaErrorInvalidResourceHandle", None),
+            "squat": ("cudaErrorInvalidResourceHandle", "held by another process"),
+        }
+        for kind, (error, line) in cases.items():
+            with self.subTest(kind=kind):
+                fake = self.hostile("server", kind)
+                answer = fake.stdout.readline().split()
+                self.assertEqual(answer[0], "handle", answer)
+                imp = Peer(self.env)
+                fds = imp.value("fds")
+                self.assertEqual(imp.open(answer[1]), (error, -1))
+                self.assertEqual(imp.value("fds"), fds)  # every descriptor it was sent, closed
+                # and it still opens an honest exporter's block
+                exp, _, _, handle = self.exporter()
+                err, i = imp.open(handle)
+                self.assertEqual(err, "cudaSuccess")
+                self.assertEqual(imp.value(f"check {i} 0x3c"), 1)
+                stderr = imp.quit()
+                if line:
+                    self.assertIn(line, stderr)
+                exp.quit()
+                fake.communicate("", timeout=60)
+
+    def test_forged_requests_change_nothing_in_the_exporter(self):
+        # truncated, rewritten, oversized, with descriptors, for exports it does not hold, or
+        # answers it does not read: the exporter answers or drops that connection, and its
+        # block, its descriptors (0, 1 and 2 included) and other importers are untouched
+        attacks = {
+            "truncated": "dropped", "huge": "dropped", "fds": "dropped", "bad_magic": "dropped",
+            "pieces_unheld": "dropped", "pieces_range": "dropped", "flood": "dropped",
+            "wrong_id": "answered:0x100:1", "close_unheld": "answered:0x102:0",
+            "unknown_type": "answered:0x2:0",
+        }
+        for conf in (PYTORCH, None):
+            with self.subTest(conf=conf):
+                exp, idx, addr, handle = self.exporter(conf)
+                fds = exp.value("fds")
+                for attack, outcome in attacks.items():
+                    run = self.hostile("client", handle, attack)
+                    out, _ = run.communicate(timeout=120)
+                    self.assertIn(f"attack={attack} outcome={outcome}", out, attack)
+                    self.assertEqual(exp.fds_settle(fds), fds, attack)
+                    self.assertEqual(exp.value(f"check {idx} 0x3c"), 1, attack)
+                    self.assertEqual(exp.value("stdio"), 1, attack)
+                imp = Peer(self.env, conf=conf)
+                err, i = imp.open(handle)
+                self.assertEqual(err, "cudaSuccess")
+                self.assertEqual(imp.value(f"check {i} 0x3c"), 1)
+                self.assertEqual(imp.ask(f"close {i}"), ["close", "cudaSuccess"])
+                # nothing a dropped connection opened is still held: freed at once
+                self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+                self.assertEqual(exp.ask(f"reuse {8 << 20} {addr:#x} 1"), ["reuse", "1", "1"])
+                imp.quit()
+                exp.quit()
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run processes as another user")
+    def test_only_the_same_user_or_root(self):
+        os.chmod(self.env.tmp, 0o755)
+        # another user: refused, nothing mapped
+        exp, idx, _, handle = self.exporter()
+        other = Peer(self.env, uid=self.NOBODY)
+        fds = other.value("fds")
+        self.assertEqual(other.open(handle), ("cudaErrorNotPermitted", -1))
+        self.assertEqual(other.value("fds"), fds)
+        self.assertIn("only with processes of its own user", other.quit())
+        exp.quit()
+        # root may open a user's block
+        exp, idx, _, handle = self.exporter(uid=self.NOBODY)
+        root = Peer(self.env)
+        err, i = root.open(handle)
+        self.assertEqual(err, "cudaSuccess")
+        self.assertEqual(root.value(f"check {i} 0x3c"), 1)
+        root.quit()
+        exp.quit()
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run processes as another user")
+    def test_connections_bounded_per_user_and_overall(self):
+        # an exporter limited to 64 descriptors serves 16 connections (a quarter), 12 of them
+        # (three quarters) per user: the rest are refused, root keeps its share
+        os.chmod(self.env.tmp, 0o755)
+        exp, idx, addr, handle = self.exporter(PYTORCH, uid=self.NOBODY, nofile=64)
+        fds = exp.value("fds")
+        same = self.hostile("client", handle, "connections", "20", uid=self.NOBODY)
+        self.assertIn("answered=12 refused=8", same.stdout.readline())
+        root = self.hostile("client", handle, "connections", "10")
+        self.assertIn("answered=4 refused=6", root.stdout.readline())
+        self.assertEqual(exp.fds_settle(fds + 16), fds + 16)  # a refusal is sent, then closed
+        # held by the connections that were answered: the free holds the block
+        self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+        self.assertEqual(exp.ask(f"reuse {8 << 20} {addr:#x} 1")[1], "0")
+        same.communicate("", timeout=60)
+        root.communicate("", timeout=60)
+        self.assertEqual(exp.ask(f"reuse {8 << 20} {addr:#x} 60000")[1], "1")
+        self.assertEqual(exp.fds_settle(fds), fds)
+        exp.quit()
+
+    def test_idle_connection_closed_holder_kept(self):
+        # a connection that holds nothing and says nothing is closed after 10 s; one that holds
+        # a block is never closed for being quiet
+        exp, idx, addr, handle = self.exporter(PYTORCH)
+        holder = self.hostile("client", handle, "open_hold")
+        self.assertEqual(holder.stdout.readline().split(), ["held", "answered:0x100:0"])
+        silent = self.hostile("client", handle, "silent")
+        out, _ = silent.communicate(timeout=120)
+        self.assertIn("outcome=dropped", out)
+        self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+        self.assertEqual(exp.ask(f"reuse {8 << 20} {addr:#x} 1")[1], "0")  # still held
+        holder.communicate("", timeout=60)
+        self.assertEqual(exp.ask(f"reuse {8 << 20} {addr:#x} 60000")[1], "1")
+        exp.quit()
 
 
 if __name__ == "__main__":

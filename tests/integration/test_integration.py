@@ -11,7 +11,10 @@ Environment:   TS_BUILD (the build directory), TS_SOURCE (the source directory).
 import json
 import os
 import re
+import resource
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,6 +136,102 @@ def prog(name, *args):
 
 def probe(name):
     return [os.path.join(PROBES, name)]
+
+
+def stop(pid):
+    """SIGSTOP pid, and wait until every thread of it is stopped (a thread may still be
+    running for a moment after kill() returns)."""
+    os.kill(pid, signal.SIGSTOP)
+    for _ in range(10000):
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = []
+        for t in tasks:
+            try:
+                text = open(f"/proc/{pid}/task/{t}/stat").read()
+                states.append(text[text.rindex(")") + 2])
+            except OSError:
+                pass
+        if states and all(st in "tT" for st in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} did not stop")
+
+
+class Peer:
+    """A CUDA process driven line by line (tests/integration/ipc_peer): one command, one answer.
+    uid: run as that user (the test runs as root); nofile: its descriptor limit."""
+
+    def __init__(self, env, conf=None, preload=True, memory="1G", uid=None, nofile=None):
+        def drop():
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+        self.proc = subprocess.Popen([os.path.join(PROBES, "ipc_peer")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env.base(memory, preload, conf), preexec_fn=drop)
+
+    def tell(self, line):
+        """Send one command; its answer is read with answer()."""
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout=120):
+        """The next answer line, split into words, or None when none came within timeout s."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        return line.split() if line else None
+
+    def ask(self, line):
+        """The answer to one command, split into words."""
+        self.tell(line)
+        answer = self.answer()
+        if not answer:
+            self.proc.kill()
+            raise AssertionError(f"no answer to {line!r}: {self.proc.stderr.read()}")
+        return answer
+
+    def value(self, line):
+        """The second word of the answer (its value), as an int when it is one."""
+        word = self.ask(line)[1]
+        return int(word, 0) if re.fullmatch(r"-?(0x)?[0-9a-f]+", word) else word
+
+    def alloc(self, size):
+        answer = self.ask(f"alloc {size}")
+        assert answer[0] == "ok", answer
+        return int(answer[1]), int(answer[2], 16)
+
+    def export(self, index):
+        answer = self.ask(f"export {index}")
+        assert answer[0] == "handle", answer
+        return answer[1]
+
+    def open(self, handle):
+        """(error name, index of the imported block)"""
+        answer = self.ask(f"open {handle}")
+        return answer[1], int(answer[2])
+
+    def fds_settle(self, want, tries=600):
+        """The descriptor count once it is want, or the last one seen: what the channel thread
+        does on a connection's close happens after the close, 100 ms x tries at most."""
+        for _ in range(tries):
+            n = self.value("fds")
+            if n == want:
+                return n
+            time.sleep(0.1)
+        return n
+
+    def quit(self):
+        """stderr, once the process has exited (rc 0 asserted)."""
+        out, err = self.proc.communicate("quit\n", timeout=120)
+        assert self.proc.returncode == 0, (self.proc.returncode, out, err)
+        return err
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=120)  # not its pipes: a child it forked may hold them
 
 
 class Base(unittest.TestCase):
@@ -523,6 +622,29 @@ class Configuration(Base):
         self.ok(run)
         self.assertIn("unknown key 'turbo'", run.stderr)
         self.assertIn("expandable_segments:True", self.env_page_config(run))
+
+    def test_size_beyond_any_device_refused(self):
+        # a size key whose bytes overflow (2^44 MiB wrapped the page to 0: SIGFPE at the first
+        # cudaMalloc) or make no sense (a page of 2^32 MiB: every allocation "device is full")
+        cases = [("expandable_page_mb", "17592186044416"), ("expandable_page_mb", "4294967296"),
+                 ("expandable_page_mb", "1025"), ("max_non_split_rounding_mb", "17592186044416"),
+                 ("max_split_size_mb", "17592186044416"), ("stitch_min_block_mb", "1099511627776")]
+        for key, value in cases:
+            with self.subTest(key=key, value=value):
+                run = self.env.run(prog("meminfo", "--unit", "4M"), conf=f"{key}:{value}")
+                self.assertEqual(run.rc, 1, run)
+                self.assertEqual(run.stdout, "", run)  # main never ran
+                self.assertEqual(run.stderr.count("tessera:"), 1, run.stderr)
+                self.assertIn(f"key '{key}' at position 0: value '{value}' is too large", run.stderr)
+                # the PyTorch variable: one warning, the value ignored, the program served
+                run = self.env.run(prog("meminfo", "--unit", "4M"),
+                                   extra={"PYTORCH_CUDA_ALLOC_CONF": f"{key}:{value}"})
+                self.ok(run)
+                self.assertIn(f"key '{key}' at position 0: value '{value}' is too large", run.stderr)
+                self.assertIn("; ignored", run.stderr)
+        # the largest page still served
+        run = self.env.run(prog("meminfo", "--unit", "4M"), conf="expandable_page_mb:1024", memory="4G")
+        self.ok(run)
 
     def test_contradiction_refused_in_strict_mode(self):
         run = self.env.run(prog("meminfo"), conf="defragment:True,expandable_segments:False")
@@ -1238,7 +1360,7 @@ class Ipc(Base):
                 self.ok(run)
                 self.assertEqual(run.result["opened"], "0", run)
                 self.assertEqual(run.result["open_failed"], "9", run)
-                self.assertIn("cannot be read by this process", run.stderr)
+                self.assertIn("shares its memory only with processes of its own user", run.stderr)
 
     def test_range_of_a_block_is_the_block(self):
         # the probe: two blocks that share a segment; each exports and answers for itself
@@ -1246,6 +1368,197 @@ class Ipc(Base):
         self.ok(run)
         self.assertEqual(run.result["first"], "cudaSuccess")
         self.assertEqual(run.result["second"], "cudaSuccess")
+
+    # The tests below drive separate processes (tests/integration/ipc_peer), started side by
+    # side by the test: an importer is never the exporter's child.
+
+    def test_any_number_of_holders(self):
+        # 17 and 100 processes hold one block (a table of 16 slots once leaked it from the 17th
+        # on): while any holds it, the exporter's free succeeds and no allocation lands in its
+        # bytes; a close is answered, so after the last one the next allocation finds it
+        for conf, n in ((PYTORCH, 17), (None, 100)):
+            with self.subTest(conf=conf, importers=n):
+                exp = Peer(self.env, conf=conf)
+                idx, addr = exp.alloc(64 * MiB)
+                exp.ask(f"fill {idx} 0x5a")
+                handle = exp.export(idx)
+                fds = exp.value("fds")
+                imps = [Peer(self.env, conf=conf) for _ in range(n)]
+                base = [p.value("fds") for p in imps]
+                opened = [p.open(handle) for p in imps]
+                self.assertEqual([o[0] for o in opened], ["cudaSuccess"] * n)
+                self.assertEqual([p.value(f"check {i} 0x5a") for p, (_, i) in zip(imps, opened)], [1] * n)
+                # one connection per importing process, on both sides; none per export
+                self.assertEqual([p.value("fds") for p in imps], [b + 1 for b in base])
+                self.assertEqual(exp.value("fds"), fds + n)
+                self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+                for k, (p, (_, i)) in enumerate(zip(imps, opened)):
+                    self.assertEqual(exp.ask(f"reuse {64 * MiB} {addr:#x} 1"), ["reuse", "0", "1"], k)
+                    self.assertEqual(p.ask(f"close {i}"), ["close", "cudaSuccess"])
+                    self.assertEqual(p.value("fds"), base[k])  # the importer's closed with it
+                self.assertEqual(exp.ask(f"reuse {64 * MiB} {addr:#x} 1"), ["reuse", "1", "1"])
+                self.assertEqual(exp.fds_settle(fds), fds)
+                for p in imps:
+                    p.quit()
+                exp.quit()
+
+    def test_holder_killed_gives_the_block_back(self):
+        # no polling of /proc: the connection a dead process leaves closes, and that is the signal
+        for conf in (PYTORCH, None):
+            with self.subTest(conf=conf):
+                exp = Peer(self.env, conf=conf)
+                idx, addr = exp.alloc(8 * MiB)
+                handle = exp.export(idx)
+                imp = Peer(self.env, conf=conf)
+                self.assertEqual(imp.open(handle)[0], "cudaSuccess")
+                self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+                self.assertEqual(exp.ask(f"reuse {8 * MiB} {addr:#x} 1")[1], "0")  # held
+                imp.kill()
+                # given back at an allocation after the channel thread has seen the close
+                self.assertEqual(exp.ask(f"reuse {8 * MiB} {addr:#x} 60000")[1], "1")
+                exp.quit()
+
+    def test_forked_children_keep_no_channel(self):
+        # a child forked without exec (a data-loader worker) closes its copies of the channel's
+        # descriptors: the exporter's socket and connections, the importer's connection, so a
+        # connection's close still means what it says
+        exp = Peer(self.env, conf=PYTORCH)
+        idx, addr = exp.alloc(8 * MiB)
+        handle = exp.export(idx)
+        imp = Peer(self.env, conf=PYTORCH)
+        self.assertEqual(imp.open(handle)[0], "cudaSuccess")
+        children = []
+        for peer, channel in ((exp, 2), (imp, 1)):  # socket and connection; connection
+            fds = peer.value("fds")
+            child = peer.ask("fork")
+            children.append(int(child[1]))
+            self.assertEqual(int(child[2]), fds - channel, child)
+        self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+        imp.kill()  # its child lives on
+        self.assertEqual(exp.ask(f"reuse {8 * MiB} {addr:#x} 60000")[1], "1")
+        for pid in children:
+            os.kill(pid, 9)
+        exp.quit()
+
+    def test_close_is_answered_by_the_exporter(self):
+        # cudaIpcCloseMemHandle returns once the exporter has let go: with the exporter
+        # stopped, the importer's close waits; let it run, and the close returns, and the
+        # exporter's next allocation finds the block (nothing left to a later wake-up)
+        for conf in (PYTORCH, None):
+            with self.subTest(conf=conf):
+                exp = Peer(self.env, conf=conf)
+                idx, addr = exp.alloc(8 * MiB)
+                handle = exp.export(idx)
+                imps = [Peer(self.env, conf=conf) for _ in range(2)]
+                opened = [p.open(handle) for p in imps]
+                self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+                for p, (_, i) in zip(imps, opened):  # one close not the last, then the last
+                    stop(exp.proc.pid)
+                    p.tell(f"close {i}")
+                    waited = p.answer(timeout=1)
+                    os.kill(exp.proc.pid, signal.SIGCONT)
+                    self.assertIsNone(waited)  # no answer while the exporter cannot give one
+                    self.assertEqual(p.answer(), ["close", "cudaSuccess"])
+                self.assertEqual(exp.ask(f"reuse {8 * MiB} {addr:#x} 1"), ["reuse", "1", "1"])
+                for p in imps:
+                    p.quit()
+                exp.quit()
+
+    def test_context_gone_takes_its_exports(self):
+        # a context reset frees every block of it: its exports go with them, and a handle made
+        # before finds nothing to open
+        for conf in (PYTORCH, None):
+            with self.subTest(conf=conf):
+                exp = Peer(self.env, conf=conf)
+                idx, _ = exp.alloc(8 * MiB)
+                handle = exp.export(idx)
+                self.assertEqual(exp.ask("reset"), ["reset", "cudaSuccess"])
+                imp = Peer(self.env, conf=conf)
+                self.assertEqual(imp.open(handle), ("cudaErrorInvalidResourceHandle", -1))
+                self.assertIn("no longer exports this block", imp.quit())
+                exp.quit()
+
+    def test_second_free_of_a_held_block_is_invalid(self):
+        for conf in (PYTORCH, None):
+            with self.subTest(conf=conf):
+                exp = Peer(self.env, conf=conf)
+                idx, addr = exp.alloc(8 * MiB)
+                exp.ask(f"fill {idx} 0x33")
+                handle = exp.export(idx)
+                imp = Peer(self.env, conf=conf)
+                err, i = imp.open(handle)
+                self.assertEqual(err, "cudaSuccess")
+                self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+                self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaErrorInvalidValue"])
+                self.assertEqual(exp.ask(f"export {idx}"), ["export", "cudaErrorInvalidValue"])
+                self.assertEqual(imp.value(f"check {i} 0x33"), 1)  # the importer's bytes, intact
+                self.assertEqual(imp.ask(f"close {i}"), ["close", "cudaSuccess"])
+                self.assertEqual(exp.ask(f"reuse {8 * MiB} {addr:#x} 1"), ["reuse", "1", "1"])
+                imp.quit()
+                self.assertIn("invalid", exp.quit().lower())
+
+    def test_stale_and_altered_handles_refused(self):
+        for conf in (PYTORCH, None):
+            with self.subTest(conf=conf):
+                exp = Peer(self.env, conf=conf)
+                a, addr = exp.alloc(4 * MiB)
+                old = exp.export(a)
+                self.assertEqual(exp.ask(f"free {a}"), ["free", "cudaSuccess"])  # nobody held it
+                b, addr_b = exp.alloc(4 * MiB)
+                self.assertEqual(addr_b, addr)  # the same bytes, another allocation
+                exp.ask(f"fill {b} 0x22")
+                new = exp.export(b)
+                self.assertNotEqual(new, old)
+                imp = Peer(self.env, conf=conf)
+                fds = imp.value("fds")
+                self.assertEqual(imp.open(old), ("cudaErrorInvalidResourceHandle", -1))
+                # one byte changed in the export's id (a wrong nonce), the channel's secret, the
+                # exporter's start time (a reused pid), its pid
+                for name, at in (("id", 36), ("secret", 27), ("start", 16), ("pid", 10)):
+                    forged = new[:2 * at] + "%02x" % (int(new[2 * at:2 * at + 2], 16) ^ 0x40) + new[2 * at + 2:]
+                    self.assertEqual(imp.open(forged)[1], -1, name)
+                self.assertEqual(imp.value("fds"), fds)  # nothing kept of the refused opens
+                err, i = imp.open(new)
+                self.assertEqual(err, "cudaSuccess")
+                self.assertEqual(imp.value(f"check {i} 0x22"), 1)
+                self.assertEqual(imp.ask(f"close {i}"), ["close", "cudaSuccess"])
+                stderr = imp.quit()
+                self.assertIn("no longer exports this block", stderr)
+                self.assertIn("has exited", stderr)
+                exp.quit()
+
+    def test_descriptors_of_both_sides(self):
+        # 40 exports under a limit of 64 descriptors: all succeed, the program keeps every
+        # descriptor but the channel's one socket; the importer's one connection goes with its
+        # last close
+        for conf in (PYTORCH, None):
+            with self.subTest(conf=conf):
+                exp = Peer(self.env, conf=conf, nofile=64)
+                answer = exp.ask("allocs 40 4096")
+                addrs, first = answer[1].split(","), int(answer[2])
+                blocks = list(range(first, first + 40))
+                files, fds = exp.value("files"), exp.value("fds")
+                handles = [exp.export(i) for i in blocks]
+                self.assertEqual(exp.value("fds"), fds + 1)
+                self.assertEqual(exp.value("files"), files - 1)
+                imp = Peer(self.env, conf=conf)
+                ifds = imp.value("fds")
+                opened = [imp.open(h) for h in handles]
+                self.assertEqual([o[0] for o in opened], ["cudaSuccess"] * 40)
+                self.assertEqual(imp.value("fds"), ifds + 1)
+                self.assertEqual(exp.value("fds"), fds + 2)
+                # all 40 freed while held, then closed: all given back (in batches of 32), and
+                # the same 40 allocations land in the same bytes
+                for i in blocks:
+                    self.assertEqual(exp.ask(f"free {i}"), ["free", "cudaSuccess"])
+                for _, i in opened:
+                    self.assertEqual(imp.ask(f"close {i}"), ["close", "cudaSuccess"])
+                self.assertEqual(imp.value("fds"), ifds)
+                self.assertEqual(sorted(exp.ask("allocs 40 4096")[1].split(",")), sorted(addrs))
+                self.assertEqual(exp.fds_settle(fds + 1), fds + 1)
+                self.assertEqual(exp.value("stdio"), 1)
+                imp.quit()
+                exp.quit()
 
 
 class FreeAsync(Base):

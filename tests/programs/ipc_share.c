@@ -25,6 +25,7 @@
  * for opening one's own handle), opened, open_failed, bytes_bad (the importer's checks),
  * seen_back (importer writes the parent saw), held_ok (reuse: the importer's bytes survived),
  * export_us and open_us (mean microseconds per cudaIpcGetMemHandle and cudaIpcOpenMemHandle),
+ * open_first_us (the first open alone: a process's first open of an exporter's handles),
  * stale_refused (a copy of a handle with its bytes 16-23 changed, where tessera keeps the
  * exporter's start time against PID reuse, was refused). */
 #include <cuda.h>
@@ -185,7 +186,7 @@ static int importer(void) {
   void *ptrs[NBLOCKS];
   size_t sizes[NBLOCKS];
   int n = 0, opened = 0, failed = 0, bad = 0, stale_refused = -1;
-  double open_us = 0;
+  double open_us = 0, first_us = 0;
   CHECK(cudaSetDevice(0));
   while (n < NBLOCKS && fgets(line, sizeof line, stdin)) {
     int i;
@@ -199,6 +200,7 @@ static int importer(void) {
     double t0 = now_us();
     cudaError_t opened_err = cudaIpcOpenMemHandle(&ptrs[n], h, cudaIpcMemLazyEnablePeerAccess);
     open_us += now_us() - t0;
+    if (n == 0) first_us = now_us() - t0;
     if (opened_err != cudaSuccess) {
       (void)cudaGetLastError();
       ptrs[n] = NULL;
@@ -228,8 +230,8 @@ static int importer(void) {
     }
     n++;
   }
-  printf("opened %d failed %d bad %d open_us %.1f stale %d\n", opened, failed, bad,
-         n ? open_us / n : 0.0, stale_refused);
+  printf("opened %d failed %d bad %d open_us %.1f stale %d first_us %.1f\n", opened, failed, bad,
+         n ? open_us / n : 0.0, stale_refused, first_us);
   fflush(stdout);
   /* the parent's next word: check (the blocks again, then close), or exit */
   if (!fgets(line, sizeof line, stdin)) line[0] = '\0';
@@ -368,9 +370,10 @@ int main(int argc, char **argv) {
   int opened = -1, failed = -1, bytes_bad = -1;
   double open_us = 0;
   int stale = -1;
+  double open_first_us = 0;
   if (!fgets(line, sizeof line, in) ||
-      sscanf(line, "opened %d failed %d bad %d open_us %lf stale %d", &opened, &failed,
-             &bytes_bad, &open_us, &stale) != 5)
+      sscanf(line, "opened %d failed %d bad %d open_us %lf stale %d first_us %lf", &opened, &failed,
+             &bytes_bad, &open_us, &stale, &open_first_us) != 6)
     die_msg("importer", "no report");
   int seen_back = 0;
   for (int i = 0; i < NBLOCKS; i++) seen_back += get_byte(blocks[i], bsize[i] - 1) == back_of(i);
@@ -412,8 +415,8 @@ int main(int argc, char **argv) {
   }
   printf("RESULT status=ok pid=%d blocks=%d attr_bad=%d attr_why=%s ids=%d same_handle=%d own_open=%s opened=%d "
          "open_failed=%d bytes_bad=%d seen_back=%d held_ok=%d export_us=%.1f open_us=%.1f "
-         "stale_refused=%d\n",
+         "stale_refused=%d open_first_us=%.1f\n",
          (int)getpid(), NBLOCKS, attr_bad, attr_why[0] ? attr_why : "none", distinct, same_handle, cudaGetErrorName(own_err), opened, failed,
-         bytes_bad, seen_back, held_ok, export_us / NBLOCKS, open_us, stale);
+         bytes_bad, seen_back, held_ok, export_us / NBLOCKS, open_us, stale, open_first_us);
   return 0;
 }
