@@ -84,6 +84,10 @@ typedef struct ts_config {
     char snapshot_on_oom[TS_CONFIG_PATH_MAX]; /* path template of the snapshot written at an
                                                * out of memory (%p pid, %n count); "": none */
     bool pinned_cache;          /* serve pinned host memory from a cache (core/hostcache.c) */
+    bool lending;               /* ask the other tessera processes of the device for memory when
+                                 * out of it, and give them free cache when they ask */
+    uint32_t lending_wait_ms;   /* the longest an out-of-memory waits for their answers */
+    bool lending_all_users;     /* root only: ask every user's processes, not only root's */
 
     /* Keys PyTorch accepts that do not apply to tessera: remembered only to be reported. */
     uint32_t not_applicable_mask; /* bit i: not_applicable key i was given (see keys.c) */

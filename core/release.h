@@ -11,6 +11,11 @@ void release_block(ts_allocator *a, ts_block *b);
 bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
 /* empty_cache: synchronise once, then give back every free segment, handle and stitched range. */
 void release_cached_blocks(ts_allocator *a);
+/* Give free cached memory back to the device, the largest blocks first, until at least target
+ * bytes went (SIZE_MAX: all of it; less when no more is free), as release_cached_blocks does:
+ * every pending free waited for, free stitched ranges unmapped first, the device synchronised
+ * once before pages are unmapped; nothing during a capture. Returns the bytes given back. */
+size_t release_some(ts_allocator *a, size_t target);
 /* garbage_collection_threshold: free the oldest unsplit cached blocks until the target is met. */
 void garbage_collect_cached_blocks(ts_allocator *a);
 

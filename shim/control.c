@@ -614,6 +614,22 @@ int ts_ctl_connect(const ts_ctl_address *addr, ts_ctl_client **out)
     return 0;
 }
 
+int ts_ctl_timeout(ts_ctl_client *c, uint64_t ns)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ns / 1000000000ull),
+                         .tv_usec = (suseconds_t)(ns % 1000000000ull / 1000u)};
+    if (tv.tv_sec == 0 && tv.tv_usec == 0)
+        tv.tv_usec = 1; /* 0 would mean no bound at all */
+    pthread_mutex_lock(&c->lock);
+    int rc = !fd_is(c->fd, c->dev, c->ino) ? -EBADF
+             : setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+                     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0
+                 ? -errno
+                 : 0;
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
 /* One answer: its length, with the descriptors it carried in fds (at most max; *nfds of them),
  * or -errno with none kept (each received descriptor is closed on any error). */
 static ssize_t answer_recv(const ts_ctl_client *c, void *buf, size_t cap, int *fds, unsigned max,
