@@ -159,9 +159,10 @@ def stop(pid):
 
 class Peer:
     """A CUDA process driven line by line (tests/integration/ipc_peer): one command, one answer.
-    uid: run as that user (the test runs as root); nofile: its descriptor limit."""
+    uid: run as that user (the test runs as root); nofile: its descriptor limit; extra: more
+    environment."""
 
-    def __init__(self, env, conf=None, preload=True, memory="1G", uid=None, nofile=None):
+    def __init__(self, env, conf=None, preload=True, memory="1G", uid=None, nofile=None, extra=None):
         def drop():
             if nofile:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
@@ -171,7 +172,7 @@ class Peer:
                 os.setuid(uid)
         self.proc = subprocess.Popen([os.path.join(PROBES, "ipc_peer")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env.base(memory, preload, conf), preexec_fn=drop)
+                                     env=env.base(memory, preload, conf, extra), preexec_fn=drop)
 
     def tell(self, line):
         """Send one command; its answer is read with answer()."""
