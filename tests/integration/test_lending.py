@@ -178,5 +178,148 @@ class Lending(Shared):
         a.quit()
 
 
+class RemoteRelease(Shared):
+    def release(self, p, *args, uid=None):
+        def drop():
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        return subprocess.run([STAT, "--dir", self.env.stats_dir, "release", str(p.proc.pid)]
+                              + list(args), capture_output=True, text=True,
+                              preexec_fn=drop if uid is not None else None)
+
+    def test_release_keeps_live_and_held_bytes(self):
+        a = self.peer()
+        live = self.filled(a, 64 * MiB, 0x5A)
+        cached = [self.filled(a, 32 * MiB, 0xC3) for _ in range(3)]
+        held = self.filled(a, 16 * MiB, 0x3C)
+        b = self.peer()
+        err, imported = b.open(a.export(held))
+        self.assertEqual(err, "cudaSuccess")
+        for i in cached + [held]:  # the one b holds over IPC stays a's until b closes it
+            self.assertEqual(a.ask(f"free {i}"), ["free", "cudaSuccess"])
+        out = self.release(a, "--keep", "40M")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        # the largest first until at most 40 MiB stay cached: two of the three 32 MiB segments
+        self.assertEqual(out.stdout, f"pid {a.proc.pid}: device 0: released 64.00 MiB; now "
+                                     "112.00 MiB reserved, 80.00 MiB allocated\n")
+        sa = self.stats(a)
+        self.assertEqual((sa["num_remote_releases"], sa["num_empty_cache"]), (1, 1))
+        self.assertEqual(sa["reserved_bytes.all.current"], 112 * MiB)
+        out = self.release(a)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("released 32.00 MiB; now 80.00 MiB reserved, 80.00 MiB allocated", out.stdout)
+        self.assertEqual(a.value(f"check {live} 0x5a"), 1)
+        self.assertEqual(b.value(f"check {imported} 0x3c"), 1)
+        self.assertEqual(self.stats(a)["num_remote_releases"], 2)
+        b.quit()
+        a.quit()
+        self.assertEqual(self.races(), 0)
+
+    def test_refusals(self):
+        gone = subprocess.run([STAT, "--dir", self.env.stats_dir, "release", "999999999"],
+                              capture_output=True, text=True)
+        self.assertEqual(gone.returncode, 1)
+        self.assertIn("no such page", gone.stderr)
+        usage = subprocess.run([STAT, "release"], capture_output=True, text=True)
+        self.assertEqual((usage.returncode, usage.stderr), (2, "tessera-stat: release needs a pid\n"))
+        a, live = self.holder()
+        out = subprocess.run([STAT, "--dir", self.env.tmp, "release", str(a.proc.pid)],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)  # no page there
+        self.assertIn("no such page", out.stderr)
+        out = self.release(a, "--keep", "lots")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("--keep wants a size", out.stderr)
+        self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
+        a.quit()
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run processes as another user")
+    def test_another_users_process_refused(self):
+        a, live = self.holder()
+        out = self.release(a, uid=NOBODY)
+        self.assertEqual(out.returncode, 3, out)
+        self.assertIn(f"process {a.proc.pid} refused: it runs as another user", out.stderr)
+        self.assertEqual(out.stdout, "")
+        sa = self.stats(a)
+        self.assertEqual((sa["num_remote_releases"], sa["reserved_bytes.all.current"]),
+                         (0, 192 * MiB))
+        a.quit()
+        # root may release a user's process
+        u, ulive = self.holder(uid=NOBODY)
+        out = self.release(u)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(self.stats(u)["reserved_bytes.all.current"], 64 * MiB)
+        self.assertEqual(u.value(f"check {ulive} 0x5a"), 1)
+        u.quit()
+
+
+class FourProcesses(Shared):
+    """Four processes cycle through a PyTorch-like cache pattern on a 400 MiB device: each one's
+    live peak is 90 MiB (90% of the device together) and what it caches 160 MiB (160%): 3 x 30
+    MiB live then freed, then 2 x 35 MiB (which the 30 MiB segments cannot serve) live then freed.
+    They run one after another, two rounds, so that each finds the others' caches on the device.
+    tests/bench/lending_four.py is the same at bench scale."""
+
+    MEMORY = "400M"
+    PATTERN = [[30, 30, 30], [35, 35]]
+
+    def cycle(self, p, n, byte):
+        """One cycle of p; the number of bytes written and read back, or None at an out of
+        memory (the blocks it had are freed)."""
+        done = 0
+        for phase in self.PATTERN:
+            idx = []
+            for mib in phase:
+                got = p.ask(f"alloc {mib * MiB}")
+                if got[0] != "ok":
+                    self.assertEqual(got, ["err", "cudaErrorMemoryAllocation"])
+                    for i in idx:
+                        p.ask(f"free {i}")
+                    return None
+                idx.append(int(got[1]))
+            for i in idx:
+                self.assertEqual(p.ask(f"fill {i} {byte:#x}"), ["fill", "cudaSuccess"])
+            for k, i in enumerate(idx):
+                self.assertEqual(p.value(f"check {i} {byte:#x}"), 1)
+                done += phase[k] * MiB
+            for i in idx:
+                self.assertEqual(p.ask(f"free {i}"), ["free", "cudaSuccess"])
+        return done
+
+    def four(self, conf):
+        ps = [self.peer(conf=conf) for _ in range(4)]
+        ooms, moved = 0, 0
+        for rnd in range(2):
+            for n, p in enumerate(ps):
+                done = self.cycle(p, n, 0x10 * (n + 1) + rnd)
+                if done is None:
+                    ooms += 1
+                else:
+                    moved += done
+        stats = [self.stats(p) for p in ps]
+        for p in ps:
+            p.quit()
+        self.assertEqual(self.races(), 0)
+        return ooms, moved, stats
+
+    def test_pytorch_policy_without_lending_runs_out(self):
+        ooms, moved, stats = self.four(PYTORCH + ",lending:False")
+        self.assertGreaterEqual(ooms, 1)
+        self.assertEqual(sum(s["num_ooms"] for s in stats), ooms)
+
+    def test_lending_none_runs_out(self):
+        for conf in (PYTORCH, ""):
+            with self.subTest(conf=conf):
+                ooms, moved, stats = self.four(conf)
+                self.assertEqual(ooms, 0)
+                self.assertEqual(moved, 2 * 4 * 160 * MiB)  # every byte written and read back
+                self.assertEqual(sum(s["num_ooms"] for s in stats), 0)
+                if conf == PYTORCH:
+                    self.assertGreater(sum(s["num_lend_asks_served"] for s in stats), 0)
+                    self.assertEqual(sum(s["lend_received_bytes"] for s in stats),
+                                     sum(s["lend_given_bytes"] for s in stats))
+
+
 if __name__ == "__main__":
     unittest_main.run(sys.modules[__name__], sys.argv[1:])
