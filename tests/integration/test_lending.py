@@ -148,6 +148,21 @@ class Lending(Shared):
         self.assertIn("has lending:False; gave 0.0 MiB", b.quit())
         a.quit()
 
+    def test_nothing_given_during_a_capture(self):
+        a, live = self.holder()
+        self.assertEqual(a.ask("capture begin"), ["capture", "cudaSuccess"])
+        b = self.peer()
+        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
+        self.assertEqual(self.stats(b)["num_lend_asks"], 1)
+        self.assertEqual(a.ask("capture end"), ["capture", "cudaSuccess"])
+        # once the capture is over, the same request is served
+        got = b.ask(f"alloc {100 * MiB}")
+        self.assertEqual(got[0], "ok", got)
+        self.assertEqual(self.stats(a)["lend_given_bytes"], 128 * MiB)
+        self.assertIn("is capturing a CUDA graph; gave 0.0 MiB", b.quit())
+        a.quit()
+
     @unittest.skipUnless(os.geteuid() == 0, "needs root to run processes as another user")
     def test_another_users_cache_is_not_asked(self):
         a, live = self.holder(uid=NOBODY)
