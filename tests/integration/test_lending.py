@@ -104,6 +104,19 @@ class Lending(Shared):
         self.assertEqual(sa["reserved_bytes.all.current"], 64 * MiB)
         self.assertEqual(sa["allocated_bytes.all.current"], 64 * MiB)
         self.assertEqual(sa["num_lend_asks"], 0)
+        # the same counters in the detail view and in Prometheus
+        detail = subprocess.run([STAT, "--dir", self.env.stats_dir, str(b.proc.pid)],
+                                capture_output=True, text=True).stdout
+        self.assertRegex(detail, r"num_lend_asks_served\s+1\b")
+        self.assertRegex(detail, r"lend_received_bytes\s+134217728\b")
+        prom = subprocess.run([STAT, "--dir", self.env.stats_dir, "--prometheus"],
+                              capture_output=True, text=True).stdout
+        for name, pid, value in (("tessera_lend_asks_total", b.proc.pid, 1),
+                                 ("tessera_lend_received_bytes_total", b.proc.pid, 128 * MiB),
+                                 ("tessera_lend_gives_total", a.proc.pid, 1),
+                                 ("tessera_lend_given_bytes_total", a.proc.pid, 128 * MiB)):
+            self.assertRegex(prom, rf'\n{name}{{[^}}]*pid="{pid}"[^}}]*}} {value}\n')
+        self.assertIn("# TYPE tessera_lend_wait_time_total counter", prom)
         # more than anyone holds free: b fails as it would have, says who held what, and a's
         # live block is never given
         err = b.ask(f"alloc {120 * MiB}")
