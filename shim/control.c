@@ -439,10 +439,11 @@ static void *server_main(void *arg)
         }
         if (listening && r > 0 && srv.pfd[0].revents) {
             if (!fd_is(srv.lfd, srv.ldev, srv.lino)) {
-                /* the program closed it: nothing more can be opened here, nothing is touched */
-                ts_log("the socket another process opens this process's CUDA IPC handles through "
-                       "was closed by the program; handles exported before cannot be opened "
-                       "any more");
+                /* the program closed it: nothing more can be asked here, nothing is touched;
+                 * each service that loses something a user would miss says what */
+                for (unsigned i = 0; i < srv.nservices; i++)
+                    if (srv.services[i]->lost)
+                        ts_log("%s", srv.services[i]->lost);
                 srv.lfd = -1;
             } else if (!accept_some(now)) {
                 listen_pause = now + 100000000ull;

@@ -326,6 +326,8 @@ typedef struct ts_ctl_service {
     bool (*request)(void **data, const ts_ctl_peer_info *who, const void *msg, size_t len,
                     ts_ctl_answer *answer);
     void (*gone)(void **data);
+    /* the line said when the program closes the listening socket (NULL: nothing said) */
+    const char *lost;
 } ts_ctl_service;
 
 /* Serve svc: starts the thread and the socket at the first call; *addr is where clients find
