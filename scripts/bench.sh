@@ -33,6 +33,11 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
   10. CUDA IPC through LD_PRELOAD (tests/bench/ipc_cost.py): cudaIpcGetMemHandle and
      cudaIpcOpenMemHandle of tests/programs/ipc_share without tessera and under tessera's
      default, PyTorch's policy and expandable segments
+  11. memory lent between processes (tests/bench/lending_four.py): four processes of
+     tests/integration/lend_cycle on one shared simulated device, live peaks 90% of it and
+     caches 160%, in turns, under PyTorch's policy without and with lending and tessera's
+     default (cycles run out of memory, bytes read back); then, without pressure, the time per
+     cycle with lending on and off
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -42,7 +47,7 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    plan,python,ipc (default: all)
+                    plan,python,ipc,lending (default: all)
   --driver-costs FILE  price the replays' driver calls with FILE (tessera-costs writes it on a
                     GPU) instead of the published figures
   -h, --help
@@ -53,7 +58,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,plan,python,ipc"
+only="core,replay,steady,shim,stream,pinned,async,plan,python,ipc,lending"
 costs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -284,6 +289,19 @@ preload_part pinned pinned.py staging "pinned host memory"
 preload_part async async_pair.py staging "cudaMallocAsync/cudaFreeAsync pairs"
 preload_part ipc ipc_cost.py ipc_share "CUDA IPC export and open"
 
+# --- 11. memory lent between processes (a probe of tests/integration, not a sample program) ------
+if want lending; then
+    if [ -x "$bd/tests/integration/lend_cycle" ] && [ -e "$bd/shim/libtessera.so" ]; then
+        echo "bench.sh: four processes lending on one shared device ..." >&2
+        largs=()
+        [ "$quick" -eq 1 ] && largs+=(--quick)
+        note_cmd lending "python3 tests/bench/lending_four.py $B $B/bench-raw/lending ${largs[*]}"
+        python3 tests/bench/lending_four.py "$bd" "$raw/lending" "${largs[@]}" >/dev/null
+    else
+        echo "bench.sh: lend_cycle or libtessera.so is not built: skipping lending" >&2
+    fi
+fi
+
 # --- 8. planned memory ----------------------------------------------------------------------------
 if want plan; then
     echo "bench.sh: plan:True beside the other policies ..." >&2
@@ -319,4 +337,5 @@ report_part async "cudaMallocAsync + cudaFreeAsync through LD_PRELOAD (simulated
 report_part plan "Planned memory: plan:True beside the other policies"
 report_part python "The counters from Python: tessera.stats() every step"
 report_part ipc "CUDA IPC: export and open through LD_PRELOAD (simulated device)"
+report_part lending "Memory lent between processes: four processes on one shared simulated device"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2
