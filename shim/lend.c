@@ -125,13 +125,19 @@ static void serve_ask(const ts_lend_request *q, ts_lend_answer *ans)
         ans->h.status = TS_LEND_CAPTURE; /* nothing is released during a capture */
         return;
     }
+    /* a request read after its asker gave up (this process was stopped, or busy) would free
+     * memory for nobody: it is answered, and counted as a give of nothing */
+    bool late = q->deadline_ns && now_ns() >= q->deadline_ns;
+    if (late)
+        ans->h.status = TS_LEND_LATE;
     size_t given = 0;
     pthread_mutex_lock(&lend_lock);
     for (unsigned i = 0; i < ntable; i++) {
         if (memcmp(table[i].uuid, q->uuid, sizeof q->uuid) != 0)
             continue;
         ts_holdings h;
-        size_t g = given < q->bytes ? ts_allocator_give(table[i].a, q->bytes - given, &h) : 0;
+        size_t want = late ? 0 : q->bytes - given;
+        size_t g = given < q->bytes ? ts_allocator_give(table[i].a, want, &h) : 0;
         if (given >= q->bytes)
             ts_allocator_holdings(table[i].a, &h);
         given += g;
@@ -231,7 +237,7 @@ static void ask_one(ask_result *r, const uint8_t uuid[16], size_t want, uint64_t
     int rc = ts_ctl_connect(&addr, &c);
     if (rc == 0)
         rc = ts_ctl_timeout(c, deadline - now);
-    ts_lend_request q = {.h = {.type = TS_LEND_ASK}, .bytes = want};
+    ts_lend_request q = {.h = {.type = TS_LEND_ASK}, .bytes = want, .deadline_ns = deadline};
     memcpy(q.uuid, uuid, sizeof q.uuid);
     ts_lend_answer a;
     unsigned nfds = 0;
@@ -241,6 +247,7 @@ static void ask_one(ask_result *r, const uint8_t uuid[16], size_t want, uint64_t
     if (n == (ssize_t)sizeof a && a.h.type == TS_LEND_ASK && a.ndevices <= TS_LEND_DEVICES) {
         r->outcome = a.h.status == TS_LEND_OFF       ? ASK_OFF
                      : a.h.status == TS_LEND_CAPTURE ? ASK_CAPTURE
+                     : a.h.status == TS_LEND_LATE    ? ASK_LATE
                                                      : ASK_GAVE;
         for (uint32_t i = 0; i < a.ndevices; i++) {
             r->given += a.dev[i].given;
@@ -252,7 +259,10 @@ static void ask_one(ask_result *r, const uint8_t uuid[16], size_t want, uint64_t
             r->who.allocated += a.dev[i].allocated;
         }
     } else {
-        r->outcome = n == -ETIMEDOUT ? ASK_LATE : n == -EACCES ? ASK_REFUSED : ASK_FAILED;
+        /* a receive bounded by SO_RCVTIMEO ends in EAGAIN, not ETIMEDOUT: the clock says */
+        r->outcome = n == -EACCES                              ? ASK_REFUSED
+                     : n == -ETIMEDOUT || now_ns() >= deadline ? ASK_LATE
+                                                               : ASK_FAILED;
     }
 }
 

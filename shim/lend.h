@@ -21,7 +21,8 @@ enum {
 enum {
     TS_LEND_OK = 0,
     TS_LEND_OFF = 1,      /* TS_LEND_ASK to a process with lending:False: nothing given */
-    TS_LEND_CAPTURE = 2   /* a CUDA graph capture is underway there: nothing given */
+    TS_LEND_CAPTURE = 2,  /* a CUDA graph capture is underway there: nothing given */
+    TS_LEND_LATE = 3      /* read after the asker's deadline (it no longer waits): nothing given */
 };
 
 #define TS_LEND_DEVICES 16 /* devices an answer describes (a process has at most 16 slots) */
@@ -30,6 +31,8 @@ typedef struct ts_lend_request {
     ts_ctl_header h;
     uint8_t uuid[16]; /* TS_LEND_ASK: the device (cuDeviceGetUuid) */
     uint64_t bytes;   /* TS_LEND_ASK: wanted; TS_LEND_RELEASE: to keep cached per device */
+    uint64_t deadline_ns; /* TS_LEND_ASK: CLOCK_MONOTONIC (one clock for the machine) after which
+                           * the asker no longer waits, so nothing is given; 0: none */
 } ts_lend_request;
 
 /* What each allocator (device context) concerned did, and held afterwards. */

@@ -10,14 +10,16 @@ still holds what was written), on the driver's answers, on the counters and on e
 """
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
 import unittest_main  # noqa: E402
-from test_integration import PROBES, PYTORCH, STAT, Base, Peer  # noqa: E402
+from test_integration import PYTORCH, STAT, Base, Peer, stop  # noqa: E402
 
 MiB = 1 << 20
 NOBODY = 65534
@@ -161,6 +163,31 @@ class Lending(Shared):
         self.assertIn("has lending:False; gave 0.0 MiB", b.quit())
         a.quit()
 
+    def test_a_silent_neighbour_is_waited_for_a_bounded_time(self):
+        a, live = self.holder()
+        stop(a.proc.pid)  # its channel's thread cannot answer
+        try:
+            b = self.peer(conf=PYTORCH + ",lending_wait_ms:300")
+            self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+            sb = self.stats(b)
+            self.assertEqual((sb["num_lend_asks"], sb["num_lend_asks_served"]), (1, 0))
+            self.assertGreaterEqual(sb["lend_wait_time"], 300 * 1000)
+            self.assertLess(sb["lend_wait_time"], 30 * 1000 * 1000)  # not the channel's 30 s
+            self.assertIn("did not answer in time", b.quit())
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        # the request a reads once it runs again comes after its asker's deadline: answered,
+        # nothing given
+        for _ in range(600):
+            sa = self.stats(a)
+            if sa["num_lend_gives"]:
+                break
+            time.sleep(0.05)
+        self.assertEqual((sa["num_lend_gives"], sa["lend_given_bytes"]), (1, 0))
+        self.assertEqual(sa["reserved_bytes.all.current"], 192 * MiB)
+        self.assertEqual(a.value(f"check {live} 0x5a"), 1)
+        a.quit()
+
     def test_nothing_given_during_a_capture(self):
         a, live = self.holder()
         self.assertEqual(a.ask("capture begin"), ["capture", "cudaSuccess"])
@@ -219,7 +246,7 @@ class RemoteRelease(Shared):
     def test_release_keeps_live_and_held_bytes(self):
         a = self.peer()
         live = self.filled(a, 64 * MiB, 0x5A)
-        cached = [self.filled(a, 32 * MiB, 0xC3) for _ in range(3)]
+        cached = [self.filled(a, size * MiB, 0xC3) for size in (16, 48, 32)]
         held = self.filled(a, 16 * MiB, 0x3C)
         b = self.peer()
         err, imported = b.open(a.export(held))
@@ -228,15 +255,15 @@ class RemoteRelease(Shared):
             self.assertEqual(a.ask(f"free {i}"), ["free", "cudaSuccess"])
         out = self.release(a, "--keep", "40M")
         self.assertEqual(out.returncode, 0, out.stderr)
-        # the largest first until at most 40 MiB stay cached: two of the three 32 MiB segments
-        self.assertEqual(out.stdout, f"pid {a.proc.pid}: device 0: released 64.00 MiB; now "
-                                     "112.00 MiB reserved, 80.00 MiB allocated\n")
+        # the largest first until at most 40 MiB stay cached: 48 then 32 (the 16 stays)
+        self.assertEqual(out.stdout, f"pid {a.proc.pid}: device 0: released 80.00 MiB; now "
+                                     "96.00 MiB reserved, 80.00 MiB allocated\n")
         sa = self.stats(a)
         self.assertEqual((sa["num_remote_releases"], sa["num_empty_cache"]), (1, 1))
-        self.assertEqual(sa["reserved_bytes.all.current"], 112 * MiB)
+        self.assertEqual(sa["reserved_bytes.all.current"], 96 * MiB)
         out = self.release(a)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("released 32.00 MiB; now 80.00 MiB reserved, 80.00 MiB allocated", out.stdout)
+        self.assertIn("released 16.00 MiB; now 80.00 MiB reserved, 80.00 MiB allocated", out.stdout)
         self.assertEqual(a.value(f"check {live} 0x5a"), 1)
         self.assertEqual(b.value(f"check {imported} 0x3c"), 1)
         self.assertEqual(self.stats(a)["num_remote_releases"], 2)
