@@ -229,7 +229,8 @@ class Lending(Shared):
         self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
         self.assertEqual(self.stats(a)["num_lend_gives"], 0)
         self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
-        b.quit()
+        self.assertEqual(self.stats(b)["num_lend_asks"], 0)  # not even asked
+        self.assertIn("another user's; not asked", b.quit())
         a.quit()
 
 
@@ -270,6 +271,18 @@ class RemoteRelease(Shared):
         b.quit()
         a.quit()
         self.assertEqual(self.races(), 0)
+
+    def test_nothing_released_during_a_capture(self):
+        a, live = self.holder()
+        self.assertEqual(a.ask("capture begin"), ["capture", "cudaSuccess"])
+        out = self.release(a)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("released 0 B; now 192.00 MiB reserved", out.stdout)
+        self.assertEqual(a.ask("capture end"), ["capture", "cudaSuccess"])
+        out = self.release(a)
+        self.assertIn("released 128.00 MiB; now 64.00 MiB reserved", out.stdout)
+        self.assertEqual(a.value(f"check {live} 0x5a"), 1)
+        a.quit()
 
     def test_refusals(self):
         gone = subprocess.run([STAT, "--dir", self.env.stats_dir, "release", "999999999"],
