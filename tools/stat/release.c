@@ -35,13 +35,8 @@ static const char *call_problem(ssize_t rc)
 int ts_stat_release(const char *dir, int pid, uint64_t keep)
 {
     ts_page pg;
-    ts_page_init(&pg);
-    int st = ts_page_open_pid(&pg, dir, pid);
-    if (st != TS_PAGE_OK) {
-        fprintf(stderr, "%s: %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s\n", prog, dir, pid, pg.error);
-        ts_page_close(&pg);
+    if (ts_stat_open_page(dir, pid, &pg) != 0)
         return 1;
-    }
     ts_ctl_address addr = {.pid = pid, .start = pg.hdr.start_time_ticks,
                            .secret = pg.hdr.control_secret};
     uint32_t layout = pg.hdr.layout_version;
