@@ -284,12 +284,16 @@ static void say_who_held(int device, const ask_result *r, size_t n, uint32_t wai
                        "device %d: the other tessera processes on it were asked for memory "
                        "(lending) and did not give enough:", device);
     static const char *const what[] = {
-        [ASK_GAVE] = "gave", [ASK_OFF] = "has lending:False; gave",
+        [ASK_GAVE] = "gave",
+        [ASK_OFF] = "has lending:False; gave",
         [ASK_CAPTURE] = "is capturing a CUDA graph; gave",
-        [ASK_NO_CHANNEL] = "has no control channel; not asked", [ASK_OTHER_USER] = "another "
-        "user's; not asked", [ASK_NOTHING] = "holds nothing free; not asked",
-        [ASK_LATE] = "did not answer in time", [ASK_REFUSED] = "refused this process",
-        [ASK_FAILED] = "could not be asked"};
+        [ASK_NO_CHANNEL] = "has no control channel; not asked",
+        [ASK_OTHER_USER] = "another user's; not asked",
+        [ASK_NOTHING] = "holds nothing free; not asked",
+        [ASK_LATE] = "did not answer in time",
+        [ASK_REFUSED] = "refused this process",
+        [ASK_FAILED] = "could not be asked",
+    };
     for (size_t i = 0; i < n && len > 0 && (size_t)len < sizeof line; i++) {
         const ask_result *x = &r[i];
         char given[48] = "";

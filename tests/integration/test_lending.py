@@ -135,6 +135,24 @@ class Lending(Shared):
         a.quit()
         self.assertEqual(self.races(), 0)
 
+    def test_pages_of_expandable_segments_lent(self):
+        # tessera's default: the free pages of an expandable segment are unmapped for the asker
+        a, live = self.holder(conf="")
+        b = self.peer(conf="")
+        got = b.ask(f"alloc {100 * MiB}")
+        self.assertEqual(got[0], "ok", got)
+        self.assertEqual(b.ask(f"fill {got[1]} 0x22"), ["fill", "cudaSuccess"])
+        sa, sb = self.stats(a), self.stats(b)
+        self.assertEqual((sb["num_lend_asks_served"], sb["num_ooms"]), (1, 0))
+        self.assertGreaterEqual(sa["lend_given_bytes"], 100 * MiB - 64 * MiB)
+        self.assertEqual(sa["reserved_bytes.all.current"], 192 * MiB - sa["lend_given_bytes"])
+        self.assertGreaterEqual(sa["reserved_bytes.all.current"], 64 * MiB)
+        self.assertEqual(a.value(f"check {live} 0x5a"), 1)
+        self.assertEqual(b.value(f"check {got[1]} 0x22"), 1)
+        b.quit()
+        a.quit()
+        self.assertEqual(self.races(), 0)
+
     def test_alone_asks_nobody(self):
         a = self.peer()
         live = self.filled(a, 200 * MiB, 0x77)

@@ -87,7 +87,8 @@ struct chan_fd_msg {
   struct iovec iov;
   union {
     char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
+    size_t align; /* a cmsghdr's alignment (its cmsg_len); the struct itself ends in a flexible
+                   * array, which clang refuses inside another struct */
   } ctl;
   struct msghdr msg;
 };
