@@ -153,6 +153,31 @@ class Lending(Shared):
         a.quit()
         self.assertEqual(self.races(), 0)
 
+    def test_another_device_is_not_asked(self):
+        # a process on another device (another shared pool: another UUID) holds cache that
+        # would not help: not asked
+        other = "lend-" + uuid.uuid4().hex[:12]
+        self.addCleanup(lambda: os.path.exists(f"/dev/shm/tessera-sim.{other}")
+                        and os.unlink(f"/dev/shm/tessera-sim.{other}"))
+        a, live = self.holder(extra={"TESSERA_SIM_SHARED": other})
+        b = self.peer()
+        self.filled(b, 200 * MiB, 0x44)
+        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.assertEqual(self.stats(b)["num_lend_asks"], 0)
+        self.assertEqual(self.stats(a)["num_lend_gives"], 0)
+        self.assertNotIn("lending", b.quit())
+        a.quit()
+
+    def test_a_process_over_its_own_limit_asks_nobody(self):
+        # memory_limit is the process's own rule: others' caches would not lift it
+        a, live = self.holder()
+        b = self.peer(conf=PYTORCH + ",memory_limit:64M")
+        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.assertEqual(self.stats(b)["num_lend_asks"], 0)
+        self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
+        b.quit()
+        a.quit()
+
     def test_alone_asks_nobody(self):
         a = self.peer()
         live = self.filled(a, 200 * MiB, 0x77)
