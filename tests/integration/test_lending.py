@@ -132,6 +132,7 @@ class Lending(Shared):
         self.assertIn(f"pid {a.proc.pid} (", stderr)
         self.assertIn("holds 64.0 MiB reserved, 64.0 MiB allocated: holds nothing free; not asked",
                       stderr)
+        self.assertIn("not asked (asked for 2000 ms at most)\n", stderr)
         a.quit()
         self.assertEqual(self.races(), 0)
 
