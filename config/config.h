@@ -90,6 +90,10 @@ typedef struct ts_config {
                                                * out of memory (%p pid, %n count); "": none */
     bool pinned_cache;          /* serve pinned host memory from a cache (core/hostcache.c) */
     uint32_t pinned_idle_s;     /* a cached pinned region nothing used for this long goes back */
+    bool lending;               /* ask the other tessera processes of the device for memory when
+                                 * out of it, and give them free cache when they ask */
+    uint32_t lending_wait_ms;   /* the longest an out-of-memory waits for their answers */
+    bool lending_all_users;     /* root only: ask every user's processes, not only root's */
 
     /* Keys PyTorch accepts that do not apply to tessera: remembered only to be reported. */
     uint32_t not_applicable_mask; /* bit i: not_applicable key i was given (see keys.c) */

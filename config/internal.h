@@ -54,6 +54,9 @@ enum key_id {
     KEY_SNAPSHOT_ON_OOM,
     KEY_PINNED_CACHE,
     KEY_PINNED_IDLE_S,
+    KEY_LENDING,
+    KEY_LENDING_WAIT_MS,
+    KEY_LENDING_ALL_USERS,
     /* PyTorch keys accepted but not applicable; bit (id - KEY_FIRST_NA) of not_applicable_mask */
     KEY_RELEASE_LOCK_ON_CUDAMALLOC,
     KEY_PINNED_USE_CUDA_HOST_REGISTER,

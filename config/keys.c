@@ -245,6 +245,28 @@ const key_desc cfg_keys[KEY_COUNT] = {
                 "for this many seconds (checked at the process's next CUDA allocation or free: "
                 "no thread of its own). 0: as soon as it is free and its device work is done.",
     },
+    [KEY_LENDING] = {
+        .name = "lending", .kind = KIND_BOOL, .flags = F_TESSERA,
+        .offset = FIELD(lending), .def.b = true,
+        .help = "When a request cannot be served even after this process released its own "
+                "cache, ask the other tessera processes of its user on the same device to give "
+                "their free cached memory back, then try once more; and give free cache back "
+                "when they ask. Only free memory moves, never a live byte. False: neither.",
+    },
+    [KEY_LENDING_WAIT_MS] = {
+        .name = "lending_wait_ms", .kind = KIND_U32, .flags = F_TESSERA,
+        .offset = FIELD(lending_wait_ms), .min = 1, .max = 60000, .def.u = 2000,
+        .help = "The longest an out-of-memory waits for the other processes' answers (all of "
+                "them together), in milliseconds; then it fails as it would have, and says who "
+                "held what.",
+    },
+    [KEY_LENDING_ALL_USERS] = {
+        .name = "lending_all_users", .kind = KIND_BOOL, .flags = F_TESSERA,
+        .offset = FIELD(lending_all_users), .def.b = false,
+        .help = "For a process running as root: ask the tessera processes of every user on the "
+                "device, not only root's. Ignored for any other user (another user's processes "
+                "refuse it).",
+    },
     [KEY_RELEASE_LOCK_ON_CUDAMALLOC] = {
         .name = "release_lock_on_cudamalloc", .kind = KIND_NA_BOOL, .pytorch_default = "False",
         .help = "PyTorch: drop its device lock around cudaMalloc.",

@@ -49,7 +49,9 @@ bool ts_config_equal(const ts_config *a, const ts_config *b)
            a->expandable_page == b->expandable_page && a->handle_policy == b->handle_policy &&
            a->growth_batch == b->growth_batch &&
            a->verbose == b->verbose && a->history_events == b->history_events &&
-           a->history_frames == b->history_frames &&
+           a->history_frames == b->history_frames && a->lending == b->lending &&
+           a->lending_wait_ms == b->lending_wait_ms &&
+           a->lending_all_users == b->lending_all_users &&
            strncmp(a->snapshot_on_oom, b->snapshot_on_oom, TS_CONFIG_PATH_MAX) == 0 &&
            a->pinned_cache == b->pinned_cache && a->pinned_idle_s == b->pinned_idle_s &&
            a->not_applicable_mask == b->not_applicable_mask &&

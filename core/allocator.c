@@ -407,8 +407,36 @@ static void stream_usage_add(ts_stream_usage *u, size_t used, size_t reserved)
         u->reserved_high = u->reserved;
 }
 
+/* Count an out-of-memory (the history's event carries the free memory the driver reports after
+ * the failure, PyTorch's device_free, as the out-of-memory line does). Under the mutex. */
+static void oom_count(ts_allocator *a, size_t size, uintptr_t stream, ts_oom_info *oom)
+{
+    const size_t rounded = ts_round_size(&a->cfg, size);
+    counter_add(a, &a->st->num_ooms, 1);
+    oom_fill(a, oom, size, rounded, ts_allocation_size(&a->cfg, rounded));
+    TS_HISTORY_NOTE(a, TESSERA_EV_OOM, oom_device_free(a, oom), size, stream, size);
+    a->observe_now = true;
+}
+
+void ts_malloc_oom(ts_allocator *a, size_t size, uintptr_t stream, ts_oom_info *oom)
+{
+    allocator_lock(a);
+    oom_count(a, size, stream, oom);
+    allocator_unlock(a);
+}
+
 int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
                  ts_oom_info *oom)
+{
+    int rc = ts_malloc_try(a, size, stream, out, oom);
+    if (rc != TS_EAGAIN)
+        return rc;
+    ts_malloc_oom(a, size, stream, oom);
+    return TS_ENOMEM;
+}
+
+int ts_malloc_try(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
+                  ts_oom_info *oom)
 {
     if (!out || size == 0)
         return TS_EINVAL;
@@ -492,15 +520,11 @@ int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
     if (b && !reuse_ready(a, b))
         b = alloc_unordered_fallback(a, b, alloc_size, stream);
     if (!b) {
+        /* counted by the caller's ts_malloc_oom, unless memory turns up elsewhere first */
         a->spare = spare;
-        counter_add(a, &st->num_ooms, 1);
         oom_fill(a, oom, size, rounded, alloc_size);
-        /* After oom_fill: the event carries the free memory the driver reports after the
-         * failure (PyTorch's device_free), as the out-of-memory line does. */
-        TS_HISTORY_NOTE(a, TESSERA_EV_OOM, oom_device_free(a, oom), size, stream, size);
-        a->observe_now = true;
         allocator_unlock(a);
-        return TS_ENOMEM;
+        return TS_EAGAIN;
     }
 
     bool split = pool_should_split(a, b, rounded);

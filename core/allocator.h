@@ -64,6 +64,16 @@ typedef struct ts_oom_info {
 int ts_malloc_ex(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
                  ts_oom_info *oom);
 
+/* ts_malloc_ex, except that a request the device cannot serve even after this allocator gave
+ * back its own cache and retried is not counted yet: TS_EAGAIN, with *oom describing it. The
+ * caller may find memory elsewhere (other processes' caches) and call again; a request it gives
+ * up on is counted with ts_malloc_oom. Every other failure is counted as ts_malloc_ex counts it. */
+int ts_malloc_try(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
+                  ts_oom_info *oom);
+/* Count the out-of-memory of a request ts_malloc_try left uncounted (num_ooms, the history's oom
+ * event), and describe it in *oom (may be NULL) as it stands now. */
+void ts_malloc_oom(ts_allocator *a, size_t size, uintptr_t stream, ts_oom_info *oom);
+
 /* One line (no prefix, no newline): sizes, capacity, free, allocated, reserved but unallocated,
  * largest free block, and advice that can be followed in this configuration: defragment:True or
  * expandable_segments:True when memory already reserved could serve the request (or, under a cap,
@@ -140,6 +150,26 @@ size_t ts_allocator_cap(const ts_allocator *a);
 /* Release every cached segment that holds no live allocation (torch.cuda.empty_cache). Returns
  * the number of bytes given back to the backend. */
 size_t ts_empty_cache(ts_allocator *a);
+
+/* Memory that moves between processes of one device (lend.c). What may go is what the
+ * allocator's own release gives back: free blocks, the largest first, after every pending free,
+ * the device synchronised before pages are unmapped; never an allocated block (one another
+ * process holds over IPC included) and nothing during a capture. Each returns the bytes given
+ * back to the device, and what the allocator holds then in *after (may be NULL). */
+typedef struct ts_holdings {
+    size_t reserved;  /* reserved_bytes.all.current */
+    size_t allocated; /* allocated_bytes.all.current */
+} ts_holdings;
+/* Another process of the device is out of memory: give at least want bytes where that much is
+ * free (counted: num_lend_gives, lend_given_bytes, lend_give_time). */
+size_t ts_allocator_give(ts_allocator *a, size_t want, ts_holdings *after);
+/* Release asked from outside (tessera-stat release): keep at most `keep` bytes cached
+ * (counted: num_remote_releases and num_empty_cache). */
+size_t ts_allocator_release_to(ts_allocator *a, size_t keep, ts_holdings *after);
+void ts_allocator_holdings(ts_allocator *a, ts_holdings *out);
+/* This allocator asked the other processes of its device for memory (num_lend_asks): they gave
+ * back `received` bytes, the answers took wait_us, and the request was then served or not. */
+void ts_allocator_note_ask(ts_allocator *a, size_t received, uint64_t wait_us, bool served);
 
 /* What cudaMemGetInfo/cuMemGetInfo report to a program under tessera (meminfo.c), from what the
  * device reports (dev_free, dev_total):

@@ -78,14 +78,16 @@ bool release_available_cached_blocks(ts_allocator *a, ts_pool *p, size_t size, u
     return true;
 }
 
-/* Free every non-split cached block of a pool; unmap the free pages of expandable segments.
- * synced: the device was already waited for in this pass. */
-static void release_pool_blocks(ts_allocator *a, ts_pool *p, bool synced)
+/* Free non-split cached blocks of a pool and unmap the free pages of its expandable segments,
+ * the largest first (the free index's last nodes), until about budget bytes went (SIZE_MAX:
+ * every one). synced: the device was already waited for in this pass. */
+static void release_pool_blocks(ts_allocator *a, ts_pool *p, bool synced, size_t budget)
 {
     ts_block *to_unmap = NULL;
-    ts_node *n = ts_freeidx_first(&p->free);
-    while (n) {
-        ts_node *next = ts_freeidx_next(&p->free, n);
+    size_t planned = 0;
+    ts_node *n = ts_freeidx_last(&p->free);
+    while (n && planned < budget) {
+        ts_node *prev = ts_freeidx_prev(&p->free, n);
         ts_block *b = block_of_node(n);
         if (b->seg->kind == TS_SEGMENT_STITCHED) {
             /* stitched ranges were given back before this pass, or are still in use */
@@ -94,10 +96,12 @@ static void release_pool_blocks(ts_allocator *a, ts_pool *p, bool synced)
              * pending_next, so it can thread this list) */
             b->pending_next = to_unmap;
             to_unmap = b;
+            planned += b->size;
         } else if (!block_is_split(b)) {
+            planned += b->size;
             release_block(a, b);
         }
-        n = next;
+        n = prev;
     }
     /* Unmapping is not ordered with device work: wait for it once, for the whole pass (the
      * blocks are free, but work issued before their free may still be running). */
@@ -119,14 +123,25 @@ static void release_pool_blocks(ts_allocator *a, ts_pool *p, bool synced)
  * back every segment that holds no live block. */
 void release_cached_blocks(ts_allocator *a)
 {
-    if (backend_capturing(a))
-        return;
+    (void)release_some(a, SIZE_MAX);
+}
+
+size_t release_some(ts_allocator *a, size_t target)
+{
+    if (target == 0 || backend_capturing(a))
+        return 0;
+    const size_t before = a->total_allocated_memory;
     fences_synchronize_all(a);
     /* Free stitched ranges go first (their pages return to the segments they came from and can
      * then be unmapped in the same pass); one device synchronise covers both. */
     bool synced = stitch_release_free(a, false) > 0;
-    release_pool_blocks(a, &a->large, synced);
-    release_pool_blocks(a, &a->small, synced);
+    ts_pool *pools[2] = {&a->large, &a->small};
+    for (int i = 0; i < 2; i++) {
+        size_t gone = before - a->total_allocated_memory;
+        if (gone < target)
+            release_pool_blocks(a, pools[i], synced, target - gone);
+    }
+    return before - a->total_allocated_memory;
 }
 
 /* A free block with whole handles that the retry may give back, and how it ranks. */

@@ -19,6 +19,12 @@ void release_cached_blocks(ts_allocator *a);
  * nothing else is left, so that the next, identical step finds the layout this one had. One
  * synchronise. true when enough went back (or nothing lacked). */
 bool release_for_request(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
+
+/* Give free cached memory back to the device, the largest blocks first, until at least target
+ * bytes went (SIZE_MAX: all of it; less when no more is free), as release_cached_blocks does:
+ * every pending free waited for, free stitched ranges unmapped first, the device synchronised
+ * once before pages are unmapped; nothing during a capture. Returns the bytes given back. */
+size_t release_some(ts_allocator *a, size_t target);
 /* garbage_collection_threshold: free the oldest unsplit cached blocks until the target is met. */
 void garbage_collect_cached_blocks(ts_allocator *a);
 

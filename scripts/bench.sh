@@ -35,6 +35,11 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
   10. CUDA IPC through LD_PRELOAD (tests/bench/ipc_cost.py): cudaIpcGetMemHandle and
       cudaIpcOpenMemHandle of tests/programs/ipc_share without tessera and under tessera's
       default, PyTorch's policy and expandable segments
+  11. memory lent between processes (tests/bench/lending_four.py): four processes of
+     tests/integration/lend_cycle on one shared simulated device, live peaks 90% of it and
+     caches 160%, in turns, under PyTorch's policy without and with lending and tessera's
+     default (cycles run out of memory, bytes read back); then, without pressure, the time per
+     cycle with lending on and off
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -44,7 +49,8 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    floor,python,ipc (default: all)
+                    floor,python,ipc,lending (default:
+                    all)
   --traces DIR      part 8 also replays the *.pickle of DIR (those not already in the run)
   --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h200, the
                     default; a100, the published figures) or with FILE (tessera-costs writes it
@@ -60,7 +66,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,floor,python,ipc"
+only="core,replay,steady,shim,stream,pinned,async,floor,python,ipc,lending"
 traces_extra=()
 costs=()
 baseline=()
@@ -320,6 +326,19 @@ if want floor; then
     fi
 fi
 
+# --- 11. memory lent between processes (a probe of tests/integration, not a sample program) ------
+if want lending; then
+    if [ -x "$bd/tests/integration/lend_cycle" ] && [ -e "$bd/shim/libtessera.so" ]; then
+        echo "bench.sh: four processes lending on one shared device ..." >&2
+        largs=()
+        [ "$quick" -eq 1 ] && largs+=(--quick)
+        note_cmd lending "python3 tests/bench/lending_four.py $B $B/bench-raw/lending ${largs[*]}"
+        python3 tests/bench/lending_four.py "$bd" "$raw/lending" "${largs[@]}" >/dev/null
+    else
+        echo "bench.sh: lend_cycle or libtessera.so is not built: skipping lending" >&2
+    fi
+fi
+
 # --- 9. the counters from Python -------------------------------------------------------------------
 if want python; then
     if [ -d "$bd/python/tessera" ] && [ -x "$bd/tools/tessera" ] && [ -d "$bd/tests/sim" ]; then
@@ -350,4 +369,5 @@ report_part edge "At the edge: loops that repeat one step, on every device size 
 report_part live_fit "Programs that fit the simulated device without tessera"
 report_part python "The counters from Python: tessera.stats() every step"
 report_part ipc "CUDA IPC: export and open through LD_PRELOAD (simulated device)"
+report_part lending "Memory lent between processes: four processes on one shared simulated device"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

@@ -63,6 +63,7 @@ static bool g_announced;
 
 static ts_statspage *g_page;
 static bool g_page_tried;
+static bool g_control_due; /* the page exists and its control channel is yet to start */
 static pthread_mutex_t page_lock = PTHREAD_MUTEX_INITIALIZER;
 
 const ts_config *ts_shim_config(void)
@@ -249,6 +250,7 @@ static ts_statspage *page_get(void)
         if (rc == 0) {
             g_page = p;
             atexit(shim_exit);
+            __atomic_store_n(&g_control_due, true, __ATOMIC_RELEASE);
         } else {
             ts_log("no stats page (%s); counters stay private to the process", err);
         }
@@ -256,6 +258,32 @@ static ts_statspage *page_get(void)
     ts_statspage *p = g_page;
     pthread_mutex_unlock(&page_lock);
     return p;
+}
+
+/* The control channel, started once the page exists (outside the table's and the page's locks:
+ * the channel's fork handler takes its own lock first), and named in the page: other processes
+ * of the user find it there to ask for memory (lending) or for a release. */
+static void control_start(void)
+{
+    if (!__atomic_exchange_n(&g_control_due, false, __ATOMIC_ACQ_REL))
+        return;
+    uint64_t secret = 0;
+    int rc = ts_lend_serve(&secret);
+    if (rc == 0)
+        ts_statspage_set_control(__atomic_load_n(&g_page, __ATOMIC_ACQUIRE), secret);
+    else
+        ts_log("no control channel (%s): other processes can neither ask this one for memory "
+               "nor release its cache", strerror(-rc));
+}
+
+/* The UUID of device dev, by which other processes find the ones that share it (zero when the
+ * driver cannot say). */
+static void device_uuid(CUdevice dev, uint8_t uuid[16])
+{
+    CUuuid u;
+    memset(uuid, 0, 16);
+    if (ts_real.cuDeviceGetUuid_v2 && ts_real.cuDeviceGetUuid_v2(&u, dev) == CUDA_SUCCESS)
+        memcpy(uuid, u.bytes, 16);
 }
 
 /* --- the context table ---------------------------------------------------------------------- */
@@ -381,7 +409,11 @@ static ctx_entry *table_create(CUcontext ctx)
         e->be = ts_cuda_backend_create(ctx, dev, g_cfg.reuse_fence, &be);
         ts_stats_sink sink = {NULL, NULL};
         ts_statspage *page = page_get();
+        uint8_t uuid[16];
+        device_uuid(dev, uuid);
         e->slot = page ? ts_statspage_claim(page, (int)dev, (uint64_t)(uintptr_t)ctx, &sink) : -1;
+        if (e->slot >= 0)
+            ts_statspage_set_device_uuid(page, e->slot, uuid);
         e->a = e->be ? ts_allocator_create(&g_cfg, &be, (int)dev, sink) : NULL;
         if (!e->a) {
             pthread_mutex_unlock(&table_lock);
@@ -400,6 +432,7 @@ static ctx_entry *table_create(CUcontext ctx)
             if (e->history) /* maps say where the history stood when they were taken */
                 ts_statspage_set_history(page, e->slot, ts_history_ring(e->history));
         }
+        ts_lend_track(e->a, (int)dev, uuid);
         e->used = true;
         __atomic_store_n(&table_used, table_used + 1, __ATOMIC_RELEASE);
     }
@@ -425,8 +458,10 @@ ts_allocator *ts_ctx_allocator(CUcontext *ctx_out)
     ctx_entry *e = tls_last;
     if (!e || __atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) != ctx) {
         e = table_find(ctx);
-        if (!e)
+        if (!e) {
             e = table_create(ctx);
+            control_start();
+        }
         if (!e)
             return NULL;
         /* This thread's first use of the context, as far as the fast path knows. */
@@ -734,5 +769,6 @@ static void fork_child(void)
     ts_statspage_forget(g_page);
     g_page = NULL;
     g_page_tried = false;
+    g_control_due = false;
     ts_streams_reset_after_fork();
 }

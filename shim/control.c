@@ -439,10 +439,11 @@ static void *server_main(void *arg)
         }
         if (listening && r > 0 && srv.pfd[0].revents) {
             if (!fd_is(srv.lfd, srv.ldev, srv.lino)) {
-                /* the program closed it: nothing more can be opened here, nothing is touched */
-                ts_log("the socket another process opens this process's CUDA IPC handles through "
-                       "was closed by the program; handles exported before cannot be opened "
-                       "any more");
+                /* the program closed it: nothing more can be asked here, nothing is touched;
+                 * each service that loses something a user would miss says what */
+                for (unsigned i = 0; i < srv.nservices; i++)
+                    if (srv.services[i]->lost)
+                        ts_log("%s", srv.services[i]->lost);
                 srv.lfd = -1;
             } else if (!accept_some(now)) {
                 listen_pause = now + 100000000ull;
@@ -612,6 +613,22 @@ int ts_ctl_connect(const ts_ctl_address *addr, ts_ctl_client **out)
     }
     *out = c;
     return 0;
+}
+
+int ts_ctl_timeout(ts_ctl_client *c, uint64_t ns)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ns / 1000000000ull),
+                         .tv_usec = (suseconds_t)(ns % 1000000000ull / 1000u)};
+    if (tv.tv_sec == 0 && tv.tv_usec == 0)
+        tv.tv_usec = 1; /* 0 would mean no bound at all */
+    pthread_mutex_lock(&c->lock);
+    int rc = !fd_is(c->fd, c->dev, c->ino) ? -EBADF
+             : setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+                     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0
+                 ? -errno
+                 : 0;
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }
 
 /* One answer: its length, with the descriptors it carried in fds (at most max; *nfds of them),

@@ -46,7 +46,7 @@ static CUresult alloc_served(CUdeviceptr *dptr, size_t size, bool *served)
         return CUDA_SUCCESS;
     uintptr_t p = 0;
     ts_oom_info oom;
-    int rc = ts_malloc_ex(a, size, 0, &p, &oom);
+    int rc = ts_lend_malloc(a, size, 0, &p, &oom);
     if (rc == TS_OK) {
         *dptr = (CUdeviceptr)p;
         ts_trace_alloc(p, size, false);
@@ -275,7 +275,7 @@ static CUresult alloc_async(const alloc_call *c, bool ptsz)
         return alloc_left(c);
     uintptr_t p = 0, tag = stream_tag(c->s, ptsz);
     ts_oom_info oom;
-    if (ts_malloc_ex(a, c->size, tag, &p, &oom) == TS_OK) {
+    if (ts_lend_malloc(a, c->size, tag, &p, &oom) == TS_OK) {
         *c->dptr = (CUdeviceptr)p;
         ts_trace_alloc_on(p, c->size, false, tag);
         return CUDA_SUCCESS;

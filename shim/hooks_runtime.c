@@ -80,7 +80,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     ts_ipc_tick();
     uintptr_t p = 0;
     ts_oom_info oom;
-    if (ts_malloc_ex(a, size, 0, &p, &oom) == TS_OK) {
+    if (ts_lend_malloc(a, size, 0, &p, &oom) == TS_OK) {
         *devPtr = (void *)p;
         ts_trace_alloc(p, size, false);
         return cudaSuccess;

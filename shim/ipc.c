@@ -437,6 +437,8 @@ static const ts_ctl_service ipc_service = {
     .type_last = IPC_TYPE_LAST,
     .request = ipc_request_served,
     .gone = ipc_peer_gone,
+    .lost = "the socket another process opens this process's CUDA IPC handles through was "
+            "closed by the program; handles exported before cannot be opened any more",
 };
 
 /* --- exporter: the program's calls ------------------------------------------------------------ */

@@ -7,6 +7,8 @@
  *   pluggable.c       PyTorch's pluggable allocator entry points (the library is loaded, not
  *                     preloaded: nothing is interposed), over the stream-ordered hooks' service
  *   context.c         CUDA context -> allocator; page, trace, fork and exit handling
+ *   lend.c            memory lent between the processes of a device (asked for when out of
+ *                     memory, given when asked), the cache released from outside
  *   ipc.c             CUDA IPC of tessera's blocks: what is exported, held, imported
  *   control.c         the control channel: a socket and a thread of tessera's own, started at
  *                     the first export; its clients (ipc.c) plug in as services
@@ -330,6 +332,8 @@ typedef struct ts_ctl_service {
     bool (*request)(void **data, const ts_ctl_peer_info *who, const void *msg, size_t len,
                     ts_ctl_answer *answer);
     void (*gone)(void **data);
+    /* the line said when the program closes the listening socket (NULL: nothing said) */
+    const char *lost;
 } ts_ctl_service;
 
 /* Serve svc: starts the thread and the socket at the first call; *addr is where clients find
@@ -352,12 +356,29 @@ TS_HIDDEN ssize_t ts_ctl_call(ts_ctl_client *c, void *req, size_t len, void *ans
 /* A request sent without waiting for an answer (one that comes is skipped by the next call).
  * 0 or -errno. */
 TS_HIDDEN int ts_ctl_send(ts_ctl_client *c, void *msg, size_t len);
+/* Bound each later send and wait for an answer of c to ns (30 s from the connect). 0 or
+ * -errno. */
+TS_HIDDEN int ts_ctl_timeout(ts_ctl_client *c, uint64_t ns);
 /* Close the connection (the server lets go of what it held for it) and free c. */
 TS_HIDDEN void ts_ctl_close(ts_ctl_client *c);
 /* The start time of pid (field 22 of /proc/PID/stat); false when it cannot be read. */
 TS_HIDDEN bool ts_ctl_proc_start(pid_t pid, uint64_t *out);
 /* n random bytes (getrandom; unique if not random when the kernel has no entropy yet). */
 TS_HIDDEN void ts_ctl_random(void *out, size_t n);
+
+/* --- lend.c: memory lent between the processes of a device, the cache released from outside ---- */
+
+/* context.c made allocator a for device ordinal `device`, whose UUID is uuid (all zero: unknown;
+ * nobody is asked for it then). */
+TS_HIDDEN void ts_lend_track(ts_allocator *a, int device, const uint8_t uuid[16]);
+/* Start answering the requests of shim/lend.h on the control channel; *secret: its name, for the
+ * stats page. 0 or -errno. */
+TS_HIDDEN int ts_lend_serve(uint64_t *secret);
+/* ts_malloc_ex, and when the device cannot serve the request even after a released its own
+ * cache, the other tessera processes on the device are asked to give theirs back first (the
+ * out-of-memory, when it comes, then also says who held what). */
+TS_HIDDEN int ts_lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
+                             ts_oom_info *oom);
 
 /* --- pointer.c: pointer queries answered for tessera's blocks and pinned pieces ---------------- */
 

@@ -58,6 +58,7 @@ static void build(void)
     TESSERA_HOST_STATS(X_HOST_STAT)
 #undef X_HOST_STAT
     TESSERA_HOST_COUNTERS(X_WORD)
+    TESSERA_LEND_COUNTERS(X_WORD)
 #undef X_WORD
 }
 

@@ -222,11 +222,12 @@ static int validate_header(ts_page *pg)
                          "written by a newer tessera (layout %" PRIu32
                          ", this reader understands up to %u)",
                          h->layout_version, TESSERA_PAGE_LAYOUT_VERSION);
-    if (h->layout_version < TESSERA_PAGE_LAYOUT_VERSION)
+    if (h->layout_version < TESSERA_PAGE_LAYOUT_OLDEST)
         return page_fail(pg, TS_PAGE_EOLDER,
                          "written by an older tessera (layout %" PRIu32
-                         "; this reader reads layout %u: use that version's tessera-stat)",
-                         h->layout_version, TESSERA_PAGE_LAYOUT_VERSION);
+                         "; this reader reads layouts %u to %u: use that version's tessera-stat)",
+                         h->layout_version, TESSERA_PAGE_LAYOUT_OLDEST,
+                         TESSERA_PAGE_LAYOUT_VERSION);
     if (pg->size < TESSERA_PAGE_HEADER_SIZE)
         return page_fail(pg, TS_PAGE_ETRUNCATED,
                          "truncated: %" PRIu64 " bytes, the header alone needs %u", pg->size,
@@ -567,8 +568,8 @@ int ts_page_snapshot(ts_page *pg, uint32_t index, tessera_page_slot_head *head,
                      tessera_page_segment *segs, tessera_page_block *blocks)
 {
     const tessera_page_header *h = &pg->hdr;
-    if (h->magic != TESSERA_PAGE_MAGIC || h->layout_version != TESSERA_PAGE_LAYOUT_VERSION ||
-        h->slot_size != TESSERA_PAGE_SLOT_SIZE)
+    if (h->magic != TESSERA_PAGE_MAGIC || h->layout_version < TESSERA_PAGE_LAYOUT_OLDEST ||
+        h->layout_version > TESSERA_PAGE_LAYOUT_VERSION || h->slot_size != TESSERA_PAGE_SLOT_SIZE)
         return page_fail(pg, TS_PAGE_EIO, "page not open");
     if (index >= h->slot_count)
         return page_fail(pg, TS_PAGE_ECORRUPT, "slot %" PRIu32 " out of range (%" PRIu32 " slots)",

@@ -45,6 +45,7 @@ static const struct field FIELDS[] = {
     TESSERA_HOST_STATS(X_HOST_STAT)
 #undef X_HOST_STAT
     TESSERA_HOST_COUNTERS(X_COUNTER)
+    TESSERA_LEND_COUNTERS(X_COUNTER)
 #undef X_COUNTER
 };
 #define NFIELDS (sizeof FIELDS / sizeof FIELDS[0])

@@ -418,6 +418,7 @@ int ts_statspage_claim(ts_statspage *p, int device, uint64_t context_id, ts_stat
         tessera_seq_write_begin(&s->head.seq);
         zero_words(&s->head.stats, sizeof s->head.stats);
         zero_words(&s->head.map, sizeof s->head.map);
+        zero_words(s->head.device_uuid, sizeof s->head.device_uuid);
         __atomic_store_n(&s->head.device, (int32_t)device, __ATOMIC_RELAXED);
         __atomic_store_n(&s->head.context_id, context_id, __ATOMIC_RELAXED);
         __atomic_store_n(&s->head.claimed_ns, now_realtime_ns(), __ATOMIC_RELAXED);
@@ -441,6 +442,28 @@ void ts_statspage_release(ts_statspage *p, int slot)
     __atomic_store_n(&r->history, NULL, __ATOMIC_RELEASE); /* the next owner has its own ring */
     __atomic_store_n(&slot_at(p, (uint32_t)slot)->head.state, TESSERA_SLOT_FREE,
                      __ATOMIC_RELEASE);
+}
+
+void ts_statspage_set_device_uuid(ts_statspage *p, int slot, const uint8_t uuid[16])
+{
+    if (!p || slot < 0 || (uint32_t)slot >= p->slot_count || is_retired(p))
+        return;
+    tessera_page_slot *s = slot_at(p, (uint32_t)slot);
+    uint64_t words[2];
+    memcpy(words, uuid, sizeof words);
+    tessera_seq_write_begin(&s->head.seq);
+    store_words(s->head.device_uuid, words, sizeof words);
+    tessera_seq_write_end(&s->head.seq);
+}
+
+void ts_statspage_set_control(ts_statspage *p, uint64_t secret)
+{
+    if (!p || is_retired(p))
+        return;
+    /* set once, from 0: a reader that read 0 before sees a process without a channel */
+    uint64_t none = 0;
+    __atomic_compare_exchange_n(&((tessera_page_header *)(void *)p->base)->control_secret, &none, secret,
+                                false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
 void ts_statspage_set_history(ts_statspage *p, int slot, const tessera_history_header *ring)

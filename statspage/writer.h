@@ -53,6 +53,14 @@ int ts_statspage_create(const char *dir, const char *config_text, ts_statspage *
  * counters). */
 int ts_statspage_claim(ts_statspage *p, int device, uint64_t context_id, ts_stats_sink *sink);
 
+/* The device's UUID (cuDeviceGetUuid) in the slot, by which other processes on the same device
+ * find this one (layout 3). Call after claim and before an allocator writes the slot. */
+void ts_statspage_set_device_uuid(ts_statspage *p, int slot, const uint8_t uuid[16]);
+
+/* Where other processes reach this one's control channel: the secret in its name (layout 3).
+ * Set once: a later call changes nothing. */
+void ts_statspage_set_control(ts_statspage *p, uint64_t secret);
+
 /* Give a slot back (context destroyed). Only after the allocator using it was destroyed. */
 void ts_statspage_release(ts_statspage *p, int slot);
 

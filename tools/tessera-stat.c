@@ -6,7 +6,8 @@
  *
  * Exit status: 0 success; 1 the page asked for is missing, stale-and-unreadable, corrupt, busy,
  * or a stale page could not be removed, or a snapshot file could not be read or written (or
- * symbolize refused it); 2 usage error.
+ * symbolize refused it); 2 usage error; 3 release was refused or could not be asked (another
+ * user's process, no control channel, no answer).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -20,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "statspage/collect.h"
 #include "statspage/render.h"
 #include "tessera/history.h"
@@ -43,6 +45,9 @@ static void usage(FILE *f)
             "       %s --watch SECONDS [--count N]      redraw the table (Ctrl-C stops)\n"
             "       %s map PID [--device D] [--width W] ASCII segment map\n"
             "       %s snapshot PID -o FILE [--wait S]  PyTorch memory snapshot (pickle)\n"
+            "       %s release PID [--keep SIZE]        release the cached memory of a process of\n"
+            "                                           this user (its empty_cache), keeping at\n"
+            "                                           most SIZE cached per device (default 0)\n"
             "       %s symbolize FILE [-o OUT]          name the raw frames of a snapshot_on_oom\n"
             "                                           snapshot (FILE replaced without -o)\n"
             "       %s --serve [ADDR:PORT] [--labels L] serve /metrics (default " TS_STAT_SERVE_DEFAULT ")\n"
@@ -57,7 +62,7 @@ static void usage(FILE *f)
             "command, config, version (default: all; --serve beyond loopback: version only).\n"
             "FRAG in the table: the share of free cached memory that no single request can use\n"
             "(holes inside segments in use; a wholly free segment is not fragmentation).\n",
-            prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
+            prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -72,6 +77,16 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+
+int ts_stat_open_page(const char *dir, int pid, ts_page *pg)
+{
+    ts_page_init(pg);
+    if (ts_page_open_pid(pg, dir, pid) == TS_PAGE_OK)
+        return 0;
+    fprintf(stderr, "%s: %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s\n", prog, dir, pid, pg->error);
+    ts_page_close(pg);
+    return 1;
+}
 
 int ts_stat_load_all(const char *dir, views *out)
 {
@@ -330,7 +345,7 @@ static int cmd_gc(const char *dir)
 
 /* What the command line asked for. */
 typedef struct stat_args {
-    int json, prom, gc, watch, is_map, is_snapshot, is_symbolize;
+    int json, prom, gc, watch, is_map, is_snapshot, is_symbolize, is_release;
     double seconds;   /* --watch */
     long count;       /* --count */
     long device;      /* --device (map), -1: every device */
@@ -340,6 +355,8 @@ typedef struct stat_args {
     const char *file; /* symbolize FILE */
     double wait_s;    /* --wait (snapshot) */
     int wait_given;
+    uint64_t keep; /* --keep (release) */
+    int keep_given;
     ts_prom_labels prom_labels;
 } stat_args;
 
@@ -352,6 +369,20 @@ static int parse_seconds(const char *s, bool zero_ok, double hi, double *out)
     if (errno || end == s || *end || !(zero_ok ? v >= 0 : v > 0) || v > hi)
         return -1;
     *out = v;
+    return 0;
+}
+
+/* A size as the configuration spells one (memory_limit's syntax: bytes, K, M, G or T): 0, or
+ * -1 when s is not one. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    char text[96];
+    ts_config c;
+    if (strlen(s) > 64 || strpbrk(s, ",:") ||
+        snprintf(text, sizeof text, "memory_limit:%s", s) < 0 ||
+        ts_config_parse(&c, text, "--keep", TS_CONFIG_STRICT, NULL, NULL, NULL) != 0)
+        return -1;
+    *out = c.memory_limit;
     return 0;
 }
 
@@ -370,7 +401,7 @@ static const char *serve_address(int argc, char **argv)
 static int parse_options(int argc, char **argv, stat_args *a)
 {
     enum { OPT_JSON = 256, OPT_PROM, OPT_WATCH, OPT_COUNT, OPT_GC, OPT_DIR, OPT_DEVICE, OPT_WIDTH,
-           OPT_HELP, OPT_VERSION, OPT_SERVE, OPT_WAIT, OPT_LABELS };
+           OPT_HELP, OPT_VERSION, OPT_SERVE, OPT_WAIT, OPT_LABELS, OPT_KEEP };
     static const struct option opts[] = {
         {"json", no_argument, NULL, OPT_JSON},       {"prometheus", no_argument, NULL, OPT_PROM},
         {"watch", required_argument, NULL, OPT_WATCH}, {"count", required_argument, NULL, OPT_COUNT},
@@ -380,6 +411,7 @@ static int parse_options(int argc, char **argv, stat_args *a)
         {"version", no_argument, NULL, OPT_VERSION}, {"serve", optional_argument, NULL, OPT_SERVE},
         {"wait", required_argument, NULL, OPT_WAIT}, {"output", required_argument, NULL, 'o'},
         {"labels", required_argument, NULL, OPT_LABELS},
+        {"keep", required_argument, NULL, OPT_KEEP},
         {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
@@ -424,6 +456,14 @@ static int parse_options(int argc, char **argv, stat_args *a)
             }
             a->wait_given = 1;
             break;
+        case OPT_KEEP:
+            if (parse_size(optarg, &a->keep)) {
+                fprintf(stderr, "%s: --keep wants a size (bytes, or with K, M, G or T), not '%s'\n",
+                        prog, optarg);
+                return EXIT_USAGE;
+            }
+            a->keep_given = 1;
+            break;
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
         case OPT_VERSION:
@@ -449,7 +489,8 @@ static int parse_operands(int argc, char **argv, stat_args *a)
     a->is_map = optind < argc && strcmp(argv[optind], "map") == 0;
     a->is_snapshot = optind < argc && strcmp(argv[optind], "snapshot") == 0;
     a->is_symbolize = optind < argc && strcmp(argv[optind], "symbolize") == 0;
-    if (a->is_map || a->is_snapshot || a->is_symbolize)
+    a->is_release = optind < argc && strcmp(argv[optind], "release") == 0;
+    if (a->is_map || a->is_snapshot || a->is_symbolize || a->is_release)
         optind++;
     if (a->is_symbolize && optind < argc)
         a->file = argv[optind++];
@@ -472,10 +513,10 @@ static int parse_operands(int argc, char **argv, stat_args *a)
 static int check_combination(stat_args *a)
 {
     int modes = a->json + a->prom + a->gc + a->watch + a->is_map + a->is_snapshot +
-                a->is_symbolize + (a->serve != NULL);
+                a->is_symbolize + a->is_release + (a->serve != NULL);
     if (modes > 1) {
         fprintf(stderr, "%s: choose one of --json, --prometheus, --watch, --gc, --serve, map, "
-                        "snapshot, symbolize\n", prog);
+                        "snapshot, symbolize, release\n", prog);
         return EXIT_USAGE;
     }
     if (a->is_symbolize && !a->file) {
@@ -500,6 +541,14 @@ static int check_combination(stat_args *a)
     }
     if ((a->prom || a->gc || a->watch) && a->pid) {
         fprintf(stderr, "%s: this mode takes no pid\n", prog);
+        return EXIT_USAGE;
+    }
+    if (a->is_release && !a->pid) {
+        fprintf(stderr, "%s: release needs a pid\n", prog);
+        return EXIT_USAGE;
+    }
+    if (a->keep_given && !a->is_release) {
+        fprintf(stderr, "%s: --keep goes with release\n", prog);
         return EXIT_USAGE;
     }
     if (a->is_map && !a->pid) {
@@ -533,6 +582,8 @@ static int run_mode(const stat_args *a)
 {
     if (a->is_symbolize)
         return ts_stat_symbolize(a->file, a->out_path);
+    if (a->is_release)
+        return ts_stat_release(a->dir, (int)a->pid, a->keep);
     if (a->is_snapshot)
         return ts_stat_snapshot(a->dir, (int)a->pid, a->out_path, a->wait_s);
     if (a->serve)

@@ -100,6 +100,23 @@ enum tessera_pool_index {
     X(host_alloc_time, "Microseconds spent in the driver pinning host buffers")                   \
     X(host_free_time, "Microseconds spent in the driver unpinning host buffers")
 
+/* X(name, help): memory lent between the tessera processes of one device (docs/DESIGN.md,
+ * "Memory lent between processes"), counted by the process that asked and by the one that gave;
+ * times in microseconds. Appended after the pinned host memory fields. */
+#define TESSERA_LEND_COUNTERS(X)                                                                   \
+    X(num_lend_asks, "Requests not served after releasing this process's own cache, for which "    \
+                     "it asked the other tessera processes on the device to give memory back")    \
+    X(num_lend_asks_served, "Of those, the requests served once the others gave memory back")     \
+    X(lend_received_bytes, "Bytes the other processes gave back to the device at this "           \
+                           "process's asking")                                                     \
+    X(lend_wait_time, "Microseconds this process waited for the other processes' answers")        \
+    X(num_lend_gives, "Requests of other processes on the device this process answered")          \
+    X(lend_given_bytes, "Bytes of free cached memory this process gave back to the device for "  \
+                        "other processes")                                                         \
+    X(lend_give_time, "Microseconds this process spent giving memory back for other processes")  \
+    X(num_remote_releases, "Releases of the cache asked by another process (tessera-stat "         \
+                           "release; each also counted in num_empty_cache)")
+
 typedef struct tessera_device_stats {
 #define TESSERA_X_ARRAY(name, unit, help) tessera_stat name[TESSERA_POOL_COUNT];
     TESSERA_STAT_ARRAYS(TESSERA_X_ARRAY)
@@ -119,7 +136,10 @@ typedef struct tessera_device_stats {
 #define TESSERA_X_HOST_COUNTER(name, help) int64_t name;
     TESSERA_HOST_COUNTERS(TESSERA_X_HOST_COUNTER)
 #undef TESSERA_X_HOST_COUNTER
-    int64_t reserved_tail[16]; /* room to append fields without moving what follows */
+#define TESSERA_X_LEND_COUNTER(name, help) int64_t name;
+    TESSERA_LEND_COUNTERS(TESSERA_X_LEND_COUNTER)
+#undef TESSERA_X_LEND_COUNTER
+    int64_t reserved_tail[8]; /* room to append fields without moving what follows */
 } tessera_device_stats;
 
 #endif /* TESSERA_STATS_FIELDS_H */

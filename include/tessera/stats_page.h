@@ -13,7 +13,8 @@
  *
  * Publication: the owner fills the header, then stores magic last with release semantics. A
  * reader that sees magic == TESSERA_PAGE_MAGIC (load with acquire) sees a complete header. The
- * header never changes after that, except `flags`.
+ * header never changes after that, except `flags`, and `control_secret`, set once (from 0) when
+ * the owner's control channel starts.
  *
  * Consistency: each slot has its own sequence lock (`seq`), with a single writer (the allocator
  * of that device, under its own mutex). Writer: seq odd, update fields with relaxed atomic
@@ -42,7 +43,11 @@
 
 /* "tessera" followed by 0x01, read as a host-order 64-bit integer (little endian shown). */
 #define TESSERA_PAGE_MAGIC UINT64_C(0x0161726573736574)
-#define TESSERA_PAGE_LAYOUT_VERSION 2u
+#define TESSERA_PAGE_LAYOUT_VERSION 3u
+/* The oldest layout a reader of this header reads: layout 2 is layout 3 with the header's
+ * control_secret and the slots' device_uuid still reserved (zero), so it reads as a page whose
+ * process has no control channel and whose devices are unknown. */
+#define TESSERA_PAGE_LAYOUT_OLDEST 2u
 
 #define TESSERA_PAGE_FILE_PREFIX "tessera."
 #define TESSERA_PAGE_DEFAULT_DIR "/dev/shm"
@@ -112,7 +117,11 @@ typedef struct tessera_page_header {
     uint32_t max_blocks;       /* 132: TESSERA_PAGE_MAX_BLOCKS */
     uint32_t stats_words;      /* 136: int64 words of tessera_device_stats in use (no tail) */
     uint32_t reserved0;        /* 140 */
-    uint64_t reserved1[2];     /* 144 */
+    /* --- layout 3 (0 in layout 2) --- */
+    uint64_t control_secret;   /* 144: the owner's control channel is the abstract Unix socket
+                                * "tessera.<pid>.<16 hex digits of this>" (docs/DESIGN.md); 0: it
+                                * has none (yet) */
+    uint64_t reserved1;        /* 152 */
     char version[TESSERA_PAGE_VERSION_LEN]; /* 160: tessera version, e.g. "0.1.0" */
     char cmdline[TESSERA_PAGE_CMDLINE_LEN]; /* 192: /proc/self/cmdline, NULs as spaces */
     char config[TESSERA_PAGE_CONFIG_LEN];   /* 704: effective configuration (ts_config_format) */
@@ -178,7 +187,10 @@ typedef struct tessera_page_slot_head {
                            * from map.request_served asks the owner to publish a fresh map at
                            * its next allocator operation; readers write increasing values
                            * (CLOCK_REALTIME ns) and wait for request_served >= theirs */
-    uint64_t reserved[3]; /*   40 */
+    /* layout 3 (0 in layout 2): the device's UUID as the driver gives it (cuDeviceGetUuid), the
+     * same in every process that uses that device or MIG instance; all zero: unknown */
+    uint8_t device_uuid[16]; /* 40 */
+    uint64_t reserved;       /* 56 */
     tessera_device_stats stats; /* 64: maintained by the allocator of this device */
     uint8_t stats_pad[TESSERA_PAGE_STATS_AREA - sizeof(tessera_device_stats)];
     tessera_page_map map; /* 2112: summary of the segment map below */

@@ -53,7 +53,8 @@ static void test_format_defaults(void **state)
                         "stats:True,oom_report:True,reuse_fence:order,stitching:False,"
                         "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:4096,expandable_page_mb:0,handle_policy:page,"
                         "growth_batch_mb:20,defragment:False,verbose:False,history_events:0,"
-                        "history_frames:False,pinned_cache:True,pinned_idle_s:10");
+                        "history_frames:False,pinned_cache:True,pinned_idle_s:10,lending:True,"
+                        "lending_wait_ms:2000,lending_all_users:False");
 
     /* snprintf contract */
     size_t full = ts_config_format(&c, NULL, 0);
@@ -381,7 +382,7 @@ static void test_describe(void **state)
         assert_non_null(strstr(buf, line));
         keys++;
     }
-    assert_int_equal(keys, 27 + TS_CONFIG_NOT_APPLICABLE_COUNT);
+    assert_int_equal(keys, 30 + TS_CONFIG_NOT_APPLICABLE_COUNT);
     assert_non_null(strstr(buf, "  max_split_size_mb\n      value:   an integer from 20 to 1099511627775 MiB, or "
                                 "unlimited\n      default: unlimited\n"));
     assert_non_null(strstr(buf, "  reuse_fence\n      value:   order, events, sync or none\n      "

@@ -15,6 +15,8 @@
  *   allocs N SIZE         allocs A1,...,AN FIRST  (N blocks of SIZE; their addresses, 0x0 for a
  *                                           failed one; FIRST: the index of the first)
  *   reset                 reset ERROR      (cudaDeviceReset: every block is gone)
+ *   capture begin|end     capture ERROR    (a stream capture begun on a stream of its own, or
+ *                                           ended and its graph destroyed)
  *   fds                   fds N            (descriptors open here, the simulator's not counted)
  *   files                 files N          (how many more files it can open: each closed after)
  *   stdio                 stdio 1|0        (descriptors 0, 1 and 2 are still open)
@@ -165,6 +167,17 @@ int main(void)
                     nanosleep(&(struct timespec){0, 1000000}, NULL);
             }
             printf("reuse %d %d\n", hit, k);
+        } else if (!strcmp(cmd, "capture")) {
+            static cudaStream_t cs;
+            static cudaGraph_t g;
+            cudaError_t e = cudaSuccess;
+            if (!cs)
+                e = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+            if (e == cudaSuccess && !strcmp(a1, "begin"))
+                e = cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed);
+            else if (e == cudaSuccess && (e = cudaStreamEndCapture(cs, &g)) == cudaSuccess)
+                e = cudaGraphDestroy(g);
+            printf("capture %s\n", err(e));
         } else if (!strcmp(cmd, "fds")) {
             printf("fds %d\n", count_fds());
         } else if (!strcmp(cmd, "files")) {

@@ -89,7 +89,8 @@ struct chan_fd_msg {
    * a flexible array, which clang refuses inside a struct that goes on. */
   union {
     char buf[CMSG_SPACE(sizeof(int))];
-    size_t align;
+    size_t align; /* a cmsghdr's alignment (its cmsg_len); the struct itself ends in a flexible
+                   * array, which clang refuses inside another struct */
   } ctl;
   struct msghdr msg;
 };

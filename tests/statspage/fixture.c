@@ -265,6 +265,16 @@ static int cmd_forge(int argc, char **argv)
         h->layout_version = 99;
     } else if (strcmp(kind, "notready") == 0) {
         h->magic = 0;
+    } else if (strcmp(kind, "layout2") == 0) {
+        /* what the tessera before lending wrote: no channel, no device UUIDs, the counters up
+         * to the pinned host memory ones (offsetof num_lend_asks) */
+        h->layout_version = 2;
+        h->control_secret = 0;
+        h->stats_words = (uint32_t)(offsetof(tessera_device_stats, num_lend_asks) / 8);
+        for (uint32_t i = 0; i < h->slot_count; i++) {
+            memset(slot_of(buf, i)->head.device_uuid, 0, 16);
+            slot_of(buf, i)->head.stats.num_lend_asks = 0;
+        }
     } else if (strcmp(kind, "newline-command") == 0) {
         /* and control bytes a terminal would obey (ESC [2J clears the screen) */
         snprintf(h->cmdline, sizeof h->cmdline, "evil \"quoted\" back\\slash\nnext line\x01\x1b[2J");

@@ -357,7 +357,7 @@ def main():
         check("command   %s serve --tag a\"b\\c" % FIXTURE in out, "detail command")
         check("config    max_split_size:unlimited,expandable_segments:True,stats:True" in out,
               "detail config")
-        check(re.search(r"tessera   0\.1\.0 \(page layout 2, created \d{4}-", out) is not None,
+        check(re.search(r"tessera   0\.1\.0 \(page layout 3, created \d{4}-", out) is not None,
               "detail version")
         check(re.search(r"started   \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(start time \d+ ticks", out)
               is not None, "detail start time")
@@ -441,7 +441,7 @@ def main():
             "corrupt": "corrupt: total size",
             "truncated": "truncated: 1000 bytes, the header alone needs 4096",
             "foreign": "not a tessera stats page (magic 0x",
-            "newer": "written by a newer tessera (layout 99, this reader understands up to 2)",
+            "newer": "written by a newer tessera (layout 99, this reader understands up to 3)",
             "notready": "not published yet (magic is 0)",
         }
         for kind, msg in damaged.items():
@@ -460,6 +460,13 @@ def main():
             rc, out, err = run("--gc", env_dir=d)
             check(os.path.exists(os.path.join(d, "tessera.%d" % sleeper.pid)),
                   "%s page of a live pid survives --gc" % kind)
+        # ---- a layout 2 page (the tessera before lending) still reads, without the new fields ----
+        forge(d, "layout2", sleeper.pid)
+        rc, out, err = run("--json", str(sleeper.pid), env_dir=d)
+        doc = json.loads(out)[str(sleeper.pid)] if rc == 0 else {}
+        dev0 = doc.get("0", {}) if isinstance(doc, dict) else {}
+        check(rc == 0 and "num_ooms" in dev0 and "num_lend_asks" not in dev0,
+              "layout 2 page: rc %d %r %r" % (rc, err, sorted(dev0)[:5]))
         forge(d, "corrupt-slot", sleeper.pid)
         rc, out, err = run(str(sleeper.pid), env_dir=d)
         check(rc == 1 and "slot 1: corrupt: slot state 9" in err and "device 0" in out,
@@ -546,7 +553,7 @@ def main():
         rc, out, err = run("--help")
         check(rc == 0 and "usage:" in out and "--prometheus" in out, "help")
         rc, out, err = run("--version")
-        check(rc == 0 and out.strip() == "tessera-stat 0.1.0 (stats page layout 2)", "version %r" % out)
+        check(rc == 0 and out.strip() == "tessera-stat 0.1.0 (stats page layout 3)", "version %r" % out)
         for args in (["--bogus"], ["notapid"], ["1", "2"], ["--prometheus", "5"], ["map"],
                      ["--watch", "0"], ["--watch", "x"], ["--count", "2"], ["--device", "1"],
                      ["map", "1", "--width", "3"], ["--json", "--prometheus"]):

@@ -25,7 +25,8 @@ int main(void)
 {
     /* constants */
     PIN(TESSERA_PAGE_MAGIC, 0x0161726573736574ull);
-    PIN(TESSERA_PAGE_LAYOUT_VERSION, 2);
+    PIN(TESSERA_PAGE_LAYOUT_VERSION, 3);
+    PIN(TESSERA_PAGE_LAYOUT_OLDEST, 2);
     PIN(TESSERA_PAGE_HEADER_SIZE, 4096);
     PIN(TESSERA_PAGE_SLOTS, 16);
     PIN(TESSERA_PAGE_MAX_SLOT_COUNT, 64);
@@ -72,7 +73,8 @@ int main(void)
     OFF(tessera_page_header, max_blocks, 132);
     OFF(tessera_page_header, stats_words, 136);
     OFF(tessera_page_header, reserved0, 140);
-    OFF(tessera_page_header, reserved1, 144);
+    OFF(tessera_page_header, control_secret, 144);
+    OFF(tessera_page_header, reserved1, 152);
     OFF(tessera_page_header, version, 160);
     SIZE(tessera_page_header, version, 32);
     OFF(tessera_page_header, cmdline, 192);
@@ -91,7 +93,9 @@ int main(void)
     OFF(tessera_page_slot_head, seq, 16);
     OFF(tessera_page_slot_head, claimed_ns, 24);
     OFF(tessera_page_slot_head, map_request, 32);
-    OFF(tessera_page_slot_head, reserved, 40);
+    OFF(tessera_page_slot_head, device_uuid, 40);
+    SIZE(tessera_page_slot_head, device_uuid, 16);
+    OFF(tessera_page_slot_head, reserved, 56);
     OFF(tessera_page_slot_head, stats, 64);
     OFF(tessera_page_slot_head, map, 2112);
     OFF(tessera_page_slot, head, 0);
@@ -188,7 +192,15 @@ int main(void)
     OFF(tessera_device_stats, num_host_free_calls, 1280);
     OFF(tessera_device_stats, host_alloc_time, 1288);
     OFF(tessera_device_stats, host_free_time, 1296);
-    OFF(tessera_device_stats, reserved_tail, 1304);
+    OFF(tessera_device_stats, num_lend_asks, 1304);
+    OFF(tessera_device_stats, num_lend_asks_served, 1312);
+    OFF(tessera_device_stats, lend_received_bytes, 1320);
+    OFF(tessera_device_stats, lend_wait_time, 1328);
+    OFF(tessera_device_stats, num_lend_gives, 1336);
+    OFF(tessera_device_stats, lend_given_bytes, 1344);
+    OFF(tessera_device_stats, lend_give_time, 1352);
+    OFF(tessera_device_stats, num_remote_releases, 1360);
+    OFF(tessera_device_stats, reserved_tail, 1368);
     OFF(tessera_stat, current, 0);
     OFF(tessera_stat, peak, 8);
     OFF(tessera_stat, allocated, 16);

@@ -154,7 +154,8 @@ static void test_create_publishes_header(void **state)
     assert_int_equal(ts_page_open(&pg, path), TS_PAGE_OK);
     const tessera_page_header *h = &pg.hdr;
     assert_int_equal(h->magic, TESSERA_PAGE_MAGIC);
-    assert_int_equal(h->layout_version, 2);
+    assert_int_equal(h->layout_version, 3);
+    assert_int_equal(h->control_secret, 0); /* no channel until the shim names one */
     assert_int_equal(h->header_size, TESSERA_PAGE_HEADER_SIZE);
     assert_int_equal(h->slot_size, TESSERA_PAGE_SLOT_SIZE);
     assert_int_equal(h->slot_count, TESSERA_PAGE_SLOTS);
@@ -537,7 +538,7 @@ static void test_parse_damaged_headers(void **state)
     RESET();
     hdr_of(buf)->layout_version = 7;
     expect_parse(buf, 200, TS_PAGE_ENEWER,
-                 "written by a newer tessera (layout 7, this reader understands up to 2)");
+                 "written by a newer tessera (layout 7, this reader understands up to 3)");
     {
         ts_page pg;
         assert_int_equal(ts_page_parse(&pg, buf, 200), TS_PAGE_ENEWER);
@@ -547,12 +548,16 @@ static void test_parse_damaged_headers(void **state)
     RESET();
     hdr_of(buf)->layout_version = 1;
     expect_parse(buf, 200, TS_PAGE_EOLDER,
-                 "written by an older tessera (layout 1; this reader reads layout 2");
+                 "written by an older tessera (layout 1; this reader reads layouts 2 to 3");
     {
         ts_page pg;
         assert_int_equal(ts_page_parse(&pg, buf, 200), TS_PAGE_EOLDER);
         assert_int_equal(pg.have_identity, 1);
     }
+    RESET();
+    /* layout 2 (no control channel, no device UUIDs) still reads, as a page without them */
+    hdr_of(buf)->layout_version = 2;
+    expect_parse(buf, TOTAL, TS_PAGE_OK, NULL);
     RESET();
     hdr_of(buf)->layout_version = 0;
     expect_parse(buf, TOTAL, TS_PAGE_ECORRUPT, "layout version 0");

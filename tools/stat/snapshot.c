@@ -82,16 +82,11 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
 {
     const char *prog = "tessera-stat";
     ts_page pg;
-    ts_page_init(&pg);
-    int st = ts_page_open_pid(&pg, dir, pid);
-    if (st != TS_PAGE_OK) {
-        fprintf(stderr, "%s: %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s\n", prog, dir, pid, pg.error);
-        ts_page_close(&pg);
+    if (ts_stat_open_page(dir, pid, &pg) != 0)
         return 1;
-    }
     /* A page of a process that is gone shows its last layout: said so, never "exact". */
     char owner_why[192];
-    int owner = ts_page_judge(&pg, st, pid, owner_why, sizeof owner_why);
+    int owner = ts_page_judge(&pg, TS_PAGE_OK, pid, owner_why, sizeof owner_why);
     bool gone = ts_owner_is_stale(owner);
     if (owner != TS_OWNER_LIVE && !gone) {
         fprintf(stderr, "%s: %s: %s\n", prog, pg.path, owner_why);

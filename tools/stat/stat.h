@@ -2,6 +2,8 @@
 #ifndef TS_TOOLS_STAT_H
 #define TS_TOOLS_STAT_H
 
+#include <stdint.h>
+
 #include "statspage/listing.h"
 
 /* Every page of dir, loaded for output with bounded work (ts_views_load_all): 0, or -1 after a
@@ -10,8 +12,17 @@ typedef ts_views views;
 int ts_stat_load_all(const char *dir, views *out);
 void ts_stat_free_all(views *vs);
 
+/* Open the page of pid in dir: 0, or 1 after a message (the page closed). */
+int ts_stat_open_page(const char *dir, int pid, ts_page *pg);
+
 /* tessera-stat snapshot PID -o FILE (tools/stat/snapshot.c). Exit status. */
 int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait_s);
+
+/* tessera-stat release PID [--keep SIZE] (tools/stat/release.c): the process's empty_cache,
+ * keeping at most keep bytes cached per device. Exit status: 0, 1 (no page for PID), or
+ * TS_STAT_REFUSED (another user's process, no control channel, no answer). */
+#define TS_STAT_REFUSED 3
+int ts_stat_release(const char *dir, int pid, uint64_t keep);
 
 /* tessera-stat symbolize FILE [-o OUT] (tools/stat/symbolize.c): name a snapshot's raw frames;
  * OUT NULL: FILE itself. Exit status. */

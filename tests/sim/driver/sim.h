@@ -143,6 +143,10 @@ struct sim_global {
     struct sim_event *events;   /* live event handles */
     struct sim_capture *captures; /* active captures */
     uint64_t capture_ids;
+    /* bytes 8-11 of every device's UUID: who shares the devices. A hash of TESSERA_SIM_SHARED's
+     * name (processes that share one device see one UUID, as on a GPU), else this process's pid
+     * (its devices are its own) */
+    uint32_t uuid_tag;
 };
 
 extern struct sim_global sim_g;

@@ -83,8 +83,10 @@ static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
         return r;
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
-    static const char tag[12] = {'t', 'e', 's', 's', 'e', 'r', 'a', '-', 's', 'i', 'm', 0};
+    static const char tag[8] = {'t', 'e', 's', 's', '-', 's', 'i', 'm'};
     memcpy(uuid->bytes, tag, sizeof tag);
+    for (int i = 0; i < 4; i++) /* which processes share this device (sim_g.uuid_tag) */
+        uuid->bytes[8 + i] = (char)(sim_g.uuid_tag >> (8 * i));
     uuid->bytes[12] = 0;
     uuid->bytes[13] = 0;
     uuid->bytes[14] = (char)(dev >> 8);

@@ -257,6 +257,13 @@ static void configure(void)
         sim_g.init_status = CUDA_ERROR_INVALID_VALUE;
         return;
     }
+    sim_g.uuid_tag = (uint32_t)getpid();
+    if (shared && *shared) {
+        uint32_t h = 2166136261u; /* FNV-1a of the name */
+        for (const char *c = shared; *c; c++)
+            h = (h ^ (unsigned char)*c) * 16777619u;
+        sim_g.uuid_tag = h | 0x80000000u; /* never a pid */
+    }
     pthread_atfork(NULL, NULL, forked_child);
     if (sim_g.report_path)
         atexit(report_at_exit);
