@@ -44,6 +44,14 @@ static size_t region_size(fixture *f, void *p)
     return ts_devmodel_host_info(f->dev, (uintptr_t)p, &size, &flags) == TS_OK ? size : 0;
 }
 
+/* The size of the region p was in, where a region given back may have been mapped again for a
+ * later one: p inside [later, later + n) counts as gone (0), as the driver may reuse addresses. */
+static size_t region_size_unless_in(fixture *f, void *p, void *later, size_t n)
+{
+    const char *q = p, *l = later;
+    return q >= l && q < l + n ? 0 : region_size(f, p);
+}
+
 static ts_host_info lookup(fixture *f, const void *p)
 {
     ts_host_info info;
@@ -675,7 +683,7 @@ static void floor_case(size_t rest, bool released)
     char *c = host_alloc(&f, 8 * MiB, 0);
     const tessera_device_stats *st = fx_stats(&f);
     assert_int_equal(st->num_host_free, released ? 1 : 0);
-    assert_int_equal(region_size(&f, b), released ? 0 : rest);
+    assert_int_equal(region_size_unless_in(&f, b, c, 8 * MiB), released ? 0 : rest);
     assert_int_equal(st->host_allocated_bytes.current, (int64_t)(50 * MiB + (released ? 0 : rest)));
     host_free(&f, a);
     host_free(&f, c);
@@ -705,7 +713,7 @@ static void test_host_floor_rule_stops_at_the_bound(void **state)
     char *c = host_alloc(&f, 8 * MiB, 0);
     const tessera_device_stats *st = fx_stats(&f);
     assert_int_equal(st->num_host_free, 1);
-    assert_int_equal(region_size(&f, b), 0);
+    assert_int_equal(region_size_unless_in(&f, b, c, 8 * MiB), 0);
     assert_int_equal(region_size(&f, z), 2 * MiB);
     assert_int_equal(region_size(&f, c), 8 * MiB);
     host_free(&f, x);
