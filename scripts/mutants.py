@@ -18,8 +18,9 @@ blanked, so only code is mutated. By default only sites on lines a change added 
 Each mutant is built in its own build directory (default build-mutate, configured without
 -Werror so that a mutant that only warns still runs) and judged by the tests that execute its
 line: a coverage build (default build-cov) runs every test once, alone, and records which lines
-each executes. A mutant on a line no test executes survives without a run ("not executed").
-The others run their tests with --maxfail 1 under a time bound; a test that fails, crashes or
+each executes (a statement of several lines counts as executed where any of its lines up to the
+mutant's is: gcov counts it on one of them). A mutant on a line no test executes survives without
+a run ("not executed"). The others run their tests with --maxfail 1 under a time bound; a test that fails, crashes or
 times out kills the mutant. Mutants that do not compile are left out of the rate.
 
   scripts/mutate.sh --generate [--base REV] [--whole] [FILE.c ...]      (see --help)
@@ -50,11 +51,12 @@ ORDER_NAME = re.compile(
 
 
 class Mutant:
-    __slots__ = ("file", "rule", "start", "end", "new", "line", "old", "snippet")
+    __slots__ = ("file", "rule", "start", "end", "new", "line", "old", "snippet", "first")
 
     def __init__(self, file, rule, start, end, new, line, old, snippet):
         self.file, self.rule, self.start, self.end = file, rule, start, end
         self.new, self.line, self.old, self.snippet = new, line, old, snippet
+        self.first = line   # the line its statement starts on (see find_mutants)
 
     def label(self):
         return "%s:%d [%s] %s" % (self.file, self.line, self.rule, self.describe())
@@ -236,6 +238,16 @@ def find_mutants(path, text, lines=None):
             continue
         found.append(Mutant(path, rule, start, k + 1, "(void)0;", line_of[start],
                             text[start:k + 1], snippet(start)))
+    # gcov counts a statement of several lines on one of them (its first, mostly): a mutant on
+    # a later line of it is executed when that line is
+    for mu in found:
+        k = mu.start - 1
+        while k >= 0 and code[k] not in ";{}":
+            k -= 1
+        k += 1
+        while k < mu.start and code[k].isspace():
+            k += 1
+        mu.first = line_of[k]
     found.sort(key=lambda mu: (mu.start, RULES.index(mu.rule)))
     return found
 
@@ -451,8 +463,10 @@ def main():
     originals = {}
     try:
         for i, m in enumerate(mutants, 1):
+            span = range(m.first, m.line + 1)
             tests = sorted((t for t, by_src in cov["tests"].items()
-                            if t not in failing and m.line in set(by_src.get(m.file, []))),
+                            if t not in failing and
+                            not set(span).isdisjoint(by_src.get(m.file, []))),
                            key=lambda t: cov["info"][t]["seconds"])
             path = os.path.join(ROOT, m.file)
             if m.file not in originals:

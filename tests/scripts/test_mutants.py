@@ -73,6 +73,15 @@ class Generate(unittest.TestCase):
         got = sites(SAMPLE, lines={15, 23})
         self.assertEqual(sorted({l for l, _, _, _ in got}), [15, 23])
 
+    def test_statement_of_several_lines_starts_at_its_first(self):
+        # gcov counts such a statement on one line: the runner asks for any from its first on
+        text = "int f(int a, int b)\n{\n    int ok = a == 1 &&\n             b < 2;\n" \
+               "    if (ok)\n        return 1;\n    for (int i = 0;\n         i < b; i++)\n" \
+               "        a++;\n    return a;\n}\n"
+        got = [(m.line, m.first, m.rule) for m in mutants.find_mutants("x.c", text)]
+        self.assertEqual(got, [(3, 3, "comparison"), (4, 3, "comparison"), (4, 3, "bound"),
+                               (5, 5, "refusal"), (8, 8, "comparison"), (8, 8, "bound")])
+
     def test_each_mutant_is_the_named_change_and_compiles(self):
         with tempfile.TemporaryDirectory() as d:
             for m in mutants.find_mutants("x.c", SAMPLE):
