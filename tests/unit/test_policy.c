@@ -725,6 +725,51 @@ static void test_policy_retry_gives_back_only_what_lacks(void **state)
     fx_close(&f);
 }
 
+/* Rule (release and retry): the retry first lets every fence the device has passed retire, so
+ * blocks freed on their way back (another pool's, waiting for an order point) count among what
+ * it can give back, and it still gives back only what lacks. The fragment above, with the small
+ * pool's frees waiting for their fence when the 10 MiB request comes. */
+static void test_policy_retry_retires_passed_fences_first(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True,stitch_when:pressure");
+    cfg.reuse_fence = TS_FENCE_EVENTS;
+    fixture f;
+    fx_open(&f, 22 * MiB, &cfg, true, true);
+    ts_devmodel_set_manual_fences(f.dev, true);
+    uintptr_t s[8];
+    for (int i = 0; i < 8; i++)
+        s[i] = fx_alloc(&f, 1 * MiB);
+    const uintptr_t a = fx_alloc(&f, 4 * MiB), h = fx_alloc(&f, 6 * MiB);
+    const uintptr_t c = fx_alloc(&f, 2 * MiB), d = fx_alloc(&f, 2 * MiB);
+    assert_int_equal(reserved(&f), 22 * MiB);
+    for (int i = 4; i < 8; i++)
+        fx_free(&f, s[i]);
+    assert_int_equal(fx_stats(&f)->active[TESSERA_POOL_SMALL].current, 8); /* 4 waiting */
+    fx_free(&f, h);
+    fx_free(&f, d);
+    const uint64_t syncs = (uint64_t)fx_stats(&f)->num_sync_all_streams;
+    const uintptr_t r = fx_alloc(&f, 10 * MiB);
+    assert_int_equal(r, d);
+    assert_int_equal(fx_stats(&f)->num_sync_all_streams, syncs + 1); /* the retry's, once */
+    assert_int_equal(fx_stats(&f)->num_alloc_retries, 1);
+    assert_int_equal(fx_stats(&f)->active[TESSERA_POOL_SMALL].current, 4);
+    /* the small pool's two free pages and the hole's last two went; a and c's pages stayed */
+    assert_false(ts_devmodel_is_backed(f.dev, s[4], 4 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, h, 2 * MiB));
+    assert_false(ts_devmodel_is_backed(f.dev, h + 2 * MiB, 4 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, a, 4 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, c, 2 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, r, 10 * MiB));
+    fx_check(&f);
+    fx_free(&f, r);
+    fx_free(&f, a);
+    fx_free(&f, c);
+    for (int i = 0; i < 4; i++)
+        fx_free(&f, s[i]);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -742,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_policy_growth_batch_only_for_page_handles),
         cmocka_unit_test(test_policy_small_request_takes_a_large_piece),
         cmocka_unit_test(test_policy_retry_gives_back_only_what_lacks),
+        cmocka_unit_test(test_policy_retry_retires_passed_fences_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
