@@ -409,6 +409,11 @@ def main():
     ap.add_argument("--build", default="build-mutate")
     ap.add_argument("--coverage-build", default="build-cov")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per mutant (%(default)s)")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="only the mutants whose label (as --list prints it) contains TEXT "
+                         "(repeatable)")
+    ap.add_argument("--survivors-of", metavar="JSON",
+                    help="only the mutants an earlier run (its --json) left alive")
     ap.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     ap.add_argument("--json", help="write every mutant's verdict to this file")
     args = ap.parse_args()
@@ -434,6 +439,13 @@ def main():
             text = fh.read()
         lines = None if args.whole else changed_lines(base, f)
         mutants += [m for m in find_mutants(f, text, lines) if m.rule in rules]
+    if args.only:
+        mutants = [m for m in mutants if any(t in m.label() for t in args.only)]
+    if args.survivors_of:
+        with open(args.survivors_of) as fh:
+            alive = {(v["file"], v["line"], v["rule"], v["old"], v["new"])
+                     for v in json.load(fh)["verdicts"] if v["verdict"] != "killed"}
+        mutants = [m for m in mutants if (m.file, m.line, m.rule, m.old, m.new) in alive]
     if args.sample and len(mutants) > args.sample:
         rng = random.Random(args.seed)
         mutants = sorted(rng.sample(mutants, args.sample), key=lambda m: (m.file, m.start))
