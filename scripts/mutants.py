@@ -18,8 +18,9 @@ blanked, so only code is mutated. By default only sites on lines a change added 
 Each mutant is built in its own build directory (default build-mutate, configured without
 -Werror so that a mutant that only warns still runs) and judged by the tests that execute its
 line: a coverage build (default build-cov) runs every test once, alone, and records which lines
-each executes. A mutant on a line no test executes survives without a run ("not executed").
-The others run their tests with --maxfail 1 under a time bound; a test that fails, crashes or
+each executes (a statement of several lines counts as executed where any of its lines up to the
+mutant's is: gcov counts it on one of them). A mutant on a line no test executes survives without
+a run ("not executed"). The others run their tests with --maxfail 1 under a time bound; a test that fails, crashes or
 times out kills the mutant. Mutants that do not compile are left out of the rate.
 
   scripts/mutate.sh --generate [--base REV] [--whole] [FILE.c ...]      (see --help)
@@ -50,11 +51,12 @@ ORDER_NAME = re.compile(
 
 
 class Mutant:
-    __slots__ = ("file", "rule", "start", "end", "new", "line", "old", "snippet")
+    __slots__ = ("file", "rule", "start", "end", "new", "line", "old", "snippet", "first")
 
     def __init__(self, file, rule, start, end, new, line, old, snippet):
         self.file, self.rule, self.start, self.end = file, rule, start, end
         self.new, self.line, self.old, self.snippet = new, line, old, snippet
+        self.first = line   # the line its statement starts on (see find_mutants)
 
     def label(self):
         return "%s:%d [%s] %s" % (self.file, self.line, self.rule, self.describe())
@@ -236,6 +238,16 @@ def find_mutants(path, text, lines=None):
             continue
         found.append(Mutant(path, rule, start, k + 1, "(void)0;", line_of[start],
                             text[start:k + 1], snippet(start)))
+    # gcov counts a statement of several lines on one of them (its first, mostly): a mutant on
+    # a later line of it is executed when that line is
+    for mu in found:
+        k = mu.start - 1
+        while k >= 0 and code[k] not in ";{}":
+            k -= 1
+        k += 1
+        while k < mu.start and code[k].isspace():
+            k += 1
+        mu.first = line_of[k]
     found.sort(key=lambda mu: (mu.start, RULES.index(mu.rule)))
     return found
 
@@ -397,6 +409,11 @@ def main():
     ap.add_argument("--build", default="build-mutate")
     ap.add_argument("--coverage-build", default="build-cov")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per mutant (%(default)s)")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="only the mutants whose label (as --list prints it) contains TEXT "
+                         "(repeatable)")
+    ap.add_argument("--survivors-of", metavar="JSON",
+                    help="only the mutants an earlier run (its --json) left alive")
     ap.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     ap.add_argument("--json", help="write every mutant's verdict to this file")
     args = ap.parse_args()
@@ -422,6 +439,13 @@ def main():
             text = fh.read()
         lines = None if args.whole else changed_lines(base, f)
         mutants += [m for m in find_mutants(f, text, lines) if m.rule in rules]
+    if args.only:
+        mutants = [m for m in mutants if any(t in m.label() for t in args.only)]
+    if args.survivors_of:
+        with open(args.survivors_of) as fh:
+            alive = {(v["file"], v["line"], v["rule"], v["old"], v["new"])
+                     for v in json.load(fh)["verdicts"] if v["verdict"] != "killed"}
+        mutants = [m for m in mutants if (m.file, m.line, m.rule, m.old, m.new) in alive]
     if args.sample and len(mutants) > args.sample:
         rng = random.Random(args.seed)
         mutants = sorted(rng.sample(mutants, args.sample), key=lambda m: (m.file, m.start))
@@ -451,8 +475,10 @@ def main():
     originals = {}
     try:
         for i, m in enumerate(mutants, 1):
+            span = range(m.first, m.line + 1)
             tests = sorted((t for t, by_src in cov["tests"].items()
-                            if t not in failing and m.line in set(by_src.get(m.file, []))),
+                            if t not in failing and
+                            not set(span).isdisjoint(by_src.get(m.file, []))),
                            key=lambda t: cov["info"][t]["seconds"])
             path = os.path.join(ROOT, m.file)
             if m.file not in originals:

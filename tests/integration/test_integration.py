@@ -1712,6 +1712,28 @@ class Ipc(Base):
                 self.assertIn("has exited", stderr)
                 exp.quit()
 
+    def test_block_of_more_handles_than_one_answer(self):
+        # under defragment a block of 160 MiB is 80 handles of 2 MiB: the open's answer carries
+        # the first 64, a second request the rest; the importer sees every byte, keeps no
+        # descriptor of them, and the close gives the block back
+        exp = Peer(self.env, conf="defragment:True")
+        idx, addr = exp.alloc(160 * MiB)
+        exp.ask(f"fill {idx} 0x6b")
+        handle = exp.export(idx)
+        imp = Peer(self.env, conf="defragment:True")
+        fds = imp.value("fds")
+        err, i = imp.open(handle)
+        self.assertEqual(err, "cudaSuccess")
+        self.assertEqual(imp.value(f"check {i} 0x6b"), 1)
+        self.assertEqual(imp.value("fds"), fds + 1)  # the connection; no handle's descriptor
+        imp.ask(f"fill {i} 0x2c")
+        self.assertEqual(exp.value(f"check {idx} 0x2c"), 1)  # the same bytes, both ways
+        self.assertEqual(exp.ask(f"free {idx}"), ["free", "cudaSuccess"])
+        self.assertEqual(imp.ask(f"close {i}"), ["close", "cudaSuccess"])
+        self.assertEqual(exp.ask(f"reuse {160 * MiB} {addr:#x} 1"), ["reuse", "1", "1"])
+        imp.quit()
+        exp.quit()
+
     def test_descriptors_of_both_sides(self):
         # 40 exports under a limit of 64 descriptors: all succeed, the program keeps every
         # descriptor but the channel's one socket (there since the stats page: exports add

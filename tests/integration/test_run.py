@@ -242,6 +242,16 @@ class Summary(Base):
                     self.assertEqual(os.listdir(os.path.join(self.tmp, "other")), [])
                 os.unlink(page)
 
+    def test_summary_directory_refused(self):
+        # a stats page directory where no directory can be made (procfs): the system's reason,
+        # exit status 125, and the program never started
+        p = self.run_tool(["--summary", "--", "sh", "-c", "echo started"],
+                          extra={"TESSERA_STATS_DIR": "/proc/self"})
+        self.assertEqual((p.returncode, p.stdout), (125, ""), p.stderr)
+        self.assertRegex(p.stderr, r"tessera: run: --summary: cannot create a directory in "
+                                   r"/proc/\d+: \w")
+        self.assertNotIn("name too long", p.stderr)
+
     def test_no_cuda_program(self):
         p = self.run_tool(["--summary", "--", "true"], extra={"TMPDIR": self.tmp})
         self.assertEqual(p.returncode, 0, p.stderr)

@@ -321,6 +321,27 @@ class OwnPage(Base):
         self.assertEqual(facts["freed"], 0, facts)
         self.assertEqual((facts["mapped"], facts["fd_open"]), (True, False), facts)
 
+    def test_page_opened_again_lets_the_last_go(self):
+        # another spelling of the directory opens the page again: the mapping before goes, so
+        # a process that names its directories in turn holds one mapping, never one per call
+        p, facts = run_script("""
+            a = malloc(2 << 20)
+            d = os.environ["TESSERA_STATS_DIR"]
+            page = os.path.realpath(os.path.join(d, "tessera.%d" % os.getpid()))
+            def mappings():
+                return sum(l.rstrip().endswith(page) for l in open("/proc/self/maps"))
+            writer = mappings()  # tessera's own, which writes the page
+            seen = []
+            for spelling in (None, d + "/.", d, d + "/.", None):
+                seen.append(tessera.stats(dir=spelling)["allocated_bytes.all.current"])
+            reader = mappings() - writer
+            free(a)
+            done(seen=seen, writer=writer, reader=reader)
+            """, self.dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(facts["seen"], [2 * MiB] * 5, facts)
+        self.assertEqual((facts["writer"], facts["reader"]), (1, 1), facts)
+
     def test_forked_child_reads_its_own_page(self):
         p, facts = run_script("""
             a = malloc(2 << 20)

@@ -2,6 +2,7 @@
 """scripts/mutants.py: which sites of a C file become mutants, and that each mutant compiles
 to the change it names (the runner's verdicts are checked by running it, not here)."""
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -73,6 +74,15 @@ class Generate(unittest.TestCase):
         got = sites(SAMPLE, lines={15, 23})
         self.assertEqual(sorted({l for l, _, _, _ in got}), [15, 23])
 
+    def test_statement_of_several_lines_starts_at_its_first(self):
+        # gcov counts such a statement on one line: the runner asks for any from its first on
+        text = "int f(int a, int b)\n{\n    int ok = a == 1 &&\n             b < 2;\n" \
+               "    if (ok)\n        return 1;\n    for (int i = 0;\n         i < b; i++)\n" \
+               "        a++;\n    return a;\n}\n"
+        got = [(m.line, m.first, m.rule) for m in mutants.find_mutants("x.c", text)]
+        self.assertEqual(got, [(3, 3, "comparison"), (4, 3, "comparison"), (4, 3, "bound"),
+                               (5, 5, "refusal"), (8, 8, "comparison"), (8, 8, "bound")])
+
     def test_each_mutant_is_the_named_change_and_compiles(self):
         with tempfile.TemporaryDirectory() as d:
             for m in mutants.find_mutants("x.c", SAMPLE):
@@ -99,6 +109,32 @@ class Generate(unittest.TestCase):
         rules = {line.split("[")[1].split("]")[0] for line in r.stdout.splitlines()[1:]}
         self.assertEqual(rules, {"comparison", "bound", "refusal", "release", "order"}, r.stdout)
 
+
+    def test_only_and_survivors_of_choose_the_mutants(self):
+        script = os.path.join(SOURCE, "scripts", "mutants.py")
+
+        def listed(*extra):
+            r = subprocess.run([sys.executable, script, "--whole", "--list", "core/release.c",
+                                *extra], cwd=SOURCE, capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return r.stdout.splitlines()[1:]
+
+        every = listed()
+        orders = listed("--only", "[order]")
+        self.assertEqual(orders, [l for l in every if "[order]" in l])
+        self.assertGreater(len(orders), 0)
+        both = listed("--only", "[order]", "--only", "[release]")
+        self.assertEqual(both, [l for l in every if "[order]" in l or "[release]" in l])
+        # an earlier run's verdicts: only those it left alive come back
+        mine = [m for m in mutants.find_mutants("core/release.c",
+                                                open(os.path.join(SOURCE, "core/release.c")).read())
+                if m.rule == "order"]
+        verdicts = [{"file": m.file, "line": m.line, "rule": m.rule, "old": m.old, "new": m.new,
+                     "verdict": "killed" if k else "survived"} for k, m in enumerate(mine)]
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
+            json.dump({"verdicts": verdicts}, fh)
+            fh.flush()
+            self.assertEqual(listed("--survivors-of", fh.name), [mine[0].label()])
 
 if __name__ == "__main__":
     unittest.main()

@@ -325,6 +325,31 @@ static void test_raw_requests_out_of_bounds_are_dropped(void **state)
     assert_int_equal(count_fds("/dev/null"), nulls);
 }
 
+/* A process's start time: field 22 of /proc/PID/stat, read with no descriptor kept; a pid with
+ * no process gives none. */
+static void test_proc_start_keeps_no_descriptor(void **state)
+{
+    (void)state;
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')') + 1; /* the space before field 3 */
+    for (int field = 3; field < 22; field++)
+        p = strchr(p + 1, ' ');
+    unsigned long long want = strtoull(p + 1, NULL, 10);
+    int before = count_fds("/proc/"); /* not the channel's, which the server closes when it may */
+    uint64_t start = 0;
+    for (int i = 0; i < 100; i++) {
+        assert_true(ts_ctl_proc_start(getpid(), &start));
+        assert_int_equal(start, want);
+    }
+    assert_false(ts_ctl_proc_start(-1, &start));
+    assert_int_equal(count_fds("/proc/"), before);
+}
+
 static void test_server_identity_checked(void **state)
 {
     (void)state;
@@ -660,6 +685,7 @@ int main(void)
         cmocka_unit_test(test_answers_at_their_bounds),
         cmocka_unit_test(test_dropped_peer_lets_go),
         cmocka_unit_test(test_raw_requests_out_of_bounds_are_dropped),
+        cmocka_unit_test(test_proc_start_keeps_no_descriptor),
         cmocka_unit_test(test_server_identity_checked),
         cmocka_unit_test(test_descriptor_taken_over_is_never_touched),
         cmocka_unit_test(test_server_end_taken_over_is_never_touched),

@@ -564,9 +564,47 @@ static void test_es_model(void **state)
     }
 }
 
+/* The device model refuses, as the driver does, access granted or an unmap over a range that is
+ * not whole mappings back to back (a part of one, or one and the gap after it): the check that
+ * every unit test's fx_close relies on when it counts invalid calls. */
+static void test_devmodel_refuses_ranges_that_are_not_whole_mappings(void **state)
+{
+    (void)state;
+    ts_devmodel *m = ts_devmodel_create(64 * MiB, 0);
+    assert_non_null(m);
+    ts_backend be = ts_devmodel_backend(m, true, false);
+    uintptr_t va = 0;
+    uint64_t h[2];
+    assert_int_equal(be.vm_reserve(be.ctx, 8 * MiB, &va), TS_OK);
+    assert_int_equal(be.vm_create(be.ctx, 2 * MiB, &h[0]), TS_OK);
+    assert_int_equal(be.vm_create(be.ctx, 2 * MiB, &h[1]), TS_OK);
+    const ts_vm_piece pieces[2] = {{2 * MiB, h[0]}, {2 * MiB, h[1]}};
+    assert_int_equal(be.vm_map(be.ctx, va, pieces, 2), TS_OK);
+    assert_int_equal(be.vm_access(be.ctx, va, 4 * MiB), TS_OK);
+    assert_int_not_equal(be.vm_access(be.ctx, va, 1 * MiB), TS_OK);
+    assert_int_not_equal(be.vm_access(be.ctx, va, 6 * MiB), TS_OK);
+    assert_int_not_equal(be.vm_unmap(be.ctx, va + 2 * MiB, 1 * MiB), TS_OK);
+    assert_int_not_equal(be.vm_unmap(be.ctx, va + 4 * MiB, 2 * MiB), TS_OK);
+    ts_devmodel_counters c;
+    ts_devmodel_counters_get(m, &c);
+    assert_int_equal(c.invalid_calls, 4);
+    assert_true(ts_devmodel_is_backed(m, va, 4 * MiB));
+    assert_int_equal(be.vm_unmap(be.ctx, va + 2 * MiB, 2 * MiB), TS_OK);
+    assert_int_equal(be.vm_unmap(be.ctx, va, 2 * MiB), TS_OK);
+    assert_false(ts_devmodel_is_backed(m, va, 2 * MiB));
+    assert_int_equal(be.vm_destroy(be.ctx, h[0]), TS_OK);
+    assert_int_equal(be.vm_destroy(be.ctx, h[1]), TS_OK);
+    assert_int_equal(be.vm_release(be.ctx, va, 8 * MiB), TS_OK);
+    ts_devmodel_counters_get(m, &c);
+    assert_int_equal(c.invalid_calls, 4);
+    assert_int_equal(c.bytes_in_use, 0);
+    ts_devmodel_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_devmodel_refuses_ranges_that_are_not_whole_mappings),
         cmocka_unit_test(test_es_tiles_one_reservation),
         cmocka_unit_test(test_es_partial_pages_stay_mapped),
         cmocka_unit_test(test_es_counts_free_block_before_unmapped_range),

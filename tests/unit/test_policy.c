@@ -688,19 +688,43 @@ static void test_policy_small_request_takes_a_large_piece(void **state)
  * (4 MiB) before the hole, then the hole's last two pages, keeps h's first page mapped and the
  * free end in place, and the request grows from the free end: one synchronise, four unmaps, no
  * full release. */
+/* The fragment of the retry tests: eight 1 MiB blocks in the small pool (four 2 MiB pages),
+ * then 4, 6, 2 and 2 MiB in the large pool's segment, back to back: 22 MiB, the whole
+ * device. */
+static void retry_fragment(fixture *f, uintptr_t s[8], uintptr_t *a, uintptr_t *h, uintptr_t *c,
+                           uintptr_t *d)
+{
+    for (int i = 0; i < 8; i++)
+        s[i] = fx_alloc(f, 1 * MiB);
+    *a = fx_alloc(f, 4 * MiB);
+    *h = fx_alloc(f, 6 * MiB);
+    *c = fx_alloc(f, 2 * MiB);
+    *d = fx_alloc(f, 2 * MiB);
+    assert_int_equal(reserved(f), 22 * MiB);
+    assert_true(*h == *a + 4 * MiB && *c == *a + 10 * MiB && *d == *a + 12 * MiB);
+}
+
+/* The fragment's blocks still held, and the request r, freed; the device closed. */
+static void retry_fragment_close(fixture *f, const uintptr_t s[8], uintptr_t a, uintptr_t c,
+                                 uintptr_t r)
+{
+    fx_check(f);
+    fx_free(f, r);
+    fx_free(f, a);
+    fx_free(f, c);
+    for (int i = 0; i < 4; i++)
+        fx_free(f, s[i]);
+    fx_close(f);
+}
+
 static void test_policy_retry_gives_back_only_what_lacks(void **state)
 {
     (void)state;
     ts_config cfg = conf_of("defragment:True,stitch_when:pressure");
     fixture f;
     fx_open(&f, 22 * MiB, &cfg, true, false);
-    uintptr_t s[8];
-    for (int i = 0; i < 8; i++)
-        s[i] = fx_alloc(&f, 1 * MiB);
-    const uintptr_t a = fx_alloc(&f, 4 * MiB), h = fx_alloc(&f, 6 * MiB);
-    const uintptr_t c = fx_alloc(&f, 2 * MiB), d = fx_alloc(&f, 2 * MiB);
-    assert_int_equal(reserved(&f), 22 * MiB);
-    assert_true(h == a + 4 * MiB && c == a + 10 * MiB && d == a + 12 * MiB);
+    uintptr_t s[8], a, h, c, d;
+    retry_fragment(&f, s, &a, &h, &c, &d);
     for (int i = 4; i < 8; i++)
         fx_free(&f, s[i]);
     fx_free(&f, h);
@@ -716,13 +740,43 @@ static void test_policy_retry_gives_back_only_what_lacks(void **state)
     assert_false(ts_devmodel_is_backed(f.dev, h + 2 * MiB, 4 * MiB));
     assert_false(ts_devmodel_is_backed(f.dev, s[4], 4 * MiB));
     assert_true(ts_devmodel_is_backed(f.dev, r, 10 * MiB));
-    fx_check(&f);
-    fx_free(&f, r);
-    fx_free(&f, a);
-    fx_free(&f, c);
-    for (int i = 0; i < 4; i++)
+    retry_fragment_close(&f, s, a, c, r);
+}
+
+/* Rule (release and retry): frees still waiting for their fence (the small pool's, here) count
+ * among what the retry can give back, and it still gives back only what lacks; the retry
+ * synchronises once, and num_sync_all_streams counts it as it counts every synchronisation
+ * (the wait for pending frees just before has retired them: the count is what shows it). The
+ * fragment above, with the small pool's frees waiting when the 10 MiB request comes. */
+static void test_policy_retry_retires_passed_fences_first(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True,stitch_when:pressure");
+    cfg.reuse_fence = TS_FENCE_EVENTS;
+    fixture f;
+    fx_open(&f, 22 * MiB, &cfg, true, true);
+    ts_devmodel_set_manual_fences(f.dev, true);
+    uintptr_t s[8], a, h, c, d;
+    retry_fragment(&f, s, &a, &h, &c, &d);
+    for (int i = 4; i < 8; i++)
         fx_free(&f, s[i]);
-    fx_close(&f);
+    assert_int_equal(fx_stats(&f)->active[TESSERA_POOL_SMALL].current, 8); /* 4 waiting */
+    fx_free(&f, h);
+    fx_free(&f, d);
+    const uint64_t syncs = (uint64_t)fx_stats(&f)->num_sync_all_streams;
+    const uintptr_t r = fx_alloc(&f, 10 * MiB);
+    assert_int_equal(r, d);
+    assert_int_equal(fx_stats(&f)->num_sync_all_streams, syncs + 1); /* the retry's, once */
+    assert_int_equal(fx_stats(&f)->num_alloc_retries, 1);
+    assert_int_equal(fx_stats(&f)->active[TESSERA_POOL_SMALL].current, 4);
+    /* the small pool's two free pages and the hole's last two went; a and c's pages stayed */
+    assert_false(ts_devmodel_is_backed(f.dev, s[4], 4 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, h, 2 * MiB));
+    assert_false(ts_devmodel_is_backed(f.dev, h + 2 * MiB, 4 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, a, 4 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, c, 2 * MiB));
+    assert_true(ts_devmodel_is_backed(f.dev, r, 10 * MiB));
+    retry_fragment_close(&f, s, a, c, r);
 }
 
 int main(void)
@@ -742,6 +796,7 @@ int main(void)
         cmocka_unit_test(test_policy_growth_batch_only_for_page_handles),
         cmocka_unit_test(test_policy_small_request_takes_a_large_piece),
         cmocka_unit_test(test_policy_retry_gives_back_only_what_lacks),
+        cmocka_unit_test(test_policy_retry_retires_passed_fences_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
