@@ -4,8 +4,9 @@
  *
  * Server. A Unix socket of type SOCK_SEQPACKET in the abstract namespace, named
  * "tessera.<pid>.<secret>" (the secret is 64 random bits a client learns from what it was given,
- * an IPC handle), served by one thread of tessera's own. Nothing exists before the first
- * ts_ctl_serve: a process that never shares has no thread, no socket and no descriptor.
+ * an IPC handle, or the stats page), served by one thread of tessera's own. Nothing exists
+ * before the first ts_ctl_serve (context.c calls it once the stats page exists, ipc.c at the
+ * first export): until then there is no thread, no socket and no descriptor.
  *   - Who: each connection is checked once, at accept, with SO_PEERCRED: the peer runs as this
  *     process's effective uid, or as root; anyone else gets a refusal and is closed.
  *   - Bounds: a message is one datagram of at most TS_CTL_MSG_MAX bytes (a longer one is cut by
