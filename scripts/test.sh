@@ -29,7 +29,6 @@ done
 scripts/setup.sh || { echo "test.sh: setup failed (see above)" >&2; exit 1; }
 
 passed=0 failed=0 skipped=0
-jobs=$(( $(nproc) * 2 ))
 log() { printf '\n=== %s (%s)\n' "$1" "$(date +%H:%M:%S)"; }
 
 # configure (or reconfigure) a build directory
@@ -56,9 +55,7 @@ build() {
 run_tests() {
   local dir=$1; shift
   local out
-  # two tests a CPU: many of them wait on other processes (IPC peers, servers, children) more
-  # than they compute, and none depends on timing (scripts/loaded.sh shows them under load)
-  out=$(meson test -C "$dir" --print-errorlogs --num-processes "$jobs" "$@" 2>&1)
+  out=$(meson test -C "$dir" --print-errorlogs "$@" 2>&1)
   local rc=$?
   printf '%s\n' "$out" | grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):' || true
   if [ $rc -ne 0 ]; then
