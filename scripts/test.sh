@@ -3,13 +3,13 @@
 #   build        gcc, -Werror: every suite (unit, config, sim, statspage, scripts, fuzz
 #                corpora, replay, python, soak; with --quick also programs and integration,
 #                which otherwise run once, in build-ubsan)
-#   build-asan   gcc, ASan + UBSan: every suite that does not preload tessera
+#   build-asan   gcc, ASan + UBSan: the C suites that do not preload tessera
 #   build-ubsan  gcc, UBSan: the integration suite (tessera preloaded into the programs; ASan's
 #                and TSan's runtimes cannot share a process with a preloaded dlsym hook)
 #   build-tsan   clang, -Werror, TSan: compiles everything with clang; runs the threaded suites
 #                (core, stats page, simulator; not the programs that race on purpose)
 #   build-fuzz   clang, libFuzzer + ASan + UBSan: each fuzz target for a few seconds
-# Options: --quick (main build only), --no-fuzz. TESSERA_FUZZ_SECONDS (default 15) per target.
+# Options: --quick (main build only), --no-fuzz. TESSERA_FUZZ_SECONDS (default 10) per target.
 # The last line is "tests: N passed, N failed, N skipped"; the exit status is 0 only when nothing
 # failed.
 set -u
@@ -94,7 +94,7 @@ if [ $quick -eq 0 ]; then
        -Dfuzz=disabled && build build-asan; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       run_tests build-asan --timeout-multiplier 3 \
-        --suite unit --suite config --suite sim --suite statspage --suite fuzz --suite scripts
+        --suite unit --suite config --suite sim --suite statspage --suite fuzz
   fi
 
   log "UBSan: tessera preloaded into the programs (gcc)"
@@ -118,7 +118,7 @@ if [ $quick -eq 0 ]; then
 
   if [ $fuzz -eq 1 ] && command -v clang >/dev/null 2>&1; then
     log "libFuzzer (clang, ASan + UBSan)"
-    secs=${TESSERA_FUZZ_SECONDS:-15}
+    secs=${TESSERA_FUZZ_SECONDS:-10}
     if CC=clang CXX=clang++ configure build-fuzz -Dfuzz=enabled -Dtests=enabled \
          && ninja -C build-fuzz tests/fuzz/fuzz_config tests/fuzz/fuzz_statspage \
               >build-fuzz.build.log 2>&1; then
