@@ -268,7 +268,7 @@ static void control_start(void)
     if (!__atomic_exchange_n(&g_control_due, false, __ATOMIC_ACQ_REL))
         return;
     uint64_t secret = 0;
-    int rc = ts_lend_serve(&secret);
+    int rc = ts_lend_serve(&g_cfg, &secret);
     if (rc == 0)
         ts_statspage_set_control(__atomic_load_n(&g_page, __ATOMIC_ACQUIRE), secret);
     else

@@ -113,11 +113,15 @@ static void answer_device(ts_lend_answer *ans, const lend_entry *e, size_t given
         .device = e->device, .given = given, .reserved = h->reserved, .allocated = h->allocated};
 }
 
+/* The configuration in force, handed in by ts_lend_serve before the channel's thread starts
+ * (which reads it only): whether this process gives when asked. */
+static const ts_config *lend_cfg;
+
 /* Another process of the device q->uuid is out of memory: give what is free, allocator after
  * allocator, until q->bytes went. */
 static void serve_ask(const ts_lend_request *q, ts_lend_answer *ans)
 {
-    if (!ts_shim_config()->lending) {
+    if (!lend_cfg || !lend_cfg->lending) {
         ans->h.status = TS_LEND_OFF;
         return;
     }
@@ -193,8 +197,9 @@ static const ts_ctl_service lend_service = {
     .gone = lend_peer_gone,
 };
 
-int ts_lend_serve(uint64_t *secret)
+int ts_lend_serve(const ts_config *cfg, uint64_t *secret)
 {
+    lend_cfg = cfg;
     ts_ctl_address addr;
     int rc = ts_ctl_serve(&lend_service, &addr);
     if (rc == 0)
@@ -311,10 +316,9 @@ static void say_who_held(int device, const ask_result *r, size_t n, uint32_t wai
 
 /* Ask the neighbours on the device uuid for need bytes; the bytes they gave back. *asked: at
  * least one was asked. What each did goes to r (*nr of them). */
-static size_t ask_neighbours(const uint8_t uuid[16], size_t need, bool *asked, ask_result *r,
-                             size_t *nr)
+static size_t ask_neighbours(const ts_config *cfg, const uint8_t uuid[16], size_t need,
+                             bool *asked, ask_result *r, size_t *nr)
 {
-    const ts_config *cfg = ts_shim_config();
     uid_t me = geteuid();
     bool all_users = cfg->lending_all_users && me == 0;
     ts_neighbour nb[LEND_NEIGHBOURS];
@@ -356,7 +360,8 @@ static size_t bytes_needed(const ts_oom_info *oom)
 int ts_lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
                    ts_oom_info *oom)
 {
-    if (!ts_shim_config()->lending)
+    const ts_config *cfg = ts_allocator_config(a);
+    if (!cfg->lending)
         return ts_malloc_ex(a, size, stream, out, oom);
     ts_oom_info info;
     if (!oom)
@@ -374,7 +379,7 @@ int ts_lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *ou
     size_t nr = 0;
     bool asked = false;
     uint64_t t0 = now_ns();
-    size_t got = ask_neighbours(uuid, bytes_needed(oom), &asked, r, &nr);
+    size_t got = ask_neighbours(cfg, uuid, bytes_needed(oom), &asked, r, &nr);
     uint64_t waited_us = (now_ns() - t0) / 1000u;
     if (got > 0)
         rc = ts_malloc_try(a, size, stream, out, oom);
@@ -384,6 +389,6 @@ int ts_lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *ou
         return rc;
     ts_malloc_oom(a, size, stream, oom);
     if (nr)
-        say_who_held(ts_allocator_device(a), r, nr, ts_shim_config()->lending_wait_ms);
+        say_who_held(ts_allocator_device(a), r, nr, cfg->lending_wait_ms);
     return TS_ENOMEM;
 }

@@ -373,7 +373,7 @@ TS_HIDDEN void ts_ctl_random(void *out, size_t n);
 TS_HIDDEN void ts_lend_track(ts_allocator *a, int device, const uint8_t uuid[16]);
 /* Start answering the requests of shim/lend.h on the control channel; *secret: its name, for the
  * stats page. 0 or -errno. */
-TS_HIDDEN int ts_lend_serve(uint64_t *secret);
+TS_HIDDEN int ts_lend_serve(const ts_config *cfg, uint64_t *secret);
 /* ts_malloc_ex, and when the device cannot serve the request even after a released its own
  * cache, the other tessera processes on the device are asked to give theirs back first (the
  * out-of-memory, when it comes, then also says who held what). */

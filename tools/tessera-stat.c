@@ -78,16 +78,6 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 
 /* ------------------------------------------------------------------------------------------ */
 
-int ts_stat_open_page(const char *dir, int pid, ts_page *pg)
-{
-    ts_page_init(pg);
-    if (ts_page_open_pid(pg, dir, pid) == TS_PAGE_OK)
-        return 0;
-    fprintf(stderr, "%s: %s/" TESSERA_PAGE_FILE_PREFIX "%d: %s\n", prog, dir, pid, pg->error);
-    ts_page_close(pg);
-    return 1;
-}
-
 int ts_stat_load_all(const char *dir, views *out)
 {
     int e = ts_views_load_all(dir, out);

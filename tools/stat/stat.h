@@ -12,7 +12,7 @@ typedef ts_views views;
 int ts_stat_load_all(const char *dir, views *out);
 void ts_stat_free_all(views *vs);
 
-/* Open the page of pid in dir: 0, or 1 after a message (the page closed). */
+/* Open the page of pid in dir: 0, or 1 after a message (the page closed) (tools/stat/page.c). */
 int ts_stat_open_page(const char *dir, int pid, ts_page *pg);
 
 /* tessera-stat snapshot PID -o FILE (tools/stat/snapshot.c). Exit status. */
