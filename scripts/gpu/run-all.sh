@@ -8,8 +8,10 @@
 #   d. correctness: every program, both builds, without and with LD_PRELOAD=libtessera.so
 #   e. allocation churn throughput, without and with tessera
 #   f. PyTorch: five allocator modes, loss checksums, peak memory, largest batch
-#   h. a tessera snapshot_on_oom pickle rendered by torch.cuda._memory_viz (snapshot_viz.sh)
+#   k. two PyTorch processes whose caches exceed the GPU, with and without lending (lend_pair.py)
+#   i. a tessera snapshot_on_oom pickle rendered by torch.cuda._memory_viz (snapshot_viz.sh)
 #   j. driver-call latencies (tessera-costs) and the replays priced with them
+#   h. other frameworks (frameworks.py: JAX, CuPy, Numba, ONNX Runtime, transformers)
 #   g. the report: $OUT/gpu-results.md, gpu-results.json, gpu-log.txt, gpu-runs.tar.gz
 #
 # Every step reports PASS/FAIL/SKIP with its reason and never stops the others. Every command
@@ -35,7 +37,7 @@ usage: scripts/gpu/run-all.sh [options]
   --require-gpu      exit 77 (instead of 0) when no NVIDIA GPU is found
   --budget SECONDS   total time budget (default 510, --quick 330); steps are scheduled in it
   --skip LIST        comma-separated steps to leave out: correctness,churn,torch,maxbatch,
-                     frameworks
+                     lending,frameworks
   --programs LIST    step d runs only these programs (comma-separated, e.g. ipc_share,staging):
                      a short rerun of what changed
   --build-dir DIR    build directory (default build-gpu)
@@ -98,8 +100,8 @@ fi
 case "$SIZES" in real | small) ;; *) echo "run-all.sh: --sizes: real or small" >&2; exit 2 ;; esac
 case "$TORCH_DEVICE" in cuda | cpu) ;; *) echo "run-all.sh: --torch-device: cuda or cpu" >&2; exit 2 ;; esac
 for s in ${SKIP//,/ }; do
-    case "$s" in correctness | churn | torch | maxbatch | frameworks) ;;
-    *) echo "run-all.sh: --skip: unknown step '$s' (correctness, churn, torch, maxbatch, frameworks)" >&2; exit 2 ;;
+    case "$s" in correctness | churn | torch | maxbatch | lending | frameworks) ;;
+    *) echo "run-all.sh: --skip: unknown step '$s' (correctness, churn, torch, maxbatch, lending, frameworks)" >&2; exit 2 ;;
     esac
 done
 skipped() { [[ "$SKIP" == *",$1,"* ]]; }
@@ -111,7 +113,7 @@ GPULIB="$SCRIPT_DIR/gpulib.py"
 if [ "$SELFTEST" = 1 ]; then
     rc=0
     bash -n "$SCRIPT_DIR/run-all.sh" || rc=1
-    "$PYTHON" -m py_compile "$SCRIPT_DIR/gpulib.py" "$SCRIPT_DIR/torch_train.py" || rc=1
+    "$PYTHON" -m py_compile "$SCRIPT_DIR/gpulib.py" "$SCRIPT_DIR/torch_train.py" "$SCRIPT_DIR/lend_pair.py" || rc=1
     "$PYTHON" "$GPULIB" selftest || rc=1
     fw_out=$(mktemp -d) && "$PYTHON" "$SCRIPT_DIR/frameworks.py" --dry-run --out "$fw_out" >/dev/null || rc=1
     rm -rf "$fw_out"
@@ -312,6 +314,9 @@ RES_G=8
 CAP_H=$([ "$QUICK" = 1 ] && echo 60 || echo 150)
 RES_H=$([ "$QUICK" = 1 ] && echo 30 || echo 60)
 skipped frameworks && { CAP_H=0; RES_H=0; }
+CAP_K=$([ "$QUICK" = 1 ] && echo 60 || echo 100)
+RES_K=$([ "$QUICK" = 1 ] && echo 45 || echo 70)
+skipped lending && { CAP_K=0; RES_K=0; }
 skipped correctness && CAP_D=0
 skipped churn && { CAP_E=0; RES_E=0; }
 skipped torch && { CAP_F=0; RES_F=0; }
@@ -363,7 +368,7 @@ if [ -z "$CUDA_HOME" ]; then
     rec type=lib what=libtessera.so status=FAIL reason="CUDA toolkit headers not found" seconds=0
     step_end FAIL "CUDA toolkit headers not found (set CUDA_HOME)"
 else
-    step_begin "b build tessera" "$CAP_B" $((RES_G + RES_F + RES_E + 60))
+    step_begin "b build tessera" "$CAP_B" $((RES_G + RES_F + RES_E + RES_K + 60))
     find_meson
     MESON_VER=""
     [ ${#MESON[@]} -eq 0 ] || MESON_VER=$(timeout -k 2 30 "${MESON[@]}" --version 2>/dev/null)
@@ -431,7 +436,7 @@ PDIR_shared="$BUILD_ABS/programs-shared"
 PDIR_static="$BUILD_ABS/programs-static"
 pdir() { [ "$1" = shared ] && echo "$PDIR_shared" || echo "$PDIR_static"; }
 if [ "$NEED_PROGRAMS" = 1 ]; then
-    step_begin "c build programs (nvcc)" "$CAP_C" $((RES_G + RES_F + RES_E + 40))
+    step_begin "c build programs (nvcc)" "$CAP_C" $((RES_G + RES_F + RES_E + RES_K + 40))
     if [ -z "$NVCC" ] || [ ! -x "$NVCC" ]; then
         step_end FAIL "nvcc not found (set CUDA_HOME or NVCC)"
     else
@@ -686,7 +691,7 @@ pair() {
 }
 
 if [ "$CAP_D" -gt 0 ]; then
-    step_begin "d correctness" "$CAP_D" $((RES_G + RES_F + RES_E))
+    step_begin "d correctness" "$CAP_D" $((RES_G + RES_F + RES_E + RES_K))
     BOTH="shared static"
     [ "$QUICK" = 1 ] && STATIC_SUBSET=1 || STATIC_SUBSET=0
     if [ "$SIZES" = small ]; then
@@ -853,7 +858,7 @@ run_churn() {
     done
 }
 if [ "$CAP_E" -gt 0 ]; then
-    step_begin "e churn throughput" "$CAP_E" $((RES_G + RES_F))
+    step_begin "e churn throughput" "$CAP_E" $((RES_G + RES_F + RES_K))
     SMALL=(--max-size 64K --small-max 64K --large-pct 0 --live 32)
     DEF=()  # churn's defaults: up to 64 MiB, 10% above 1 MiB
     [ "$SIZES" = small ] && DEF=(--max-size 4M --small-max 256K)
@@ -872,7 +877,7 @@ fi
 # f. PyTorch ---------------------------------------------------------------------------------
 TORCH_PY="$SCRIPT_DIR/torch_train.py"
 if [ "$CAP_F" -gt 0 ]; then
-    step_begin "f pytorch" "$CAP_F" "$((RES_G + RES_H))"
+    step_begin "f pytorch" "$CAP_F" "$((RES_G + RES_H + RES_K))"
     FDIR="$WORK/runs/torch"
     mkdir -p "$FDIR"
     # versions, and which libcudart torch uses (also warms the page cache for the runs)
@@ -1019,17 +1024,47 @@ print(st + "\t" + why)' "$SCRIPT_DIR" "$js" "$mode" "$rc" "$cut" 2>/dev/null)
     fi
 fi
 
-# h. other frameworks (scripts/gpu/frameworks.py: JAX, CuPy, Numba, ONNX Runtime, transformers)
-if ! skipped frameworks; then
-    step_begin "h frameworks" "$CAP_H" "$RES_G"
-    timeout -k 5 "$(time_for "$CAP_H")" "$PYTHON" "$SCRIPT_DIR/frameworks.py" --lib "$LIB" --stat "$STAT" \
-        --out "$OUT_DIR" --budget "$(left_s)" --python "$PYTHON" --smi "$NVIDIA_SMI" >"$WORK/frameworks.out" 2>&1
-    rc=$?
-    sed 's/^/  /' "$WORK/frameworks.out"
-    n_run=$(grep -c '^\[frameworks\] \(PASS\|FAIL\)' "$WORK/frameworks.out")
-    [ "$rc" = 0 ] && [ "$n_run" -gt 0 ] && step_end PASS "$n_run frameworks ran (frameworks.md)"
-    [ "$rc" = 0 ] && [ "$n_run" -eq 0 ] && step_end SKIP "every framework skipped (frameworks.md says why)"
-    [ "$rc" != 0 ] && step_end FAIL "exit $rc (frameworks.md)"
+# k. memory lent between processes (scripts/gpu/lend_pair.py): two PyTorch processes take turns
+# filling 60% of the GPU; each keeps its cache while the other works. PyTorch's allocator and
+# tessera with lending:False must run out of memory; tessera's default must not -------------
+if [ "$CAP_K" -gt 0 ]; then
+    step_begin "k lending" "$CAP_K" "$((RES_G + RES_H))"
+    KDIR="$WORK/runs/lending"
+    mkdir -p "$KDIR/stats"
+    for mode in tessera native tessera-nolend; do
+        case "$mode" in
+        native) envs=() ;;
+        tessera) envs=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB") ;;
+        tessera-nolend) envs=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" TESSERA_ALLOC_CONF=lending:False) ;;
+        esac
+        envs+=("TESSERA_STATS_DIR=$KDIR/stats")
+        if [[ "$mode" == tessera* ]] && [ "$HAVE_LIB" = 0 ]; then
+            STEP_RUNS=$((STEP_RUNS + 1)); STEP_FAILS=$((STEP_FAILS + 1))
+            rec type=step "name=k lending $mode" status=FAIL "reason=libtessera.so not built"
+            continue
+        fi
+        t=$(time_for 45)
+        if [ "$t" -lt 20 ]; then
+            STEP_SKIPS=$((STEP_SKIPS + 1))
+            log "SKIP lending $mode: time budget"
+            continue
+        fi
+        log "lending $mode (up to ${t}s): ${envs[*]}"
+        s=$(now_ms)
+        timeout -k 5 "$t" env "${envs[@]}" TESSERA_STAT="$STAT" "$PYTHON" "$SCRIPT_DIR/lend_pair.py" \
+            --mode "$mode" --stat "$STAT" --json-out "$KDIR/$mode.json" \
+            >"$KDIR/$mode.out" 2>"$KDIR/$mode.err" </dev/null
+        rc=$?
+        STEP_RUNS=$((STEP_RUNS + 1))
+        sed 's/^/     /' "$KDIR/$mode.out"
+        res=$(grep '^RESULT' "$KDIR/$mode.out" | tail -n1)
+        if [ "$rc" = 0 ] && [[ "$res" == *"verdict=PASS"* ]]; then st=PASS; else
+            st=FAIL; STEP_FAILS=$((STEP_FAILS + 1)); tail_file "$KDIR/$mode.err" 15 "  err| "
+        fi
+        log "$st lending $mode: exit $rc, $(secs_since "$s")s: ${res:-no RESULT line}"
+        rec type=step "name=k lending $mode" "status=$st" "reason=${res:-exit $rc}" "seconds=$(secs_since "$s")"
+    done
+    step_end
 fi
 
 # i. a tessera memory snapshot in PyTorch's viewer (scripts/gpu/snapshot_viz.sh) --------------
@@ -1055,6 +1090,19 @@ else
     done
     cat "$OUT_DIR/replay-measured-costs.txt"
     step_end PASS "driver-costs.txt and replay-measured-costs.txt in $OUT_DIR"
+fi
+
+# h. other frameworks (scripts/gpu/frameworks.py: JAX, CuPy, Numba, ONNX Runtime, transformers)
+if ! skipped frameworks; then
+    step_begin "h frameworks" "$CAP_H" "$RES_G"
+    timeout -k 5 "$(time_for "$CAP_H")" "$PYTHON" "$SCRIPT_DIR/frameworks.py" --lib "$LIB" --stat "$STAT" \
+        --out "$OUT_DIR" --budget "$(left_s)" --python "$PYTHON" --smi "$NVIDIA_SMI" >"$WORK/frameworks.out" 2>&1
+    rc=$?
+    sed 's/^/  /' "$WORK/frameworks.out"
+    n_run=$(grep -c '^\[frameworks\] \(PASS\|FAIL\)' "$WORK/frameworks.out")
+    [ "$rc" = 0 ] && [ "$n_run" -gt 0 ] && step_end PASS "$n_run frameworks ran (frameworks.md)"
+    [ "$rc" = 0 ] && [ "$n_run" -eq 0 ] && step_end SKIP "every framework skipped (frameworks.md says why)"
+    [ "$rc" != 0 ] && step_end FAIL "exit $rc (frameworks.md)"
 fi
 
 # g. report ----------------------------------------------------------------------------------
