@@ -572,13 +572,14 @@ static CUresult hook_cuMemFreeHost(void *p)
     return ts_real.cuMemFreeHost(p);
 }
 
-/* A pointer into pinned memory tessera holds but has not handed out gets the driver's answer for
- * memory it does not know: the program freed it (pointer.c); the others, the driver's own. */
+/* A pointer into device memory tessera holds, or into pinned memory it has not handed out, gets
+ * the driver's answer for a cudaMalloc pointer or memory it does not know (pointer.c); the others,
+ * the driver's own. */
 static CUresult hook_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
     if (!HOOK_READY() || !ts_real.cuMemHostGetDevicePointer_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!hook_pass(ts_tls_get()) && ts_pointer_host_unallocated(p))
+    if (!hook_pass(ts_tls_get()) && ts_pointer_host_refused(p))
         return CUDA_ERROR_INVALID_VALUE;
     return ts_real.cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
 }
@@ -587,7 +588,7 @@ static CUresult hook_cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
     if (!HOOK_READY() || !ts_real.cuMemHostGetFlags)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!hook_pass(ts_tls_get()) && ts_pointer_host_unallocated(p))
+    if (!hook_pass(ts_tls_get()) && ts_pointer_host_refused(p))
         return CUDA_ERROR_INVALID_VALUE;
     return ts_real.cuMemHostGetFlags(pFlags, p);
 }

@@ -15,13 +15,17 @@
  *   everything else: the driver's own answer for the pointer.
  * Pinned host memory is the same story: a piece of a region the driver pinned (core/hostcache.c).
  * For a pointer in a live piece, within the bytes the program asked for, tessera answers what the
- * driver answers for a cudaHostAlloc of that size: the range, the mapping (start and asked size,
- * as the driver gives them for pinned memory), and BUFFER_ID and MEMORY_BLOCK_ID are the piece's;
+ * driver answers for a cudaHostAlloc of that size: the range, the mapping (start, and the asked
+ * size rounded up to 2 MiB, as a GPU gives them), and BUFFER_ID and MEMORY_BLOCK_ID are the piece's;
  * everything else (memory type, context, device and host pointers, flags) is the driver's answer
  * for the region, pinned with the piece's flags.
  * Memory tessera holds but has not handed out (cached, free, freed and waiting for its fence)
  * answers as unallocated memory does: device memory as the driver's unallocated device
- * addresses, host memory as memory CUDA does not know. */
+ * addresses, host memory as memory CUDA does not know.
+ * The host-memory queries (cuMemHostGetDevicePointer, cuMemHostGetFlags) refuse every device
+ * address tessera holds, as the driver refuses cudaMalloc memory: on a GPU the driver itself
+ * answers them for memory mapped with the virtual-memory API, with flags 3 and the mapping's
+ * start, which no program asking about a cudaMalloc pointer would see. */
 #include <string.h>
 
 #include "core/hostcache.h"
@@ -33,6 +37,7 @@
 #define BUFFER_ID_BASE (1ull << 62)
 #define BUFFER_ID_HOST (1ull << 61)
 #define BUFFER_ID_INDEX_SHIFT 48
+#define HOST_MAPPING_UNIT ((size_t)2 << 20)
 
 typedef enum view_kind {
     VIEW_NONE,      /* not tessera's memory: the driver answers */
@@ -149,8 +154,12 @@ static bool attr_put_piece(void *data, CUpointer_attribute attr, const ptr_view 
         *(void **)data = (void *)v->base;
         return true;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *(size_t *)data = v->requested;
+        return true;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        /* the driver maps pinned memory in 2 MiB units: a 10,000-byte cudaHostAlloc answers
+         * 2 MiB, one of 3 MiB + 7 bytes 4 MiB (an H100, driver 580) */
+        *(size_t *)data = (v->requested + HOST_MAPPING_UNIT - 1) / HOST_MAPPING_UNIT * HOST_MAPPING_UNIT;
         return true;
     default:
         return false;
@@ -162,16 +171,19 @@ static bool attr_put(void *data, CUpointer_attribute attr, const ptr_view *v)
     return v->kind == VIEW_BLOCK ? attr_put_block(data, attr, v) : attr_put_piece(data, attr, v);
 }
 
-/* cuPointerGetAttributes' "default NULL values" for memory that is not allocated; the host
- * pointer of memory CUDA does not know is the pointer itself (what the driver answers). */
-static void attr_put_none(void *data, CUpointer_attribute attr, const ptr_view *v, CUdeviceptr ptr)
+/* cuPointerGetAttributes' "default NULL values" for memory that is not allocated, as a GPU gives
+ * them for freed cudaMalloc and cudaHostAlloc memory alike: the host pointer is the pointer itself,
+ * the range's start and size are left as they were, the rest is null. */
+static void attr_put_none(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
 {
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *(void **)data = v->kind == VIEW_UNHOST ? (void *)(uintptr_t)ptr : NULL;
+        *(void **)data = (void *)(uintptr_t)ptr;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
         break;
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
         *(void **)data = NULL;
@@ -193,7 +205,6 @@ static void attr_put_none(void *data, CUpointer_attribute attr, const ptr_view *
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
         *(unsigned long long *)data = 0;
         break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *(size_t *)data = 0;
         break;
@@ -254,13 +265,14 @@ bool ts_pointer_attributes(unsigned int n, CUpointer_attribute *attrs, void **da
     }
     for (unsigned int i = 0; i < n; i++)
         if (data[i])
-            attr_put_none(data[i], attrs[i], &v, ptr);
+            attr_put_none(data[i], attrs[i], ptr);
     *r = CUDA_SUCCESS;
     return true;
 }
 
-bool ts_pointer_host_unallocated(const void *p)
+bool ts_pointer_host_refused(const void *p)
 {
     ptr_view v;
-    return ptr_view_get((CUdeviceptr)(uintptr_t)p, &v) == VIEW_UNHOST;
+    view_kind k = ptr_view_get((CUdeviceptr)(uintptr_t)p, &v);
+    return k != VIEW_NONE && k != VIEW_PIECE;
 }

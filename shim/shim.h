@@ -390,10 +390,10 @@ TS_HIDDEN bool ts_pointer_attribute(void *data, CUpointer_attribute attr, CUdevi
                                     CUresult *r);
 TS_HIDDEN bool ts_pointer_attributes(unsigned int n, CUpointer_attribute *attrs, void **data,
                                      CUdeviceptr ptr, CUresult *r);
-/* Is p in pinned memory tessera holds but has not handed out (freed, cached, never handed out)?
- * The driver's host-memory queries (cuMemHostGetDevicePointer, cuMemHostGetFlags) then answer as
- * for memory it does not know. */
-TS_HIDDEN bool ts_pointer_host_unallocated(const void *p);
+/* Must the driver's host-memory queries (cuMemHostGetDevicePointer, cuMemHostGetFlags) refuse p
+ * (CUDA_ERROR_INVALID_VALUE)? True for device memory tessera holds, live or not, and for pinned
+ * memory it has not handed out (freed, cached, never handed out). */
+TS_HIDDEN bool ts_pointer_host_refused(const void *p);
 
 /* --- pluggable.c: the library functions of exports.def, exported ------------------------------ */
 

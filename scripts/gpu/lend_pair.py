@@ -47,7 +47,11 @@ def worker(fraction):
                     bad += 1
                 else:
                     ok_bytes += x.numel() * 4
-        except torch.cuda.OutOfMemoryError:
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+            # without PyTorch's cache (PYTORCH_NO_CUDA_MEMORY_CACHING=1) a failed cudaMalloc
+            # raises torch.AcceleratorError ("CUDA error: out of memory"), not OutOfMemoryError
+            if "out of memory" not in str(e):
+                raise
             oom = 1
         held.clear()
         torch.cuda.synchronize()

@@ -134,7 +134,10 @@ static inline void q_describe(char *out, size_t cap, const char *label, const vo
     void *data[] = {&mtype, &ordinal, &host, &mstart, &msz, &mmap, &mapped, &mid};
     r = q_drv.attrs(sizeof as / sizeof as[0] - 1, as, data, d);
     q_off(o1, sizeof o1, u, (uintptr_t)host);
-    q_off(o2, sizeof o2, u, (uintptr_t)mstart);
+    if (mstart == (void *)1) /* left as it was (a GPU does, for unallocated memory) */
+        snprintf(o2, sizeof o2, "kept");
+    else
+        q_off(o2, sizeof o2, u, (uintptr_t)mstart);
     q_put(out, cap, label, "multi", "%s/%u/%d/%s/%s/%zu/%zu/%u/%d", q_err(r), mtype, ordinal, o1,
           o2, msz, mmap, (unsigned)mapped, mid == 7);
 

@@ -1290,10 +1290,16 @@ class PinnedHost(Base):
             self.assertEqual(r[label + "_hdev"], "cudaErrorInvalidValue/-", (label, plain))
             self.assertEqual(r[label + "_hflags"], "cudaErrorInvalidValue/0", (label, plain))
             self.assertEqual(r[label + "_cflags"], "CUDA_ERROR_INVALID_VALUE/0", (label, plain))
-        # and of a live one: its own range and size, its flags (mapped | portable)
+            # cuPointerGetAttributes: the pointer is its own host pointer, the range is left
+            # as it was, the mapping's size 0 (an H100's answers, driver 580)
+            self.assertEqual(r[label + "_multi"], "CUDA_SUCCESS/0/-2/0/kept/7/0/0/1", (label, plain))
+        # and of a live one: its own range, its mapping in 2 MiB units, its flags (mapped |
+        # portable; cudaMallocHost's: mapped)
         self.assertEqual(r["p2_range"], "CUDA_SUCCESS/100/%d" % (2 * MiB + 11), plain)
-        self.assertEqual(r["p2_msize"], "CUDA_SUCCESS/%d" % (2 * MiB + 11), plain)
+        self.assertEqual(r["p2_msize"], "CUDA_SUCCESS/%d" % (4 * MiB), plain)
+        self.assertEqual(r["mh_msize"], "CUDA_SUCCESS/%d" % (2 * MiB), plain)
         self.assertEqual(r["p2_hflags"], "cudaSuccess/3", plain)
+        self.assertEqual(r["mh_hflags"], "cudaSuccess/2", plain)
         self.assertEqual(r["ids"], "1", plain)
         for conf in (None, "pinned_cache:False"):
             with self.subTest(conf=conf):
@@ -1394,6 +1400,16 @@ class PointerQueries(Base):
         self.assertEqual(r["freed0_range"], "CUDA_ERROR_NOT_FOUND/-/0", plain)
         self.assertEqual(r["freed0_size"], "CUDA_ERROR_INVALID_VALUE/0", plain)
         self.assertEqual(r["ids"], "1", plain)
+        # what an H100 (driver 580) answers: device memory is no host memory, live or freed
+        # (tessera's blocks are mapped with the virtual-memory API, which the driver would
+        # answer with flags 3); freed memory is its own host pointer, its range left as it was
+        for label in ("live0", "live1", "live2", "freed0", "freed1", "freed2"):
+            self.assertEqual(r[label + "_hdev"], "cudaErrorInvalidValue/-", (label, plain))
+            self.assertEqual(r[label + "_cdev"], "CUDA_ERROR_INVALID_VALUE/-", (label, plain))
+            self.assertEqual(r[label + "_hflags"], "cudaErrorInvalidValue/0", (label, plain))
+            self.assertEqual(r[label + "_cflags"], "CUDA_ERROR_INVALID_VALUE/0", (label, plain))
+        self.assertEqual(r["freed0_rt"], "cudaSuccess/0/-2/-/0", plain)
+        self.assertEqual(r["freed0_multi"], "CUDA_SUCCESS/0/-2/0/kept/7/0/0/1", plain)
         for conf in (PYTORCH, "expandable_segments:True", None, "defragment:True"):
             with self.subTest(conf=conf):
                 run = self.env.run(probe("pointer_probe"), conf=conf)

@@ -139,6 +139,10 @@ int main(int argc, char **argv) {
   CHECK(cudaMemsetAsync(ptr, 0x3d, size, s));
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0));
+  /* the other pool is exported too: a GPU exports no pointer of a pool before its handle */
+  int ofd = -1;
+  CHECK(cudaMemPoolExportToShareableHandle(&ofd, other, cudaMemHandleTypePosixFileDescriptor, 0));
+  close(ofd);
   struct cudaMemPoolPtrExportData data, odata;
   CHECK(cudaMemPoolExportPointer(&data, ptr));
   CHECK(cudaMemPoolExportPointer(&odata, optr));

@@ -94,6 +94,7 @@ struct sim_mempool {
      * access, which cannot be revoked, and has no bit. */
     uint32_t readers, writers;
     unsigned long long htypes; /* handle types it can be exported as (POSIX fd or none) */
+    bool exported; /* cuMemPoolExportToShareableHandle'd: its pointers can be exported */
     uint64_t serial;           /* names it in exported pointers */
     /* imported (cuMemPoolImportFromShareableHandle, sim_pool_ipc.c): no allocations of its own;
      * pointers are imported from the exporter's device memory through devfd */

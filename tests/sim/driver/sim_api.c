@@ -262,7 +262,8 @@ SIM_API CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int
 }
 SIM_API CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
-    return sim_host_alloc(pp, bytesize, 0);
+    /* a GPU reports such memory as mapped into the device (cuMemHostGetFlags: DEVICEMAP) */
+    return sim_host_alloc(pp, bytesize, CU_MEMHOSTALLOC_DEVICEMAP);
 }
 SIM_API CUresult CUDAAPI cuMemFreeHost(void *p) { return sim_host_free(p); }
 SIM_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)

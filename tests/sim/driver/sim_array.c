@@ -78,6 +78,11 @@ static CUresult shape_check(const CUDA_ARRAY3D_DESCRIPTOR *d)
                    ? CUDA_SUCCESS
                    : CUDA_ERROR_INVALID_VALUE;
     }
+    /* a 1-D array a surface can write is bounded by the surface's limit (an H100 refuses a
+     * 65536-wide one that its texture limit would allow) */
+    if ((fl & CUDA_ARRAY3D_SURFACE_LDST) && h == 0 && depth == 0 &&
+        w > (size_t)attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH))
+        return CUDA_ERROR_INVALID_VALUE;
     if (depth == 0)
         return (h == 0 ? w <= (size_t)attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH)
                        : w <= (size_t)attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH) &&

@@ -703,25 +703,31 @@ CUresult sim_host_unregister(void *p)
     return r;
 }
 
-/* Is p in pinned (allocated or registered) host memory? CUDA_SUCCESS and its flags, or the
- * driver's error for another memory (CUDA_ERROR_INVALID_VALUE) or no usable context. */
-static CUresult host_flags_of(const void *p, unsigned *flags)
+/* Is p in pinned (allocated or registered) host memory? CUDA_SUCCESS, its flags and its device
+ * address, or the driver's error for another memory (CUDA_ERROR_INVALID_VALUE) or no usable
+ * context. Memory mapped with the virtual-memory API answers too, as a GPU answers it (an H100,
+ * driver 580): flags PORTABLE | DEVICEMAP and the start of the cuMemMap range holding p. A
+ * cudaMalloc pointer is refused. */
+static CUresult host_flags_of(const void *p, unsigned *flags, CUdeviceptr *dev)
 {
     sim_lock();
     struct sim_ctx *cur;
     CUresult r = sim_current_ctx(&cur);
     struct sim_ptrinfo pi;
     sim_ptr_lookup((uintptr_t)p, &pi);
-    if (r == CUDA_SUCCESS && pi.kind != SIM_PTR_HOST)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && pi.kind == SIM_PTR_HOST) {
         *flags = pi.host->flags;
+        *dev = (CUdeviceptr)(uintptr_t)p; /* unified addressing: the same address */
+    } else if (r == CUDA_SUCCESS && pi.kind == SIM_PTR_VMM) {
+        *flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
+        *dev = (CUdeviceptr)pi.base;
+    } else if (r == CUDA_SUCCESS) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    }
     sim_unlock();
     return r;
 }
 
-/* Unified addressing: pinned (allocated or registered) host memory has the same address on
- * the device. */
 CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags)
 {
     CUresult r = sim_check_init();
@@ -730,10 +736,7 @@ CUresult sim_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags)
     if (!d || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     unsigned made_with;
-    r = host_flags_of(p, &made_with);
-    if (r == CUDA_SUCCESS)
-        *d = (CUdeviceptr)(uintptr_t)p;
-    return r;
+    return host_flags_of(p, &made_with, d);
 }
 
 /* The flags pinned (allocated or registered) host memory was made with, for any pointer into
@@ -745,7 +748,8 @@ CUresult sim_host_get_flags(unsigned *flags, void *p)
         return r;
     if (!flags)
         return CUDA_ERROR_INVALID_VALUE;
-    return host_flags_of(p, flags);
+    CUdeviceptr dev;
+    return host_flags_of(p, flags, &dev);
 }
 
 /* ---- pointer attributes -------------------------------------------------------------- */
@@ -775,8 +779,9 @@ static CUresult put_attr(void *data, CUpointer_attribute attr, const struct sim_
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
         if (dev && !multi && !(pi->alloc && pi->alloc->kind == SIM_ALLOC_MANAGED))
             return CUDA_ERROR_INVALID_VALUE;
-        /* pinned and managed memory, and memory CUDA does not know, is its own host pointer */
-        *(void **)data = (pi->kind == SIM_PTR_HOST || (!known && !pi->in_device_space) ||
+        /* pinned and managed memory, and memory CUDA does not know (unallocated device
+         * addresses too, as a GPU answers for freed memory), is its own host pointer */
+        *(void **)data = (pi->kind == SIM_PTR_HOST || !known ||
                           (pi->alloc && pi->alloc->kind == SIM_ALLOC_MANAGED))
                              ? (void *)p
                              : NULL;
@@ -799,11 +804,14 @@ static CUresult put_attr(void *data, CUpointer_attribute attr, const struct sim_
         break;
     /* for VMM memory the range is the whole reservation, the mapping is the cuMemMap range
      * (cuMemGetAddressRange gives the latter), as the real driver reports them */
+    /* cuPointerGetAttributes leaves the range of unallocated memory as it was (a GPU does) */
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(void **)data = (void *)(pi->map ? pi->resv->base : pi->base);
+        if (known)
+            *(void **)data = (void *)(pi->map ? pi->resv->base : pi->base);
         break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = pi->map ? pi->resv->size : pi->size;
+        if (known)
+            *(size_t *)data = pi->map ? pi->resv->size : pi->size;
         break;
     case CU_POINTER_ATTRIBUTE_MAPPED:
         put_bool(data, known);
@@ -831,7 +839,10 @@ static CUresult put_attr(void *data, CUpointer_attribute attr, const struct sim_
                                     : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-        *(size_t *)data = pi->alloc ? pi->alloc->pages * SIM_PAGE : pi->size;
+        /* pinned memory is mapped in 2 MiB units (a GPU's answer: 10,000 bytes map 2 MiB) */
+        *(size_t *)data = pi->alloc                           ? pi->alloc->pages * SIM_PAGE
+                          : pi->host && !pi->host->registered ? (pi->size + SIM_PAGE - 1) / SIM_PAGE * SIM_PAGE
+                                                              : pi->size;
         break;
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
         *(void **)data = (void *)pi->base;

@@ -60,6 +60,7 @@ CUresult sim_pool_export(void *handle_out, CUmemoryPool pool, CUmemAllocationHan
     if (!p || p->destroyed || p->imported || !(p->htypes & type)) {
         r = CUDA_ERROR_INVALID_VALUE; /* the default pool and pools made without it included */
     } else {
+        p->exported = true;
         memcpy(w.magic, pool_magic, sizeof w.magic);
         w.pid = (int32_t)getpid();
         w.devfd = sim_g.dev[p->device].memfd;
@@ -130,8 +131,11 @@ CUresult sim_pool_export_pointer(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
     sim_lock();
     struct sim_alloc *a = sim_mem_alloc_at(ptr);
     const struct sim_mempool *p = a && a->kind == SIM_ALLOC_ASYNC ? a->mpool : NULL;
-    if (!p || !(p->htypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) || a->free_pending) {
-        r = CUDA_ERROR_INVALID_VALUE; /* an allocation's base, from an exportable pool */
+    /* an allocation's base, from a pool exported already (a GPU refuses a pointer of a pool
+     * that could be exported but was not yet) */
+    if (!p || !(p->htypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) || !p->exported ||
+        a->free_pending) {
+        r = CUDA_ERROR_INVALID_VALUE;
     } else {
         struct ptr_wire w;
         memset(&w, 0, sizeof w);

@@ -275,6 +275,11 @@ static void test_pools_exported_to_another_process(void)
     EXPECT(cuMemPoolExportPointer(&junk, a + 16), CUDA_ERROR_INVALID_VALUE); /* its base */
     EXPECT(cuMemPoolExportPointer(NULL, a), CUDA_ERROR_INVALID_VALUE);
     CU(cuMemPoolExportPointer(&data, a));
+    /* a pool not exported yet exports no pointer (a GPU refuses it); once exported, it does */
+    EXPECT(cuMemPoolExportPointer(&odata, b), CUDA_ERROR_INVALID_VALUE);
+    int ofd = -1;
+    CU(cuMemPoolExportToShareableHandle(&ofd, other, fdtype, 0));
+    close(ofd);
     CU(cuMemPoolExportPointer(&odata, b));
     CUmemoryPool same;
     CU(cuMemPoolImportFromShareableHandle(&same, (void *)(intptr_t)fd, fdtype, 0));

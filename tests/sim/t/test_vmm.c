@@ -107,6 +107,18 @@ static void test_aliasing(void)
     CUcontext pctx = (CUcontext)1;
     CU(cuPointerGetAttribute(&pctx, CU_POINTER_ATTRIBUTE_CONTEXT, va2 + 3 * MiB));
     CHECK(pctx == NULL); /* VMM memory belongs to no context */
+    /* the host-memory queries answer for mapped memory, as an H100 (driver 580) answers: flags
+     * PORTABLE | DEVICEMAP and the start of the mapping; a cuMemAlloc pointer is refused */
+    unsigned int hflags = 0;
+    CU(cuMemHostGetFlags(&hflags, (void *)(uintptr_t)(va2 + 3 * MiB)));
+    CHECK_EQ(hflags, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    CUdeviceptr hdev = 0;
+    CU(cuMemHostGetDevicePointer(&hdev, (void *)(uintptr_t)(va2 + 3 * MiB), 0));
+    CHECK_EQ(hdev, va2 + 2 * MiB);
+    CUdeviceptr plain_dev;
+    CU(cuMemAlloc(&plain_dev, 4096));
+    EXPECT(cuMemHostGetFlags(&hflags, (void *)(uintptr_t)plain_dev), CUDA_ERROR_INVALID_VALUE);
+    CU(cuMemFree(plain_dev));
     EXPECT(cuMemFree(va1), CUDA_ERROR_INVALID_VALUE); /* not a cuMemAlloc allocation */
 
     /* access and unmapping take whole mappings, as on an H100 */
