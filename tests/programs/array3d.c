@@ -9,10 +9,10 @@
  * each that cuMemGetInfo's free memory dropped by at least the array's bytes and that
  * cuArray3DGetDescriptor gives back its descriptor, destroys them (cuArrayDestroy), frees the
  * block, and checks that the free memory is back where it started. It also asks for an array
- * with a depth but no height and destroys an array twice.
+ * with a depth but no height. (It does not destroy an array twice: on an H100 that is undefined,
+ * and this program once ended in SIGSEGV there, without tessera too.)
  * RESULT fields: arrays, counted (arrays the free memory dropped for), descs (descriptors given
- * back whole), given_back (the free memory is back), bad_shape, destroyed_twice (the driver's
- * answers, by name).
+ * back whole), given_back (the free memory is back), bad_shape (the driver's answer, by name).
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -110,18 +110,17 @@ int main(int argc, char **argv) {
   }
   CUDA_ARRAY3D_DESCRIPTOR bad = shape(64, 0, 64, CU_AD_FORMAT_FLOAT, 1, 0);
   CUarray none;
-  const char *bad_shape = "?", *twice = "?";
+  const char *bad_shape = "?";
   err_name(create(&none, &bad), &bad_shape);
   for (int i = 0; i < 4; i++)
     if (destroy(arrays[i]) != CUDA_SUCCESS) die_msg("cuArrayDestroy", "failed");
-  err_name(destroy(arrays[0]), &twice);
   unsigned char probe = 0;
   CHECK(cudaMemcpy(&probe, (char *)blk + block - 1, 1, cudaMemcpyDeviceToHost));
   CHECK(cudaFree(blk));
   int given_back = free_now() == free0;
   int ok = counted == 4 && descs == 4 && given_back && probe == 0x2a;
   printf("RESULT status=%s arrays=4 counted=%d descs=%d given_back=%d block_intact=%d "
-         "bad_shape=%s destroyed_twice=%s\n",
-         ok ? "ok" : "error", counted, descs, given_back, probe == 0x2a, bad_shape, twice);
+         "bad_shape=%s\n",
+         ok ? "ok" : "error", counted, descs, given_back, probe == 0x2a, bad_shape);
   return ok ? EXIT_WORKLOAD_OK : EXIT_OTHER_ERROR;
 }
