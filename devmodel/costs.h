@@ -8,9 +8,12 @@
  *    largest size, so the model never rewards batching that was not measured to pay;
  *  - a line: microseconds per call plus microseconds per MiB the call covers (for calls whose
  *    cost does not depend on a range: reserving address space, a synchronise, an event).
- * Two tables are built in, each a costs file of tests/data/driver-costs/ compiled in at build
- * time: "h200", the latencies tessera-costs measured on an NVIDIA H200 (the default), and
- * "a100", the published A100 figures earlier releases used. A costs file overrides any call:
+ * cuMemSetAccess is priced per handle: a grant over several mappings costs what one grant over
+ * each would (devmodel.c, dm_charge_grant), as a GPU measured it.
+ * Three tables are built in, each a costs file of tests/data/driver-costs/ compiled in at build
+ * time: "h100", the latencies tessera-costs measured on an NVIDIA H100 from 2 MiB to 1 GiB (the
+ * default), "h200", those measured on an NVIDIA H200 at 2 and 20 MiB, and "a100", the
+ * published A100 figures earlier releases used. A costs file overrides any call:
  *
  *     # comment (to the end of the line)
  *     CALL  SIZE:MICROSECONDS  [SIZE:MICROSECONDS ...]      measured points
@@ -63,10 +66,10 @@ typedef struct ts_driver_costs {
 /* The name a costs file uses for a call ("cuMemCreate"). */
 const char *ts_driver_call_name(ts_driver_call call);
 
-/* The default table: the H200's measured latencies. */
+/* The default table: the H100's measured latencies. */
 void ts_driver_costs_defaults(ts_driver_costs *c);
 
-/* A built-in table by name ("h200", "a100"): 0, or -1 when there is none of that name. */
+/* A built-in table by name ("h100", "h200", "a100"): 0, or -1 when there is none of that name. */
 int ts_driver_costs_builtin(ts_driver_costs *c, const char *name);
 
 /* Estimated nanoseconds of one call covering bytes. */

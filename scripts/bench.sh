@@ -52,9 +52,9 @@ Options:
                     floor,python,ipc,lending (default:
                     all)
   --traces DIR      part 8 also replays the *.pickle of DIR (those not already in the run)
-  --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h200, the
-                    default; a100, the published figures) or with FILE (tessera-costs writes it
-                    on a GPU)
+  --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h100, the
+                    default; h200; a100, the published figures) or with FILE (tessera-costs
+                    writes it on a GPU)
   --baseline DIR    another tree's build directory (e.g. the tree before a change, built with
                     --buildtype=release): the pinned part runs its libtessera.so beside this
                     tree's, in one run
@@ -82,8 +82,8 @@ while [ $# -gt 0 ]; do
         traces_extra+=(--traces "$(realpath "$2")"); shift 2 ;;
     --driver-costs)
         case "${2:-}" in
-        h200 | a100) costs=(--driver-costs "$2") ;;
-        *) [ -f "${2:-}" ] || { echo "bench.sh: --driver-costs: '${2:-}' is neither h200, a100 nor a file" >&2; exit 2; }
+        h100 | h200 | a100) costs=(--driver-costs "$2") ;;
+        *) [ -f "${2:-}" ] || { echo "bench.sh: --driver-costs: '${2:-}' is neither h100, h200, a100 nor a file" >&2; exit 2; }
             costs=(--driver-costs "$(realpath "$2")") ;;
         esac
         shift 2 ;;

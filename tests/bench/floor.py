@@ -9,7 +9,8 @@ every synthetic workload, with the targets of the default checked:
   passes each, same process, same machine), once memory stops growing too (the last quarter of
   the trace repeated 5 times, within 10%), and the cached malloc+free pair's (bench-core, the
   two configurations interleaved);
-- growing costs at most 5 ms of driver time per GiB reserved (the costs built in: the H200's);
+- growing costs at most 5 ms of driver time per GiB reserved (the costs built in: the H100's,
+  a grant priced per handle it covers);
 - steady steps of the synthetic workloads make no more driver calls than expandable segments'.
 
 usage: floor.py BUILD_DIR OUT_PREFIX [--quick] [--traces DIR]...
@@ -130,7 +131,7 @@ def main():
     md = []
     w = md.append
     w("Smallest device over peak allocated (`--min-capacity`, checked above its answer), "
-      "driver time while growing per GiB reserved (H200 prices), host ns per replayed "
+      "driver time while growing per GiB reserved (H100 prices), host ns per replayed "
       "operation, and driver calls per step over the second half of each synthetic workload.\n")
     head = "| trace | " + " | ".join(
         f"{l}: min device | {l}: ms/GiB | {l}: ns/op" for l, _ in CONFS) + " |"

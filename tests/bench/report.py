@@ -58,7 +58,7 @@ def main():
     global costs_source
     f = os.environ.get("TS_BENCH_DRIVER_COSTS")
     costs_source = (f"latencies: {f} (--driver-costs)" if f
-                    else "latencies measured on an H200, tests/data/driver-costs/h200.txt")
+                    else "latencies measured on an H100, tests/data/driver-costs/h100.txt")
     raw = os.path.join(bd, "bench-raw")
     cmds = commands(raw)
     machine = load_json(os.path.join(raw, "machine.json"))

@@ -275,25 +275,35 @@ class Replay(unittest.TestCase):
         self.assertEqual(d["growth_events"], 1)
         self.assertAlmostEqual(d["driver_ms_after_growth"], 0)
         self.assertEqual((d["steady_steps"], d["driver_ms_per_step"]), (2, 0))
-        # the defaults: the H200's points (tests/data/driver-costs/h200.txt), 30 MiB priced as
-        # a call of 20 MiB and one of 10 MiB (on the line between 2 and 20 MiB)
+        # the defaults: the H100's points (tests/data/driver-costs/h100.txt), 30 MiB on the
+        # line between the points at 20 and 32 MiB
+        d = json.loads(replay("--json", "--conf", "pytorch", trace).stdout)
+        self.assertAlmostEqual(d["driver_ms"], (58.935 + (55.510 - 58.935) * 10 / 12) / 1000,
+                               places=3)
+        self.assertNotIn("driver_ms_per_step", d)
+        # the H200's points by name, measured at 2 and 20 MiB: 30 MiB priced as a call of
+        # 20 MiB and one of 10 MiB (on the line between 2 and 20 MiB)
         def at(small, large, mib):
             return large * (mib // 20) + (small + (large - small) * ((mib % 20) - 2) / 18
                                           if mib % 20 else 0)
-        d = json.loads(replay("--json", "--conf", "pytorch", trace).stdout)
+        d = json.loads(replay("--json", "--conf", "pytorch", "--driver-costs", "h200",
+                              trace).stdout)
         self.assertAlmostEqual(d["driver_ms"], at(36.463, 36.972, 30) / 1000, places=3)
-        self.assertNotIn("driver_ms_per_step", d)
         # the published A100 figures, by name: 50 us a cudaMalloc, whatever its size
         d = json.loads(replay("--json", "--conf", "pytorch", "--driver-costs", "a100",
                               trace).stdout)
         self.assertAlmostEqual(d["driver_ms"], 0.050)
         # defragment:True: growth reserves the pool's range, creates and maps 15 handles of
-        # 2 MiB and grants access to all 30 MiB in one call; the pages stay cached, so later
-        # steps cost nothing
+        # 2 MiB and grants access to all 30 MiB in one call, priced as 15 grants of one handle
+        # (what a GPU charges); the pages stay cached, so later steps cost nothing
         d = json.loads(replay("--json", "--steps", "3", "--conf", "defragment:True", trace).stdout)
         self.assertEqual(d["driver_ms_per_step"], 0)
-        self.assertAlmostEqual(d["driver_ms_growth"], (1.482 + 15 * (6.972 + 0.593) +
-                                                       at(22.0, 20.491, 30)) / 1000, places=3)
+        self.assertAlmostEqual(d["driver_ms_growth"], (2.889 + 15 * (13.653 + 1.188 + 33.455))
+                               / 1000, places=3)
+        d = json.loads(replay("--json", "--steps", "3", "--conf", "defragment:True",
+                              "--driver-costs", "h200", trace).stdout)
+        self.assertAlmostEqual(d["driver_ms_growth"], (1.482 + 15 * (6.972 + 0.593 + 22.0))
+                               / 1000, places=3)
         # with the A100's figures, measured at 2 MiB only, the grant costs 15 of 2 MiB
         d = json.loads(replay("--json", "--steps", "3", "--conf", "defragment:True",
                               "--driver-costs", "a100", trace).stdout)

@@ -53,8 +53,9 @@ static void test_costs_plain_segments(void **state)
 }
 
 /* defragment:True's layout (2 MiB pages, one handle each): 8 MiB reserves the pool's range
- * once, then creates and maps four 2 MiB handles and grants access to the four in one call;
- * giving it back unmaps four mappings and releases four handles. */
+ * once, then creates and maps four 2 MiB handles and grants access to the four in one call,
+ * priced as four grants of 2 MiB (a GPU grants per handle); giving it back unmaps four mappings
+ * and releases four handles. */
 static void test_costs_vm_pages(void **state)
 {
     (void)state;
@@ -75,11 +76,11 @@ static void test_costs_vm_pages(void **state)
     /* per call (i + 1) us, per MiB (i + 1) ns, 2 MiB a handle */
     assert_true(dc.call_ns[TS_CALL_CREATE] == 4 * (5000.0 + 5.0 * 2));
     assert_true(dc.call_ns[TS_CALL_MAP] == 4 * (7000.0 + 7.0 * 2));
-    assert_true(dc.call_ns[TS_CALL_SET_ACCESS] == 8000.0 + 8.0 * 8);
+    assert_true(dc.call_ns[TS_CALL_SET_ACCESS] == 4 * (8000.0 + 8.0 * 2));
     const double reserve_ns = dc.call_ns[TS_CALL_ADDRESS_RESERVE];
     assert_true(reserve_ns >= 3000.0); /* the range's size is the pool's reservation */
     assert_true(dc.driver_ns == reserve_ns + 4 * (5000.0 + 10) + 4 * (7000.0 + 14) +
-                                    (8000.0 + 64));
+                                    4 * (8000.0 + 16));
     fx_free(&f, p);
     ts_empty_cache(f.a);
     ts_devmodel_counters_get(f.dev, &dc);
@@ -118,21 +119,25 @@ static bool near(double x, double y)
     return x > y - 1e-6 && x < y + 1e-6;
 }
 
-/* The defaults are the H200's measured points (tests/data/driver-costs/h200.txt, built in);
- * the published A100 figures stay selectable as "a100". */
+/* The defaults are the H100's measured points (tests/data/driver-costs/h100.txt, built in,
+ * 2 MiB to 1 GiB); the H200's and the published A100 figures stay selectable as "h200" and
+ * "a100". */
 static void test_costs_defaults(void **state)
 {
     (void)state;
     ts_driver_costs c;
     ts_driver_costs_defaults(&c);
-    assert_int_equal(c.call[TS_CALL_SET_ACCESS].npoints, 2);
-    assert_true(near(cost_us(&c, TS_CALL_SET_ACCESS, 2 * MiB), 22.0));
-    assert_true(near(cost_us(&c, TS_CALL_SET_ACCESS, 20 * MiB), 20.491));
-    assert_true(near(cost_us(&c, TS_CALL_CREATE, 2 * MiB), 6.972));
-    assert_true(near(cost_us(&c, TS_CALL_ADDRESS_RESERVE, 160 * GiB), 1.482)); /* per call */
+    assert_int_equal(c.call[TS_CALL_SET_ACCESS].npoints, 11);
+    assert_true(near(cost_us(&c, TS_CALL_SET_ACCESS, 2 * MiB), 33.455));
+    assert_true(near(cost_us(&c, TS_CALL_SET_ACCESS, 1 * GiB), 74.946));
+    assert_true(near(cost_us(&c, TS_CALL_CREATE, 20 * MiB), 12.292));
+    assert_true(near(cost_us(&c, TS_CALL_ADDRESS_RESERVE, 160 * GiB), 2.889)); /* per call */
     ts_driver_costs h;
-    assert_int_equal(ts_driver_costs_builtin(&h, "h200"), 0);
+    assert_int_equal(ts_driver_costs_builtin(&h, "h100"), 0);
     assert_memory_equal(&h, &c, sizeof c);
+    assert_int_equal(ts_driver_costs_builtin(&h, "h200"), 0);
+    assert_true(near(cost_us(&h, TS_CALL_SET_ACCESS, 2 * MiB), 22.0));
+    assert_true(near(cost_us(&h, TS_CALL_CREATE, 2 * MiB), 6.972));
 
     assert_int_equal(ts_driver_costs_builtin(&c, "a100"), 0);
     assert_true(near(cost_us(&c, TS_CALL_CREATE, 2 * MiB), 193.32));
@@ -140,20 +145,20 @@ static void test_costs_defaults(void **state)
     assert_true(near(cost_us(&c, TS_CALL_MALLOC, 1 * GiB), 50.0)); /* no size known: per call */
     /* measured at 2 MiB only: 20 MiB costs ten calls of 2 MiB */
     assert_true(near(cost_us(&c, TS_CALL_CREATE, 20 * MiB), 1933.2));
-    assert_int_equal(ts_driver_costs_builtin(&c, "h100"), -1);
+    assert_int_equal(ts_driver_costs_builtin(&c, "h300"), -1);
     assert_string_equal(ts_driver_call_name(TS_CALL_UNMAP), "cuMemUnmap");
 }
 
 /* A call priced from its measured points: the smallest one's cost below it, the straight line
  * between two, and beyond the largest as many calls of the largest size as fit and one for the
- * rest: a 1 GiB grant at the H200's prices (measured at 2 and 20 MiB) costs no less than 51
+ * rest: a 1 GiB call at the H200's prices (measured at 2 and 20 MiB) costs no less than 51
  * grants of 20 MiB and one of 4 MiB, so the model rewards no batching beyond what was
  * measured. */
 static void test_costs_points(void **state)
 {
     (void)state;
     ts_driver_costs c;
-    ts_driver_costs_defaults(&c);
+    assert_int_equal(ts_driver_costs_builtin(&c, "h200"), 0);
     const ts_driver_call A = TS_CALL_SET_ACCESS;
     assert_true(near(cost_us(&c, A, 4096), 22.0));    /* below: the floor */
     assert_true(near(cost_us(&c, A, 2 * MiB), 22.0)); /* at a point */
@@ -182,7 +187,7 @@ static void test_costs_file_format(void **state)
     (void)state;
     ts_driver_costs c, d;
     char err[256];
-    ts_driver_costs_defaults(&c);
+    assert_int_equal(ts_driver_costs_builtin(&c, "h200"), 0);
     assert_int_equal(parse(&c,
                            "# measured on one GPU\n"
                            "\n"
@@ -257,11 +262,12 @@ static void test_costs_file_format(void **state)
 static void test_costs_files_of_the_repository(void **state)
 {
     (void)state;
-    static const char *const files[] = {TESSERA_SOURCE_DIR "/tests/data/driver-costs/h200.txt",
+    static const char *const files[] = {TESSERA_SOURCE_DIR "/tests/data/driver-costs/h100.txt",
+                                        TESSERA_SOURCE_DIR "/tests/data/driver-costs/h200.txt",
                                         TESSERA_SOURCE_DIR
                                         "/tests/data/driver-costs/a100-published.txt"};
-    static const char *const names[] = {"h200", "a100"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const names[] = {"h100", "h200", "a100"};
+    for (int i = 0; i < 3; i++) {
         ts_driver_costs from_file, built_in;
         char err[512];
         memset(&from_file, 0, sizeof from_file);
@@ -276,7 +282,7 @@ static void test_costs_file_load(void **state)
     (void)state;
     ts_driver_costs c;
     char err[512];
-    ts_driver_costs_defaults(&c);
+    assert_int_equal(ts_driver_costs_builtin(&c, "h200"), 0);
     assert_int_equal(ts_driver_costs_load(&c, "/nonexistent/costs", err, sizeof err), -1);
     assert_string_equal(err, "/nonexistent/costs: No such file or directory");
     assert_int_equal(ts_driver_costs_load(&c, "/", err, sizeof err), -1);

@@ -8,10 +8,11 @@
  * size from 2 MiB to 1 GiB (2, 4, 8, 16, 20, 32, ... MiB: 20 MiB is PyTorch's expandable page):
  * cuMemAlloc/cuMemFree of a segment of that size (what cudaMalloc/cudaFree cost tessera: its
  * backend calls the driver), cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease of one handle of that
- * size, and cuMemSetAccess over a range of that size made of 2 MiB handles mapped back to back
- * (how tessera grants a growth: one call over its handles; the grant of one handle of that size
- * is written as a comment). Each becomes a measured point of the file, so a replay prices a call
- * by the range it covers and never rewards a batch the GPU does not reward. cuMemAddressReserve
+ * size, cuMemSetAccess of one handle of that size, and cuMemSetAccess over a range of that size
+ * made of 2 MiB handles mapped back to back (written as a comment). Each becomes a measured point
+ * of the file. A grant over several handles costs about one grant per handle (an H100: 512
+ * handles of 2 MiB, 12.7 ms; one of 2 MiB, 26 us), so the replay prices it that way and the
+ * range measurement checks it on each GPU: one call over many handles saves nothing there. cuMemAddressReserve
  * and cuMemAddressFree of an expandable segment's range (9/8 of the device), cuCtxSynchronize on
  * an idle device and cuEventRecord are one figure each. The driver is reached with
  * dlopen("libcuda.so.1") like any CUDA program; nothing of tessera is loaded. Memory: at a size,
@@ -109,7 +110,8 @@ static const size_t size_mib[] = {2, 4, 8, 16, 20, 32, 64, 128, 256, 512, 1024};
 /* Medians per call (microseconds) at each size; 0: not measured there (too large). */
 typedef struct measured {
     double us[TS_CALL_COUNT][NSIZES];
-    double access_one[NSIZES]; /* cuMemSetAccess of one handle of the size (a comment) */
+    double access_pages[NSIZES]; /* cuMemSetAccess over 2 MiB handles (a comment: the check
+                                  * that a grant costs one per handle it covers) */
     double fixed[TS_CALL_COUNT]; /* calls whose cost does not depend on a range */
 } measured;
 
@@ -226,7 +228,7 @@ static void measure_handles(measured *m, size_t reps, size_t k, size_t size, CUd
     m->us[TS_CALL_MAP][k] = median(g_t, reps);
     for (size_t i = 0; i < reps; i++)
         TIMED(g_t[i], "cuMemSetAccess", size, drv.cuMemSetAccess(h->va + i * size, size, &access, 1));
-    m->access_one[k] = median(g_t, reps);
+    m->us[TS_CALL_SET_ACCESS][k] = median(g_t, reps);
     drv.cuCtxSynchronize();
     for (size_t i = reps; i-- > 0;) {
         h->nmapped--;
@@ -278,7 +280,7 @@ static void measure_ranges(measured *m, size_t reps, size_t k, size_t size, size
                 fail("cuMemUnmap", page, r);
         }
     }
-    m->us[TS_CALL_SET_ACCESS][k] = median(g_t, reps);
+    m->access_pages[k] = median(g_t, reps);
     held_release(h);
 }
 
@@ -515,16 +517,18 @@ int main(int argc, char **argv)
                  "# device %d: %s, %zu MiB, driver %d.%d, granularity %zu KiB\n"
                  "# medians of up to %ld calls per size (%zu at %zu MiB), microseconds, from %zu to "
                  "%zu MiB;\n"
-                 "# cuMemSetAccess over ranges of %zu MiB handles mapped back to back; the address\n"
-                 "# range is %zu MiB (9/8 of the device, as expandable segments reserve)\n"
+                 "# cuMemSetAccess: a grant over one handle of the size (tessera-replay prices a\n"
+                 "# grant over several as one per handle; the grants over ranges of %zu MiB handles\n"
+                 "# below check it); the address range is %zu MiB (9/8 of the device, as\n"
+                 "# expandable segments reserve)\n"
                  "# CALL  SIZE:US ...        measured points\n"
                  "# CALL  US_PER_CALL        a call whose cost does not depend on a range\n",
             ordinal, name, total / MIB, version / 1000, version % 1000 / 10, gran >> 10,
             reps_opt, reps[nsizes - 1], sizes[nsizes - 1] / MIB, sizes[0] / MIB,
             sizes[nsizes - 1] / MIB, page / MIB, range / MIB);
-    fprintf(out, "# cuMemSetAccess of one handle of each size:");
+    fprintf(out, "# cuMemSetAccess over a range of %zu MiB handles of each size:", page / MIB);
     for (size_t k = 0; k < nsizes; k++)
-        fprintf(out, " %zuM:%.3f", sizes[k] / MIB, m.access_one[k]);
+        fprintf(out, " %zuM:%.3f", sizes[k] / MIB, m.access_pages[k]);
     fprintf(out, "\n");
     for (int call = 0; call < TS_CALL_COUNT; call++)
         write_call(out, &m, (ts_driver_call)call, sizes, nsizes);

@@ -48,10 +48,12 @@ static void usage(FILE *f)
           "                     first\n"
           "  --json             one JSON object (an array with --compare)\n"
           "  --driver-costs NAME|FILE  driver-call latencies for the estimated driver time:\n"
-          "                     h200 (the default: measured on an NVIDIA H200) or a100 (the\n"
-          "                     published A100 figures), or a costs file (what tessera-costs\n"
-          "                     writes: lines 'CALL SIZE:US ...', e.g. 'cuMemSetAccess\n"
-          "                     2M:22.0 20M:20.5', or 'CALL US_PER_CALL [US_PER_MIB]'; '#'\n"
+          "                     h100 (the default: measured on an NVIDIA H100, 2 MiB to\n"
+          "                     1 GiB), h200 (measured on an NVIDIA H200 at 2 and 20 MiB) or\n"
+          "                     a100 (the published A100 figures), or a costs file (what\n"
+          "                     tessera-costs writes: lines 'CALL SIZE:US ...', e.g.\n"
+          "                     'cuMemCreate 2M:13.7 20M:12.3', or 'CALL US_PER_CALL\n"
+          "                     [US_PER_MIB]'; '#'\n"
           "                     comments) over the table so far: calls it does not name keep\n"
           "                     their latencies\n"
           "  --repeat N         replay the trace as N consecutive steps: what it never frees is\n"
@@ -626,8 +628,8 @@ static void print_compare(const replay_args *a, const trace *t, const char *devi
            "run --summary shows);\n  drv time: their estimated time; drv grow: until memory "
            "stopped growing; drv/step: per step after that (--steps);\n  latencies: %s\n",
            a->costs_file ? a->costs_file
-                         : "h200, measured on an NVIDIA H200 (--driver-costs a100: the "
-                           "published A100 figures)");
+                         : "h100, measured on an NVIDIA H100 (--driver-costs h200 or a100: "
+                           "an H200's, the published A100 figures)");
     if (t->run_failures) {
         char size[32];
         print_size(size, sizeof size, (size_t)res[0].run_first_size);
