@@ -187,10 +187,10 @@ static size_t es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, siz
  * sequential growth (the last growth of the segment ended where b starts) with a handle a page
  * under defragment (PyTorch's expandable segments keep PyTorch's
  * growth), in the large pool (a small-pool page holds hundreds of blocks: a batch there would sit
- * idle), up to whole batches of growth_batch_mb (20 MiB). A grant costs about
- * the same for 2 MiB as for 20 MiB (tests/data/driver-costs/h200.txt), so growing 2 MiB at a time
- * pays a grant per page where a batch pays one per 20 MiB; the pages ahead serve the next
- * requests with no driver call, and go back with the rest of the cache (release). Bounded: never
+ * idle), up to whole batches of growth_batch_mb (20 MiB): one grant per batch instead of one per
+ * growth, and the pages ahead serve the next requests with no driver call; they go back with the
+ * rest of the cache (release). Fewer calls, not less driver time: a GPU charges a grant per
+ * handle it covers (tests/data/driver-costs/h100.txt). Bounded: never
  * past b (a hole between mapped pages, or the reservation's end), and only while what the allocator holds stays below 15/16 of the cap (or
  * of the device), so that batching never takes the last memory a request elsewhere needs. */
 static size_t es_ahead(const ts_allocator *a, const ts_block *b, size_t mapped)

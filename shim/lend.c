@@ -219,7 +219,8 @@ typedef enum ask_outcome {
     ASK_NOTHING,    /* holds nothing free: not asked */
     ASK_LATE,       /* not asked or not answered within lending_wait_ms */
     ASK_REFUSED,    /* its channel refused this process */
-    ASK_FAILED      /* gone, or an answer not of this protocol */
+    ASK_FAILED,     /* gone, or an answer not of this protocol */
+    ASK_OFF_HERE    /* lending:False in this process: nobody asked */
 } ask_outcome;
 
 typedef struct ask_result {
@@ -276,18 +277,24 @@ static double mib(uint64_t bytes)
     return (double)bytes / (1024.0 * 1024.0);
 }
 
-/* One line: who held what on the device, and what each did when asked. At most one a second,
- * as the out-of-memory line it comes with. */
+/* One line: who held what on the device, and what each did when asked (or, with lending:False
+ * here, that free memory sat in their caches unasked). At most one a second, as the
+ * out-of-memory line it comes with. */
 static void say_who_held(int device, const ask_result *r, size_t n, uint32_t wait_ms)
 {
     static time_t last;
     time_t now = time(NULL);
     if (__atomic_exchange_n(&last, now, __ATOMIC_RELAXED) == now)
         return;
+    const bool off_here = n > 0 && r[0].outcome == ASK_OFF_HERE;
     char line[1000];
     int len = snprintf(line, sizeof line,
-                       "device %d: the other tessera processes on it were asked for memory "
-                       "(lending) and did not give enough:", device);
+                       off_here ? "device %d: lending:False, so the other tessera processes of this "
+                                  "user on it were not asked for the memory their caches hold free "
+                                  "(TESSERA_ALLOC_CONF=lending:True asks them):"
+                                : "device %d: the other tessera processes on it were asked for "
+                                  "memory (lending) and did not give enough:",
+                       device);
     static const char *const what[] = {
         [ASK_GAVE] = "gave",
         [ASK_OFF] = "has lending:False; gave",
@@ -298,6 +305,7 @@ static void say_who_held(int device, const ask_result *r, size_t n, uint32_t wai
         [ASK_LATE] = "did not answer in time",
         [ASK_REFUSED] = "refused this process",
         [ASK_FAILED] = "could not be asked",
+        [ASK_OFF_HERE] = "not asked",
     };
     for (size_t i = 0; i < n && len > 0 && (size_t)len < sizeof line; i++) {
         const ask_result *x = &r[i];
@@ -309,9 +317,26 @@ static void say_who_held(int device, const ask_result *r, size_t n, uint32_t wai
                         i ? ";" : "", x->who.pid, x->who.command, mib(x->who.reserved),
                         mib(x->who.allocated), what[x->outcome], given);
     }
-    if (len > 0 && (size_t)len < sizeof line)
+    if (len > 0 && (size_t)len < sizeof line && !off_here)
         snprintf(line + len, sizeof line - (size_t)len, " (asked for %u ms at most)", wait_ms);
     ts_log("%s", line);
+}
+
+/* lending:False here and out of memory: the neighbours of this user on the device whose caches
+ * hold memory free, said (never asked), so that the advice names what would have served. */
+static void say_unasked(int device, const uint8_t uuid[16])
+{
+    uid_t me = geteuid();
+    ts_neighbour nb[LEND_NEIGHBOURS];
+    size_t n = ts_neighbours_find(NULL, uuid, (int)getpid(), (uint32_t)me, false, nb,
+                                  LEND_NEIGHBOURS);
+    ask_result r[LEND_NEIGHBOURS];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (nb[i].uid == (uint32_t)me && nb[i].reserved > nb[i].allocated)
+            r[k++] = (ask_result){.who = nb[i], .outcome = ASK_OFF_HERE};
+    if (k > 0)
+        say_who_held(device, r, k, 0);
 }
 
 /* Ask the neighbours on the device uuid for need bytes; the bytes they gave back. *asked: at
@@ -361,13 +386,17 @@ int ts_lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *ou
                    ts_oom_info *oom)
 {
     const ts_config *cfg = ts_allocator_config(a);
-    if (!cfg->lending)
-        return ts_malloc_ex(a, size, stream, out, oom);
     ts_oom_info info;
     if (!oom)
         oom = &info;
-    int rc = ts_malloc_try(a, size, stream, out, oom);
     uint8_t uuid[16];
+    if (!cfg->lending) {
+        int rc = ts_malloc_ex(a, size, stream, out, oom);
+        if (rc == TS_ENOMEM && !oom->limit_reached && uuid_of(a, uuid))
+            say_unasked(ts_allocator_device(a), uuid);
+        return rc;
+    }
+    int rc = ts_malloc_try(a, size, stream, out, oom);
     if (rc != TS_EAGAIN || oom->limit_reached || !uuid_of(a, uuid)) {
         if (rc == TS_EAGAIN) { /* the cap refused it, or no neighbour can be found */
             ts_malloc_oom(a, size, stream, oom);

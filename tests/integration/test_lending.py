@@ -198,7 +198,13 @@ class Lending(Shared):
         self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
         self.assertEqual(self.stats(b)["num_lend_asks"], 0)
         self.assertEqual(self.stats(a)["num_lend_gives"], 0)
-        b.quit()
+        # the advice names the cache that would have served, and the key that asks it
+        err = b.quit()
+        self.assertIn("lending:False, so the other tessera processes of this user on it were not "
+                      "asked", err)
+        self.assertIn("(TESSERA_ALLOC_CONF=lending:True asks them)", err)
+        self.assertIn(f"pid {a.proc.pid} ", err)
+        self.assertIn("MiB reserved", err)
         a.quit()
         a, live = self.holder(conf=PYTORCH + ",lending:False")
         b = self.peer()
