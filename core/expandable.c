@@ -191,9 +191,11 @@ static size_t es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, siz
  * growth, and the pages ahead serve the next requests with no driver call; they go back with the
  * rest of the cache (release). Fewer calls, not less driver time: a GPU charges a grant per
  * handle it covers (tests/data/driver-costs/h100.txt). Bounded: never
- * past b (a hole between mapped pages, or the reservation's end), and only while what the allocator holds stays below 15/16 of the cap (or
- * of the device), so that batching never takes the last memory a request elsewhere needs. */
-static size_t es_ahead(const ts_allocator *a, const ts_block *b, size_t mapped)
+ * past b (a hole between mapped pages, or the reservation's end), only while what the allocator
+ * holds stays below 15/16 of the cap (or of the device), and only while the device keeps a
+ * sixteenth of itself free after it, so that batching never takes the last memory a request
+ * elsewhere (another process's too) needs. */
+static size_t es_ahead(ts_allocator *a, const ts_block *b, size_t mapped)
 {
     const ts_segment *seg = b->seg;
     const size_t batch = a->cfg.growth_batch / seg->page_size * seg->page_size;
@@ -207,6 +209,14 @@ static size_t es_ahead(const ts_allocator *a, const ts_block *b, size_t mapped)
     const size_t limit = a->set_fraction ? a->allowed_memory_maximum : a->device_total;
     const size_t held = a->total_allocated_memory + a->driver_bytes + mapped + ahead;
     if (held > limit - limit / 16)
+        return 0;
+    /* Nor within the last sixteenth of what the device has free: other processes on it (and
+     * other allocators of this one) hold memory this allocator does not count, and a batch they
+     * then have to ask back (lending) costs them a round trip. One query per batched growth. */
+    size_t free_bytes = 0, total = 0;
+    backend_enter(a);
+    if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK &&
+        (free_bytes < mapped + ahead || free_bytes - mapped - ahead < total / 16))
         return 0;
     return ahead;
 }

@@ -556,6 +556,35 @@ static void test_policy_growth_batch_bounded(void **state)
     fx_close(&f);
 }
 
+/* Rule: the batch ahead also leaves the device a sixteenth of itself free, counting what other
+ * processes hold there (the driver's free memory), so that a neighbour never has to ask back
+ * (lending) the pages a batch took ahead of need.
+ * Fragment: a 64 MiB device where another process holds 40 MiB (a segment made on the device
+ * model outside this allocator): the second 2 MiB growth would batch to 22 MiB by this
+ * allocator's own count (24 of 60 MiB), but would leave the device 2 MiB free, under its
+ * sixteenth (4 MiB): it maps its own page. With the other process gone, the same growth batches. */
+static void test_policy_growth_batch_leaves_the_device_room(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True");
+    for (int other_holds = 1; other_holds >= 0; other_holds--) {
+        fixture f;
+        fx_open(&f, 64 * MiB, &cfg, true, false);
+        ts_backend be = ts_devmodel_backend(f.dev, true, false);
+        uintptr_t theirs = 0;
+        if (other_holds)
+            assert_int_equal(be.seg_alloc(be.ctx, 40 * MiB, &theirs), TS_OK);
+        uintptr_t p[2];
+        alloc_2mib(&f, p, 2);
+        assert_int_equal(reserved(&f), other_holds ? 4 * MiB : 22 * MiB);
+        fx_free(&f, p[0]);
+        fx_free(&f, p[1]);
+        if (other_holds)
+            assert_int_equal(be.seg_free(be.ctx, theirs, 40 * MiB), TS_OK);
+        fx_close(&f);
+    }
+}
+
 /* Rule: a growth that is a whole number of batches maps no batch more, and a growth that
  * continues into a hole between mapped pages batches only up to the hole's end.
  * Fragment (defragment:True): 2 MiB, then 20 MiB (sequential, exactly a batch: 22 MiB reserved).
@@ -792,6 +821,7 @@ int main(void)
         cmocka_unit_test(test_policy_stitch_takes_smallest_runs_first),
         cmocka_unit_test(test_policy_growth_batches_ahead),
         cmocka_unit_test(test_policy_growth_batch_bounded),
+        cmocka_unit_test(test_policy_growth_batch_leaves_the_device_room),
         cmocka_unit_test(test_policy_growth_batch_whole_and_holes),
         cmocka_unit_test(test_policy_growth_batch_only_for_page_handles),
         cmocka_unit_test(test_policy_small_request_takes_a_large_piece),
