@@ -177,13 +177,15 @@ const key_desc cfg_keys[KEY_COUNT] = {
     },
     [KEY_GROWTH_BATCH_MB] = {
         .name = "growth_batch_mb", .kind = KIND_MIB, .flags = F_TESSERA,
-        .offset = FIELD(growth_batch), .min = 0, .def.u = 20,
+        .offset = FIELD(growth_batch), .min = 0, .def.u = 0,
         .range = "an integer number of MiB, 0 to map only what each growth needs",
         .help = "With defragment (a handle per page), a segment that grows at its end right "
                 "where its last growth ended maps ahead to whole batches of this size: one "
                 "access grant per batch instead of one per growth, and the next requests served "
-                "with no driver call. Never within the last sixteenth of the cap or device; "
-                "released with the rest of the cache. 0: map only what each growth needs.",
+                "with no driver call. Fewer calls, the same driver time (a GPU charges a grant "
+                "per handle), and memory held ahead of need. Never within the last sixteenth of "
+                "the cap or of the device's free memory; released with the rest of the cache. "
+                "0: map only what each growth needs.",
     },
     [KEY_DEFRAGMENT] = {
         .name = "defragment", .kind = KIND_BOOL, .flags = F_TESSERA,

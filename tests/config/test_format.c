@@ -52,7 +52,7 @@ static void test_format_defaults(void **state)
                         "large_segment_size_mb:20,backend:native,caching:True,memory_limit:0,"
                         "stats:True,oom_report:True,reuse_fence:order,stitching:False,"
                         "stitch_when:always,stitch_min_block_mb:2,stitch_max_ranges:4096,expandable_page_mb:0,handle_policy:page,"
-                        "growth_batch_mb:20,defragment:False,verbose:False,history_events:0,"
+                        "growth_batch_mb:0,defragment:False,verbose:False,history_events:0,"
                         "history_frames:False,pinned_cache:True,pinned_idle_s:10,lending:True,"
                         "lending_wait_ms:2000,lending_all_users:False");
 

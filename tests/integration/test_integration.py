@@ -523,9 +523,9 @@ class Defragment(Base):
         # a growth maps its 2 MiB handles back to back and grants access to all of them in one
         # cuMemSetAccess, and so does a stitch: as many grants as device allocations (growths
         # and stitches), far fewer than the handles mapped (2 MiB requests one after another
-        # grow in batches of 20 MiB)
-        cases = [("220M", "defragment:True", ["seed_even", "--unit", "2M", "--count", "100",
-                                              "--request", "50M"]),
+        # grow in batches of 20 MiB with growth_batch_mb:20)
+        cases = [("220M", "defragment:True,growth_batch_mb:20",
+                  ["seed_even", "--unit", "2M", "--count", "100", "--request", "50M"]),
                  ("512M", "defragment:True", ["seed_middle", "--first", "16M", "--middle", "32M",
                                               "--last", "16M", "--request", "48M"])]
         for memory, conf, argv in cases:

@@ -471,14 +471,14 @@ static void alloc_2mib(fixture *f, uintptr_t *p, int n)
  * last growth ended, maps ahead to whole batches of growth_batch_mb (20 MiB): one grant per batch,
  * and the next requests served with no driver call. The first growth of a segment maps what it
  * needs (nothing says more will follow); the cache's release gives the pages ahead back.
- * Fragment (defragment:True, 1 GiB device): 2 MiB requests one after another: the first maps
+ * Fragment (defragment:True,growth_batch_mb:20, 1 GiB device): 2 MiB requests one after another: the first maps
  * 2 MiB, the second 20 MiB (its page and 9 ahead, one grant), the next nine no call, the twelfth
  * 20 MiB again. Larger requests grow by what the free tail lacks, rounded up to whole batches:
  * 27 MiB with 16 MiB free grows 20 MiB, 47 MiB with 9 free grows 40 (one grant each). */
 static void test_policy_growth_batches_ahead(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
     assert_int_equal(cfg.growth_batch, 20 * MiB);
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
@@ -525,7 +525,8 @@ static void test_policy_growth_batch_bounded(void **state)
     static const struct {
         const char *conf;
         size_t device;
-    } cases[] = {{"defragment:True", 64 * MiB}, {"defragment:True,memory_limit:64M", 1 * GiB}};
+    } cases[] = {{"defragment:True,growth_batch_mb:20", 64 * MiB},
+                 {"defragment:True,growth_batch_mb:20,memory_limit:64M", 1 * GiB}};
     for (int c = 0; c < 2; c++) {
         ts_config cfg = conf_of(cases[c].conf);
         fixture f;
@@ -539,7 +540,7 @@ static void test_policy_growth_batch_bounded(void **state)
             fx_free(&f, p[i]);
         fx_close(&f);
     }
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     uintptr_t p[2];
@@ -566,7 +567,7 @@ static void test_policy_growth_batch_bounded(void **state)
 static void test_policy_growth_batch_leaves_the_device_room(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
     for (int other_holds = 1; other_holds >= 0; other_holds--) {
         fixture f;
         fx_open(&f, 64 * MiB, &cfg, true, false);
@@ -587,7 +588,8 @@ static void test_policy_growth_batch_leaves_the_device_room(void **state)
 
 /* Rule: a growth that is a whole number of batches maps no batch more, and a growth that
  * continues into a hole between mapped pages batches only up to the hole's end.
- * Fragment (defragment:True): 2 MiB, then 20 MiB (sequential, exactly a batch: 22 MiB reserved).
+ * Fragment (defragment:True,growth_batch_mb:20): 2 MiB, then 20 MiB (sequential, exactly a batch:
+ * 22 MiB reserved).
  * Then a hole: A 2 MiB [0, 2), B 2 MiB [2, 4) with the batch to 22, C 18 MiB [4, 22), D 2 MiB
  * [22, 24) with the batch to 42; B and C freed and the cache emptied leaves [2, 22) unmapped
  * between A and D. E 4 MiB maps [2, 6) of it (not where the last growth ended: no batch), and
@@ -595,7 +597,7 @@ static void test_policy_growth_batch_leaves_the_device_room(void **state)
 static void test_policy_growth_batch_whole_and_holes(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     uintptr_t p = fx_alloc(&f, 2 * MiB), q = fx_alloc(&f, 20 * MiB);
@@ -628,16 +630,18 @@ static void test_policy_growth_batch_whole_and_holes(void **state)
     fx_close(&f);
 }
 
-/* Rule: PyTorch's expandable segments, coarse handles, growth_batch_mb:0 and the small pool grow
- * by what each request needs: with 2 MiB pages (the small pool's, or expandable_page_mb:2) and
- * 2 MiB requests (1 MiB in the small pool), each growth is a page. */
+/* Rule: PyTorch's expandable segments, coarse handles, growth_batch_mb:0 (the default: batches
+ * buy no driver time on a GPU, which charges a grant per handle) and the small pool grow by what
+ * each request needs: with 2 MiB pages (the small pool's, or expandable_page_mb:2) and 2 MiB
+ * requests (1 MiB in the small pool), each growth is a page. */
 static void test_policy_growth_batch_only_for_page_handles(void **state)
 {
     (void)state;
-    static const char *const confs[] = {"defragment:True,growth_batch_mb:0",
+    static const char *const confs[] = {"defragment:True,growth_batch_mb:0", "defragment:True",
+                                        "stats:True",
                                         "expandable_segments:True,expandable_page_mb:2",
                                         "defragment:True,handle_policy:coarse"};
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 5; c++) {
         ts_config cfg = conf_of(confs[c]);
         fixture f;
         fx_open(&f, 1 * GiB, &cfg, true, false);
@@ -650,7 +654,7 @@ static void test_policy_growth_batch_only_for_page_handles(void **state)
         fx_close(&f);
     }
     /* the small pool: a page holds hundreds of blocks, its growth is never batched */
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     uintptr_t p[5];
