@@ -155,8 +155,8 @@ def io_counts():
 
 def counted(argv, hang_guard=120):
     """Run argv and count what it did, where a time would say nothing on a loaded machine:
-    returncode, stdout, stderr, reads (read calls), read_bytes and peak_rss (bytes). Its output
-    goes to files, so reading it back is not counted. hang_guard: seconds after which it is
+    returncode, stdout, stderr, reads (read calls) and read_bytes. Its output goes to files, so
+    reading it back is not counted. hang_guard: seconds after which it is
     killed, which turns a hang into a failure (returncode -9), not a speed goal."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         reads0, bytes0 = io_counts()
@@ -164,7 +164,7 @@ def counted(argv, hang_guard=120):
         guard = threading.Timer(hang_guard, p.kill)
         guard.start()
         try:
-            _, status, usage = os.wait4(p.pid, 0)
+            _, status, _ = os.wait4(p.pid, 0)
         finally:
             guard.cancel()
         reads1, bytes1 = io_counts()
@@ -174,7 +174,7 @@ def counted(argv, hang_guard=120):
         return types.SimpleNamespace(
             returncode=p.returncode, stdout=out.read().decode(errors="replace"),
             stderr=err.read().decode(errors="replace"), reads=reads1 - reads0,
-            read_bytes=bytes1 - bytes0, peak_rss=usage.ru_maxrss * 1024)
+            read_bytes=bytes1 - bytes0)
 
 
 def pid_alive(pid):
@@ -321,10 +321,9 @@ class ForeignPages(Base):
     def test_busy_pages_of_one_user_spare_the_others(self):
         """N7: another user's 100 live processes have pages whose 16 slots always look
         mid-write, on a loaded machine. Every listing reads a bounded number of slots, each a
-        bounded number of times, and their pages spend only
-        their user's time for retries: this user's busy page, read after theirs, is still
-        retried in full (a page being written is then read whole), while theirs get one look
-        once their time is spent."""
+        bounded number of times, and their pages spend only their user's time for retries: this
+        user's busy page, read after theirs, is still retried in full (a page being written is
+        then read whole), while theirs get one look once their time is spent."""
         page = kept_page(self)
         theirs = [subprocess.Popen(["sleep", "120"], user=self.other.pw_uid,
                                    group=self.other.pw_gid) for _ in range(100)]
@@ -363,8 +362,8 @@ class ForeignPages(Base):
 
     def test_one_user_many_pages_bounded(self):
         """N2: another user's 150 live processes publish pages with 16 slots in use each
-        (2,400 slots). A scrape reads a bounded share of them (512 slots per user), so the bytes it
-        reads and its body stay small, and this user's process is still exported."""
+        (2,400 slots). A scrape reads a bounded share of them (512 slots per user), so the bytes
+        it reads and its body stay small, and this user's process is still exported."""
         page = kept_page(self)
         theirs = [subprocess.Popen(["sleep", "120"], user=self.other.pw_uid,
                                    group=self.other.pw_gid) for _ in range(150)]
