@@ -3,9 +3,11 @@
 #   build        gcc, -Werror: every suite (unit, config, sim, statspage, scripts, fuzz
 #                corpora, replay, python, soak; with --quick also programs and integration,
 #                which otherwise run once, in build-ubsan)
-#   build-asan   gcc, ASan + UBSan: the C suites that do not preload tessera
+#   build-asan   gcc, ASan + UBSan: the C suites that do not preload tessera (only what they
+#                need is compiled)
 #   build-ubsan  gcc, UBSan: the integration suite (tessera preloaded into the programs; ASan's
-#                and TSan's runtimes cannot share a process with a preloaded dlsym hook)
+#                and TSan's runtimes cannot share a process with a preloaded dlsym hook; only
+#                what it needs is compiled)
 #   build-tsan   clang, -Werror, TSan: compiles everything with clang; runs the threaded suites
 #                (core, stats page, simulator; not the programs that race on purpose)
 #   build-fuzz   clang, libFuzzer + ASan + UBSan: each fuzz target for a few seconds
@@ -21,7 +23,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
     --no-fuzz) fuzz=0 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +46,44 @@ configure() {
 build() {
   local dir=$1
   if ! ninja -C "$dir" >"$dir.build.log" 2>&1; then
+    grep -E 'error|FAILED' "$dir.build.log" | head -30
+    echo "test.sh: $dir does not build (full log: $dir.build.log)"
+    failed=$((failed + 1))
+    return 1
+  fi
+}
+
+# build only what the selected tests need (their programs and the targets they declare): a
+# sanitizer build runs a few suites and compiles for them alone. Arguments: the directory, then
+# the --suite / --no-suite options that run_tests gets.
+build_for() {
+  local dir=$1; shift
+  local targets
+  mapfile -t targets < <(python3 - "$dir" "$@" <<'EOF'
+import json, os, sys
+d, args = sys.argv[1], sys.argv[2:]
+want = {args[i + 1] for i, a in enumerate(args) if a == "--suite"}
+drop = {args[i + 1] for i, a in enumerate(args) if a == "--no-suite"}
+def info(kind):
+    with open(os.path.join(d, "meson-info", f"intro-{kind}.json")) as f:
+        return json.load(f)
+files = {t["id"]: t["filename"] for t in info("targets")}
+need = set()
+for t in info("tests"):
+    suites = {s.split(":", 1)[-1] for s in t["suite"]}
+    if (want and not suites & want) or suites & drop:
+        continue
+    for dep in t["depends"]:
+        need.update(os.path.relpath(f, d) for f in files[dep])
+print("\n".join(sorted(need)))
+EOF
+  )
+  if [ ${#targets[@]} -eq 0 ]; then
+    echo "test.sh: $dir: no test selected by $*"
+    failed=$((failed + 1))
+    return 1
+  fi
+  if ! ninja -C "$dir" "${targets[@]}" >"$dir.build.log" 2>&1; then
     grep -E 'error|FAILED' "$dir.build.log" | head -30
     echo "test.sh: $dir does not build (full log: $dir.build.log)"
     failed=$((failed + 1))
@@ -90,19 +130,20 @@ fi
 
 if [ $quick -eq 0 ]; then
   log "ASan + UBSan (gcc)"
+  asan_suites=(--suite unit --suite config --suite sim --suite statspage --suite fuzz)
   if configure build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
-       -Dfuzz=disabled && build build-asan; then
+       -Dfuzz=disabled && build_for build-asan "${asan_suites[@]}"; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-      run_tests build-asan --timeout-multiplier 3 \
-        --suite unit --suite config --suite sim --suite statspage --suite fuzz
+      run_tests build-asan --timeout-multiplier 3 "${asan_suites[@]}"
   fi
 
   log "UBSan: tessera preloaded into the programs (gcc)"
+  ubsan_suites=(--suite integration --suite programs)
   if configure build-ubsan -Dwerror=true -Db_sanitize=undefined -Db_lundef=false \
-       -Dfuzz=disabled && build build-ubsan; then
+       -Dfuzz=disabled && build_for build-ubsan "${ubsan_suites[@]}"; then
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       TS_SANITIZER_RUNTIME=$(gcc -print-file-name=libubsan.so) \
-      run_tests build-ubsan --timeout-multiplier 3 --suite integration --suite programs
+      run_tests build-ubsan --timeout-multiplier 3 "${ubsan_suites[@]}"
   fi
 
   if command -v clang >/dev/null 2>&1; then

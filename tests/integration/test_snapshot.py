@@ -131,10 +131,22 @@ class SnapshotFromStat(Base):
             out = os.path.join(self.env.tmp, "snap.pickle")
             # The probe is idle (waiting on stdin): the request is served by its next operation,
             # the first free after "go". The snapshot then shows exactly that moment.
+            page = os.path.join(self.env.stats_dir, f"tessera.{pid}")
+
+            def request():  # slot 0's map_request word (tessera_page_slot_head, offset 32)
+                with open(page, "rb") as f:
+                    f.seek(4096 + 32)
+                    return f.read(8)
+            before = request()
             snap = subprocess.Popen([it.STAT, "--dir", self.env.stats_dir, "snapshot", str(pid),
-                                     "-o", out, "--wait", "20"], stdout=subprocess.PIPE,
+                                     "-o", out, "--wait", "30"], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
-            time.sleep(0.5)
+            # "go" once the request is written (an order of events, not a pause long enough on
+            # an idle machine); 60 s: a hang guard
+            deadline = time.monotonic() + 60
+            while request() == before and snap.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertNotEqual(request(), before, "tessera-stat asked for no map")
             p.stdin.write("go\n")
             p.stdin.flush()
             sout, serr = snap.communicate(timeout=60)
@@ -772,7 +784,13 @@ class SnapshotWhileBusy(Base):
                 if pages:
                     break
                 time.sleep(0.05)
-            time.sleep(0.5)  # well into the loop
+            # well into the loop: 200 allocations made (counted, not a pause; 60 s: a hang guard)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and p.poll() is None:
+                st = self.env.page_stats(p.pid)
+                if st and st.get("allocation.all.allocated", 0) >= 200:
+                    break
+                time.sleep(0.05)
             snap = subprocess.run([it.STAT, "--dir", self.env.stats_dir, "snapshot", str(p.pid),
                                    "-o", out, "--wait", "20"], capture_output=True, text=True)
             self.assertEqual(snap.returncode, 0, snap.stderr)

@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 BUILD = os.environ["TS_BUILD"]
@@ -21,16 +20,15 @@ def replay(*args):
 
 
 class Replay(unittest.TestCase):
-    def test_compare_every_trace_in_seconds(self):
+    def test_compare_every_trace(self):
         for name in sorted(os.listdir(TRACES)):
             if not name.endswith(".pickle"):
                 continue
             with self.subTest(trace=name):
-                t0 = time.monotonic()
+                # replay()'s 120 s is a hang guard; the speed is scripts/bench.sh's to measure
                 r = replay("--json", "--compare", os.path.join(TRACES, name), "default",
                            "max_split_size_mb:128", "expandable_segments:True", "defragment:True")
                 self.assertEqual(r.returncode, 0, r.stderr)
-                self.assertLess(time.monotonic() - t0, 60)
                 rows = json.loads(r.stdout)
                 self.assertEqual(len(rows), 4)
                 for row in rows:

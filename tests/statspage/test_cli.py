@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import fixture_server
 
@@ -536,10 +535,11 @@ def main():
               "watch count 3: %s" % out[:200])
         env = dict(os.environ, TESSERA_STATS_DIR=d)
         w = subprocess.Popen([STAT, "--watch", "0.2"], stdout=subprocess.PIPE, env=env, text=True)
-        time.sleep(0.5)
+        first = w.stdout.readline()  # the first table is drawn (flushed each time): then Ctrl-C
         w.send_signal(signal.SIGINT)
         try:
-            wout, _ = w.communicate(timeout=5)
+            wout = first + w.stdout.read()  # to its end: it stopped
+            w.wait(timeout=60)  # a hang guard
             check(w.returncode == 0 and "PID" in wout, "watch stops on SIGINT (rc %s)" % w.returncode)
         except subprocess.TimeoutExpired:
             w.kill()
