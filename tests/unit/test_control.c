@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -236,6 +237,14 @@ static void test_answers_carry_descriptors(void **state)
         assert_true(fcntl(fds[i], F_GETFD) & FD_CLOEXEC);
         close(fds[i]);
     }
+    /* a late answer (to a request sent one way) is skipped, and its descriptors closed */
+    int nulls = count_fds("/dev/null");
+    assert_int_equal(ts_ctl_send(c, &q, sizeof q), 0);
+    msg e = {.h = {.type = ECHO}, .body = "after"};
+    assert_int_equal(ts_ctl_call(c, &e, sizeof e, &a, sizeof a, fds, 4, &nfds), sizeof a);
+    assert_int_equal(nfds, 0);
+    assert_string_equal(a.body, "after");
+    assert_int_equal(fds_settle("/dev/null", nulls), nulls);
     /* more descriptors than asked for: refused, none kept */
     assert_int_equal(ts_ctl_call(c, &q, sizeof q, &a, sizeof a, fds, 2, &nfds), -EPROTO);
     assert_int_equal(nfds, 0);
@@ -377,6 +386,112 @@ static void test_server_identity_checked(void **state)
     close(squat);
 }
 
+/* A listening socket of the test's own under a server's name (this process's pid, another
+ * secret), with the given backlog: what a client finds there is no tessera, only the name. */
+static int own_listener(ts_ctl_address *a, int backlog)
+{
+    *a = addr;
+    a->secret = addr.secret ^ 0x5a5a;
+    struct sockaddr_un un;
+    memset(&un, 0, sizeof un);
+    un.sun_family = AF_UNIX;
+    int n = snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "tessera.%d.%016llx",
+                     (int)a->pid, (unsigned long long)a->secret);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&un,
+                          (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)),
+                     0);
+    assert_int_equal(listen(fd, backlog), 0);
+    return fd;
+}
+
+/* A connection closed before the request went out carries no answer to it, even one that
+ * looks like it (this call's number, sent before the close): the call says the connection was
+ * reset, not that the channel spoke another protocol. */
+static void test_no_answer_before_the_request(void **state)
+{
+    (void)state;
+    ts_ctl_address a;
+    int lfd = own_listener(&a, 4);
+    ts_ctl_client *c = NULL;
+    assert_int_equal(ts_ctl_connect(&a, &c), 0);
+    int sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    assert_true(sfd >= 0);
+    msg forged = {.h = {.magic = TS_CTL_MAGIC, .type = ECHO, .seq = 1}, .body = "forged"};
+    assert_int_equal(send(sfd, &forged, sizeof forged, 0), sizeof forged);
+    close(sfd);
+    msg ans;
+    ssize_t rc = call(c, ECHO, "x", &ans);
+    ts_ctl_close(c);
+    close(lfd);
+    assert_int_equal(rc, -ECONNRESET);
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+}
+
+typedef struct connecting {
+    ts_ctl_address a;
+    int rc, done;
+} connecting;
+
+static void *connect_thread(void *arg)
+{
+    connecting *k = arg;
+    ts_ctl_client *c = NULL;
+    k->rc = ts_ctl_connect(&k->a, &c);
+    if (c)
+        ts_ctl_close(c);
+    __atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* A connect that fails for another reason than "nobody serves that name" says so: one
+ * interrupted while it waits for room in a full backlog is -EINTR, neither an exited process
+ * (-ESRCH) nor a timeout. */
+static void test_connect_errors_are_not_an_exit(void **state)
+{
+    (void)state;
+    connecting k = {.rc = 1};
+    int lfd = own_listener(&k.a, 0);
+    /* fill the backlog: connections nobody accepts */
+    int fill[8], nfill = 0;
+    struct sockaddr_un un;
+    memset(&un, 0, sizeof un);
+    un.sun_family = AF_UNIX;
+    int n = snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "tessera.%d.%016llx",
+                     (int)k.a.pid, (unsigned long long)k.a.secret);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    for (;;) {
+        assert_true(nfill < 8);
+        fill[nfill] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (connect(fill[nfill], (struct sockaddr *)&un, len) != 0) {
+            assert_int_equal(errno, EAGAIN);
+            close(fill[nfill]);
+            break;
+        }
+        nfill++;
+    }
+    struct sigaction sa = {.sa_handler = on_signal}, old;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, connect_thread, &k), 0);
+    while (!__atomic_load_n(&k.done, __ATOMIC_ACQUIRE)) {
+        pthread_kill(t, SIGUSR1);
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    pthread_join(t, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    while (nfill > 0)
+        close(fill[--nfill]);
+    close(lfd);
+    assert_int_equal(k.rc, -EINTR);
+}
+
 enum { CLIENT_END, SERVER_END, LISTENING };
 
 /* A socket of the channel in this process: a client's end (its peer has the server's name), the
@@ -410,6 +525,30 @@ static int channel_fd(int which)
 static int client_fd(void)
 {
     return channel_fd(CLIENT_END);
+}
+
+/* A program that closed its standard input: the client's socket may be descriptor 0, a
+ * descriptor like any other (whatever errno the program's last call left). */
+static void test_client_on_descriptor_zero(void **state)
+{
+    (void)state;
+    int saved = fcntl(0, F_DUPFD_CLOEXEC, 3);
+    assert_true(saved >= 0);
+    close(0);
+    errno = EINVAL;
+    ts_ctl_client *c = NULL;
+    int rc = ts_ctl_connect(&addr, &c);
+    msg a;
+    ssize_t n = rc == 0 ? call(c, ECHO, "zero", &a) : rc;
+    int fd = rc == 0 ? client_fd() : -1;
+    if (c)
+        ts_ctl_close(c);
+    assert_int_equal(dup2(saved, 0), 0);
+    close(saved);
+    assert_int_equal(rc, 0);
+    assert_int_equal(fd, 0);
+    assert_int_equal(n, sizeof a);
+    assert_string_equal(a.body, "zero");
 }
 
 static void test_descriptor_taken_over_is_never_touched(void **state)
@@ -687,6 +826,9 @@ int main(void)
         cmocka_unit_test(test_raw_requests_out_of_bounds_are_dropped),
         cmocka_unit_test(test_proc_start_keeps_no_descriptor),
         cmocka_unit_test(test_server_identity_checked),
+        cmocka_unit_test(test_no_answer_before_the_request),
+        cmocka_unit_test(test_connect_errors_are_not_an_exit),
+        cmocka_unit_test(test_client_on_descriptor_zero),
         cmocka_unit_test(test_descriptor_taken_over_is_never_touched),
         cmocka_unit_test(test_server_end_taken_over_is_never_touched),
         cmocka_unit_test(test_answer_descriptors_without_room),
