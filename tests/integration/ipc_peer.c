@@ -20,6 +20,8 @@
  *   fds                   fds N            (descriptors open here, the simulator's not counted)
  *   files                 files N          (how many more files it can open: each closed after)
  *   stdio                 stdio 1|0        (descriptors 0, 1 and 2 are still open)
+ *   sockets               sockets N        (every socket closed, as a program that closes
+ *                                           descriptors it does not know may: N of them)
  *   fork                  child PID FDS    (a child that lives on, without exec, until killed
  *                                           or for 2 minutes;
  *                                           FDS: its descriptors, as `fds` counts them)
@@ -73,6 +75,30 @@ static int count_fds(void)
         n += strncmp(link, "/memfd:tessera-sim", 18) != 0;
     }
     closedir(d);
+    return n;
+}
+
+/* Close every socket of this process (the program's stdin and stdout are pipes); how many. */
+static int close_sockets(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int fds[256], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 256) {
+        char path[300], link[256];
+        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+            continue;
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, link, sizeof link - 1);
+        link[k > 0 ? k : 0] = '\0';
+        if (strncmp(link, "socket:", 7) == 0)
+            fds[n++] = atoi(e->d_name);
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
     return n;
 }
 
@@ -182,6 +208,8 @@ int main(void)
             printf("fds %d\n", count_fds());
         } else if (!strcmp(cmd, "files")) {
             printf("files %d\n", more_files());
+        } else if (!strcmp(cmd, "sockets")) {
+            printf("sockets %d\n", close_sockets());
         } else if (!strcmp(cmd, "stdio")) {
             printf("stdio %d\n", fcntl(0, F_GETFD) >= 0 && fcntl(1, F_GETFD) >= 0 &&
                                      fcntl(2, F_GETFD) >= 0);
