@@ -650,11 +650,10 @@ static ssize_t answer_recv(const ts_ctl_client *c, void *buf, size_t cap, int *f
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | flags);
     /* A server that closes a connection with our request unread makes the next read fail with
      * ECONNRESET even when its last message (a refusal) is waiting: the error is reported
-     * first, and once. */
+     * first, and once; read again, the connection gives what waits, then its end (0). EAGAIN
+     * is a receive bounded by SO_RCVTIMEO that timed out, never a reset. */
     if (n < 0 && errno == ECONNRESET)
         n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (n < 0 && errno == EAGAIN && (flags & MSG_DONTWAIT) == 0)
-        errno = ECONNRESET; /* nothing was waiting after the reset */
     if (n < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
     bool bad = false;

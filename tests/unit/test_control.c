@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -428,6 +429,53 @@ static void test_no_answer_before_the_request(void **state)
     assert_int_equal(rc, -ECONNRESET);
 }
 
+/* A server of the test's own that takes one connection, waits for its request and closes it
+ * unread, after a refusal or with nothing said. */
+typedef struct closer {
+    int lfd;
+    bool refuse;
+} closer;
+
+static void *close_unread(void *arg)
+{
+    closer *k = arg;
+    struct pollfd l = {.fd = k->lfd, .events = POLLIN};
+    poll(&l, 1, 60000);
+    int sfd = accept4(k->lfd, NULL, NULL, SOCK_CLOEXEC);
+    struct pollfd p = {.fd = sfd, .events = POLLIN};
+    poll(&p, 1, 60000);
+    if (k->refuse) {
+        ts_ctl_header h = {.magic = TS_CTL_MAGIC, .type = TS_CTL_REFUSED,
+                           .status = TS_CTL_WHY_USER};
+        send(sfd, &h, sizeof h, MSG_NOSIGNAL);
+    }
+    close(sfd);
+    return NULL;
+}
+
+/* A server that closes a connection with the request unread resets it: the refusal it sent
+ * first is still read (-EACCES), and with nothing sent the call says the connection was reset
+ * (an exporter that went away), not that it timed out. */
+static void test_closed_with_the_request_unread(void **state)
+{
+    (void)state;
+    for (int refuse = 0; refuse < 2; refuse++) {
+        closer k = {.refuse = refuse};
+        ts_ctl_address a;
+        k.lfd = own_listener(&a, 4);
+        ts_ctl_client *c = NULL;
+        assert_int_equal(ts_ctl_connect(&a, &c), 0);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, close_unread, &k), 0);
+        msg ans;
+        ssize_t rc = call(c, ECHO, "x", &ans);
+        pthread_join(t, NULL);
+        ts_ctl_close(c);
+        close(k.lfd);
+        assert_int_equal(rc, refuse ? -EACCES : -ECONNRESET);
+    }
+}
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -525,6 +573,21 @@ static int channel_fd(int which)
 static int client_fd(void)
 {
     return channel_fd(CLIENT_END);
+}
+
+/* A call whose answer does not come within the client's bound times out: -ETIMEDOUT (the
+ * importer says the exporter did not answer in time), not a reset connection (which it would
+ * take for an exporter that went away); the connection still serves the next call. */
+static void test_call_times_out(void **state)
+{
+    (void)state;
+    ts_ctl_client *c = connected();
+    assert_int_equal(ts_ctl_timeout(c, 50000000ull), 0);
+    msg a;
+    assert_int_equal(call(c, QUIET, NULL, &a), -ETIMEDOUT);
+    assert_int_equal(call(c, ECHO, "later", &a), sizeof a);
+    assert_string_equal(a.body, "later");
+    ts_ctl_close(c);
 }
 
 /* A program that closed its standard input: the client's socket may be descriptor 0, a
@@ -827,8 +890,10 @@ int main(void)
         cmocka_unit_test(test_proc_start_keeps_no_descriptor),
         cmocka_unit_test(test_server_identity_checked),
         cmocka_unit_test(test_no_answer_before_the_request),
+        cmocka_unit_test(test_closed_with_the_request_unread),
         cmocka_unit_test(test_connect_errors_are_not_an_exit),
         cmocka_unit_test(test_client_on_descriptor_zero),
+        cmocka_unit_test(test_call_times_out),
         cmocka_unit_test(test_descriptor_taken_over_is_never_touched),
         cmocka_unit_test(test_server_end_taken_over_is_never_touched),
         cmocka_unit_test(test_answer_descriptors_without_room),
