@@ -335,6 +335,25 @@ static void test_raw_requests_out_of_bounds_are_dropped(void **state)
     assert_int_equal(count_fds("/dev/null"), nulls);
 }
 
+/* A connection that holds nothing and says nothing is closed once idle (CTL_IDLE_NS, 10 s),
+ * with nothing else waking the server; one that holds something stays as long. */
+static void test_idle_peer_closed(void **state)
+{
+    (void)state;
+    ts_ctl_client *h = connected();
+    msg a;
+    assert_int_equal(call(h, HOLD, NULL, &a), sizeof a.h);
+    int held = __atomic_load_n(&holding, __ATOMIC_SEQ_CST);
+    int fd = raw_connect();
+    assert_int_equal(raw_answered(fd), 0); /* closed by the server (raw_connect waits 60 s) */
+    close(fd);
+    assert_int_equal(__atomic_load_n(&holding, __ATOMIC_SEQ_CST), held);
+    assert_int_equal(call(h, ECHO, "held", &a), sizeof a);
+    assert_string_equal(a.body, "held");
+    ts_ctl_close(h);
+    assert_int_equal(holding_settles(held - 1), held - 1);
+}
+
 /* A process's start time: field 22 of /proc/PID/stat, read with no descriptor kept; a pid with
  * no process gives none. */
 static void test_proc_start_keeps_no_descriptor(void **state)
@@ -887,6 +906,7 @@ int main(void)
         cmocka_unit_test(test_answers_at_their_bounds),
         cmocka_unit_test(test_dropped_peer_lets_go),
         cmocka_unit_test(test_raw_requests_out_of_bounds_are_dropped),
+        cmocka_unit_test(test_idle_peer_closed),
         cmocka_unit_test(test_proc_start_keeps_no_descriptor),
         cmocka_unit_test(test_server_identity_checked),
         cmocka_unit_test(test_no_answer_before_the_request),
