@@ -191,6 +191,18 @@ class Lending(Shared):
         stderr = a.quit()
         self.assertNotIn("lending", stderr)
 
+    def test_no_stats_directory_finds_nobody(self):
+        # the neighbours are found by their pages: a process whose stats directory does not
+        # exist finds none, asks nobody and fails as it would have
+        a, live = self.holder()
+        b = self.peer(extra={"TESSERA_STATS_DIR": os.path.join(self.env.tmp, "none")})
+        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.assertEqual(b.ask(f"alloc {32 * MiB}")[0], "ok")  # and goes on
+        self.assertEqual(self.stats(a)["num_lend_gives"], 0)
+        self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
+        self.assertNotIn("lending", b.quit())
+        a.quit()
+
     def test_lending_off(self):
         # the asker with lending:False asks nobody; a holder with lending:False gives nothing
         a, live = self.holder()
