@@ -798,6 +798,45 @@ static void test_many_threads(void **state)
     ts_ctl_close(shared);
 }
 
+/* A server that cannot start (its thread cannot be made: the user may run no more processes)
+ * says why and leaves nothing behind, no socket; once it may, it starts. In a forked child (it
+ * has no server) run as another user, whose limits apply (root's do not). */
+static void test_server_start_fails_cleanly(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(2);
+        struct rlimit was;
+        if (getrlimit(RLIMIT_NPROC, &was) != 0)
+            _exit(3);
+        struct rlimit none = {0, was.rlim_max};
+        if (setrlimit(RLIMIT_NPROC, &none) != 0)
+            _exit(4);
+        int sockets = count_fds("socket:");
+        ts_ctl_address a;
+        if (ts_ctl_serve(&service, &a) != -EAGAIN)
+            _exit(5);
+        if (count_fds("socket:") != sockets)
+            _exit(6);
+        if (setrlimit(RLIMIT_NPROC, &was) != 0 || ts_ctl_serve(&service, &a) != 0)
+            _exit(7);
+        ts_ctl_client *c = NULL;
+        msg ans;
+        if (ts_ctl_connect(&a, &c) != 0 || call(c, ECHO, "child", &ans) != sizeof ans)
+            _exit(8);
+        ts_ctl_close(c);
+        _exit(strcmp(ans.body, "child") == 0 ? 0 : 9);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* Run last: fills the server. Its limit is a quarter of 64 descriptors (main sets it): 16
  * connections, 12 per user. */
 static void test_connections_bounded(void **state)
@@ -920,6 +959,7 @@ int main(void)
         cmocka_unit_test(test_fork_child_closes_the_channel),
         cmocka_unit_test(test_many_threads),
         cmocka_unit_test(test_another_user_refused),
+        cmocka_unit_test(test_server_start_fails_cleanly),
         cmocka_unit_test(test_connections_bounded),
         cmocka_unit_test(test_listening_socket_taken_over),
     };
