@@ -238,6 +238,17 @@ static void test_answers_carry_descriptors(void **state)
         assert_true(fcntl(fds[i], F_GETFD) & FD_CLOEXEC);
         close(fds[i]);
     }
+    /* a descriptor received is the client's: the server's later answers leave it alone (its
+     * own copy, whose number it had, is long closed) */
+    msg one = {.h = {.type = FDS}, .body = {1}};
+    assert_int_equal(ts_ctl_call(c, &one, sizeof one, &a, sizeof a, fds, 4, &nfds), sizeof a.h);
+    assert_int_equal(nfds, 1);
+    assert_int_equal(call(c, ECHO, "after one", &a), sizeof a);
+    assert_int_equal(call(c, ECHO, "and again", &a), sizeof a);
+    struct stat kept;
+    assert_int_equal(fstat(fds[0], &kept), 0);
+    assert_true(S_ISCHR(kept.st_mode));
+    close(fds[0]);
     /* a late answer (to a request sent one way) is skipped, and its descriptors closed */
     int nulls = count_fds("/dev/null");
     assert_int_equal(ts_ctl_send(c, &q, sizeof q), 0);
