@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -848,6 +849,74 @@ static void test_server_start_fails_cleanly(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* Descriptors this process may not have in flight now (more than its limit sent and not yet
+ * received, for a user other than root): the request fails, said with TS_CTL_FAILED and the
+ * reason, and the peer, which did nothing wrong, stays. In a forked child run as another user,
+ * with a limit of 64, whose server (its own) answers raw requests for 8 descriptors each that
+ * are not read until ten answers wait. */
+static int failed_in_flight(void)
+{
+    struct rlimit rl = {64, 64};
+    if (setgid(65534) != 0 || setuid(65534) != 0 || setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 2;
+    if (ts_ctl_serve(&service, &addr) != 0)
+        return 3;
+    int fd = raw_connect();
+    enum { N = 10 };
+    for (uint32_t i = 1; i <= N; i++) {
+        msg q = {.h = {.magic = TS_CTL_MAGIC, .type = FDS, .seq = i}, .body = {8}};
+        if (send(fd, &q, sizeof q, 0) != sizeof q)
+            return 4;
+    }
+    int queued = 0;
+    for (int i = 0; i < 10000 && queued < N * (int)sizeof(ts_ctl_header); i++) {
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+        if (ioctl(fd, FIONREAD, &queued) != 0)
+            return 5;
+    }
+    int failed = 0;
+    for (int i = 0; i < N; i++) {
+        ts_ctl_header h;
+        union {
+            struct cmsghdr c;
+            char b[CMSG_SPACE(sizeof(int) * 8)];
+        } cm;
+        struct iovec iov = {&h, sizeof h};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+                            .msg_controllen = sizeof cm.b};
+        if (recvmsg(fd, &mh, MSG_DONTWAIT) != sizeof h)
+            return 6;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+            for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+                int got;
+                memcpy(&got, CMSG_DATA(c) + k * sizeof got, sizeof got);
+                close(got);
+            }
+        failed += h.type == TS_CTL_FAILED && h.status == ETOOMANYREFS && h.seq == (uint32_t)i + 1;
+    }
+    if (failed == 0)
+        return 7;
+    /* the peer stays: a request after is answered */
+    msg q = {.h = {.magic = TS_CTL_MAGIC, .type = ECHO, .seq = N + 1}, .body = "still"}, a;
+    if (send(fd, &q, sizeof q, 0) != sizeof q || recv(fd, &a, sizeof a, 0) != sizeof a)
+        return 8;
+    return strcmp(a.body, "still") == 0 ? 0 : 9;
+}
+
+static void test_descriptors_in_flight_over_the_limit(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(failed_in_flight());
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* Run last: fills the server. Its limit is a quarter of 64 descriptors (main sets it): 16
  * connections, 12 per user. */
 static void test_connections_bounded(void **state)
@@ -971,6 +1040,7 @@ int main(void)
         cmocka_unit_test(test_many_threads),
         cmocka_unit_test(test_another_user_refused),
         cmocka_unit_test(test_server_start_fails_cleanly),
+        cmocka_unit_test(test_descriptors_in_flight_over_the_limit),
         cmocka_unit_test(test_connections_bounded),
         cmocka_unit_test(test_listening_socket_taken_over),
     };
