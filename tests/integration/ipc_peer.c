@@ -56,9 +56,10 @@ static int block_of(const char *arg)
     return i >= 0 && i < nblocks ? i : -1;
 }
 
-/* Descriptors open in this process, but for the simulated driver's memory (a memfd per device
- * and per imported handle while it is mapped: what a real driver keeps behind its own). */
-static int count_fds(void)
+/* The descriptors open in this process whose link starts with prefix (with prefix NULL: all
+ * but the simulated driver's memory, a memfd per device and per imported handle while it is
+ * mapped: what a real driver keeps behind its own): how many, and up to max of them in fds. */
+static int fds_of(const char *prefix, int *fds, int max)
 {
     DIR *d = opendir("/proc/self/fd");
     if (!d)
@@ -72,32 +73,27 @@ static int count_fds(void)
         snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
         ssize_t k = readlink(path, link, sizeof link - 1);
         link[k > 0 ? k : 0] = '\0';
-        n += strncmp(link, "/memfd:tessera-sim", 18) != 0;
+        if (prefix ? strncmp(link, prefix, strlen(prefix)) != 0
+                   : strncmp(link, "/memfd:tessera-sim", 18) == 0)
+            continue;
+        if (n < max)
+            fds[n] = atoi(e->d_name);
+        n++;
     }
     closedir(d);
     return n;
 }
 
+static int count_fds(void)
+{
+    return fds_of(NULL, NULL, 0);
+}
+
 /* Close every socket of this process (the program's stdin and stdout are pipes); how many. */
 static int close_sockets(void)
 {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    int fds[256], n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 256) {
-        char path[300], link[256];
-        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
-            continue;
-        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-        ssize_t k = readlink(path, link, sizeof link - 1);
-        link[k > 0 ? k : 0] = '\0';
-        if (strncmp(link, "socket:", 7) == 0)
-            fds[n++] = atoi(e->d_name);
-    }
-    closedir(d);
-    for (int i = 0; i < n; i++)
+    int fds[256], n = fds_of("socket:", fds, 256);
+    for (int i = 0; i < n && i < 256; i++)
         close(fds[i]);
     return n;
 }

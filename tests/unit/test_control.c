@@ -810,54 +810,61 @@ static void test_many_threads(void **state)
     ts_ctl_close(shared);
 }
 
-/* A server that cannot start (its thread cannot be made: the user may run no more processes)
- * says why and leaves nothing behind, no socket; once it may, it starts. In a forked child (it
- * has no server) run as another user, whose limits apply (root's do not). */
-static void test_server_start_fails_cleanly(void **state)
+/* Run body in a forked child (it has no server) as another user, whose limits apply (root's do
+ * not); body's result, 0 when all went as it should, is the child's exit status. Needs root. */
+static void as_another_user(int (*body)(void))
 {
-    (void)state;
     if (geteuid() != 0)
         skip();
     pid_t pid = fork();
-    if (pid == 0) {
-        if (setgid(65534) != 0 || setuid(65534) != 0)
-            _exit(2);
-        struct rlimit was;
-        if (getrlimit(RLIMIT_NPROC, &was) != 0)
-            _exit(3);
-        struct rlimit none = {0, was.rlim_max};
-        if (setrlimit(RLIMIT_NPROC, &none) != 0)
-            _exit(4);
-        int sockets = count_fds("socket:");
-        ts_ctl_address a;
-        if (ts_ctl_serve(&service, &a) != -EAGAIN)
-            _exit(5);
-        if (count_fds("socket:") != sockets)
-            _exit(6);
-        if (setrlimit(RLIMIT_NPROC, &was) != 0 || ts_ctl_serve(&service, &a) != 0)
-            _exit(7);
-        ts_ctl_client *c = NULL;
-        msg ans;
-        if (ts_ctl_connect(&a, &c) != 0 || call(c, ECHO, "child", &ans) != sizeof ans)
-            _exit(8);
-        ts_ctl_close(c);
-        _exit(strcmp(ans.body, "child") == 0 ? 0 : 9);
-    }
+    if (pid == 0)
+        _exit(setgid(65534) != 0 || setuid(65534) != 0 ? 100 : body());
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* A server that cannot start (its thread cannot be made: the user may run no more processes)
+ * says why and leaves nothing behind, no socket; once it may, it starts. */
+static int start_fails(void)
+{
+    struct rlimit was;
+    if (getrlimit(RLIMIT_NPROC, &was) != 0)
+        return 3;
+    struct rlimit none = {0, was.rlim_max};
+    if (setrlimit(RLIMIT_NPROC, &none) != 0)
+        return 4;
+    int sockets = count_fds("socket:");
+    ts_ctl_address a;
+    if (ts_ctl_serve(&service, &a) != -EAGAIN)
+        return 5;
+    if (count_fds("socket:") != sockets)
+        return 6;
+    if (setrlimit(RLIMIT_NPROC, &was) != 0 || ts_ctl_serve(&service, &a) != 0)
+        return 7;
+    ts_ctl_client *c = NULL;
+    msg ans;
+    if (ts_ctl_connect(&a, &c) != 0 || call(c, ECHO, "child", &ans) != sizeof ans)
+        return 8;
+    ts_ctl_close(c);
+    return strcmp(ans.body, "child") == 0 ? 0 : 9;
+}
+
+static void test_server_start_fails_cleanly(void **state)
+{
+    (void)state;
+    as_another_user(start_fails);
+}
+
 /* Descriptors this process may not have in flight now (more than its limit sent and not yet
  * received, for a user other than root): the request fails, said with TS_CTL_FAILED and the
- * reason, and the peer, which did nothing wrong, stays. In a forked child run as another user,
- * with a limit of 64, whose server (its own) answers raw requests for 8 descriptors each that
- * are not read until ten answers wait. */
+ * reason, and the peer, which did nothing wrong, stays. With a limit of 64, the child's server
+ * (its own) answers raw requests for 8 descriptors each that are not read until ten wait. */
 static int failed_in_flight(void)
 {
     struct rlimit rl = {64, 64};
-    if (setgid(65534) != 0 || setuid(65534) != 0 || setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
         return 2;
     if (ts_ctl_serve(&service, &addr) != 0)
         return 3;
@@ -906,15 +913,7 @@ static int failed_in_flight(void)
 static void test_descriptors_in_flight_over_the_limit(void **state)
 {
     (void)state;
-    if (geteuid() != 0)
-        skip();
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(failed_in_flight());
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
+    as_another_user(failed_in_flight);
 }
 
 /* Run last: fills the server. Its limit is a quarter of 64 descriptors (main sets it): 16
@@ -950,23 +949,17 @@ static void test_connections_bounded(void **state)
         ts_ctl_close(c[i]);
 }
 
+static int refused(void)
+{
+    ts_ctl_client *c = NULL;
+    msg a;
+    return ts_ctl_connect(&addr, &c) == 0 && call(c, ECHO, "x", &a) == -EACCES ? 0 : 1;
+}
+
 static void test_another_user_refused(void **state)
 {
     (void)state;
-    if (geteuid() != 0)
-        skip();
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (setgid(65534) != 0 || setuid(65534) != 0)
-            _exit(2);
-        ts_ctl_client *c = NULL;
-        msg a;
-        _exit(ts_ctl_connect(&addr, &c) == 0 && call(c, ECHO, "x", &a) == -EACCES ? 0 : 1);
-    }
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
+    as_another_user(refused);
 }
 
 /* Run last: the listening socket closed by the program and its number given to a listening
