@@ -810,15 +810,23 @@ static void test_many_threads(void **state)
     ts_ctl_close(shared);
 }
 
-/* Run body in a forked child (it has no server) as another user, whose limits apply (root's do
- * not); body's result, 0 when all went as it should, is the child's exit status. Needs root. */
-static void as_another_user(int (*body)(void))
+/* Run a check in a forked child (it has no server) as another user, whose limits apply (root's
+ * do not): body itself, or, for a check that starts a server of its own (a thread: not after a
+ * fork of this threaded process, under TSan), this program again, exec'd with "--child NAME"
+ * (main). The check's result, 0 when all went as it should, is the child's exit status. Needs
+ * root. */
+static void as_another_user(int (*body)(void), const char *exec_name)
 {
     if (geteuid() != 0)
         skip();
     pid_t pid = fork();
-    if (pid == 0)
-        _exit(setgid(65534) != 0 || setuid(65534) != 0 ? 100 : body());
+    if (pid == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(100);
+        if (exec_name)
+            execl("/proc/self/exe", "test_control", "--child", exec_name, (char *)NULL);
+        _exit(exec_name ? 101 : body());
+    }
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
@@ -854,7 +862,7 @@ static int start_fails(void)
 static void test_server_start_fails_cleanly(void **state)
 {
     (void)state;
-    as_another_user(start_fails);
+    as_another_user(NULL, "start_fails");
 }
 
 /* Descriptors this process may not have in flight now (more than its limit sent and not yet
@@ -913,7 +921,7 @@ static int failed_in_flight(void)
 static void test_descriptors_in_flight_over_the_limit(void **state)
 {
     (void)state;
-    as_another_user(failed_in_flight);
+    as_another_user(NULL, "failed_in_flight");
 }
 
 /* Run last: fills the server. Its limit is a quarter of 64 descriptors (main sets it): 16
@@ -959,7 +967,7 @@ static int refused(void)
 static void test_another_user_refused(void **state)
 {
     (void)state;
-    as_another_user(refused);
+    as_another_user(refused, NULL);
 }
 
 /* Run last: the listening socket closed by the program and its number given to a listening
@@ -1001,8 +1009,13 @@ static void test_listening_socket_taken_over(void **state)
     ts_ctl_close(c);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* a check as_another_user runs in a process of its own */
+    if (argc == 3 && strcmp(argv[1], "--child") == 0)
+        return strcmp(argv[2], "start_fails") == 0        ? start_fails()
+               : strcmp(argv[2], "failed_in_flight") == 0 ? failed_in_flight()
+                                                          : 102;
     /* the server's bounds come from the descriptor limit when it starts */
     struct rlimit rl = {64, 4096};
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
