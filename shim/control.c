@@ -727,6 +727,12 @@ ssize_t ts_ctl_call(ts_ctl_client *c, void *req, size_t len, void *ans, size_t c
         rc = 0;
     while (rc == 0) {
         rc = answer_recv(c, ans, cap, fds, max_fds, nfds, closed ? MSG_DONTWAIT : 0);
+        if (rc == -EINTR && now_ns() < deadline) {
+            /* a signal of the program's (a profiler's timer, say): a receive bounded by
+             * SO_RCVTIMEO is never restarted, whatever SA_RESTART says; the wait goes on */
+            rc = 0;
+            continue;
+        }
         if (closed && rc < 0)
             rc = -ECONNRESET;
         if (rc < 0)

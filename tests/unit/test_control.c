@@ -29,7 +29,7 @@
 
 /* The test's service: types 0x200-0x20f. */
 enum { ECHO = 0x200, HOLD = 0x201, FDS = 0x202, BAD = 0x203, QUIET = 0x204, BIG = 0x205,
-       LAST = 0x20f };
+       SLOW = 0x206, LAST = 0x20f };
 
 typedef struct msg {
     ts_ctl_header h;
@@ -67,6 +67,11 @@ static bool served(void **data, const ts_ctl_peer_info *who, const void *in, siz
     case BIG: /* an answer of the most a message may hold */
         memset(ans->buf + sizeof m.h, 0x5a, TS_CTL_MSG_MAX - sizeof m.h);
         ans->len = TS_CTL_MSG_MAX;
+        return true;
+    case SLOW: /* an answer that takes 200 ms */
+        nanosleep(&(struct timespec){0, 200000000}, NULL);
+        memcpy(ans->buf + sizeof m.h, m.body, sizeof m.body);
+        ans->len = sizeof m;
         return true;
     case LAST: /* the last type of the range is the service's */
         return true;
@@ -621,6 +626,43 @@ static void test_call_times_out(void **state)
     ts_ctl_close(c);
 }
 
+typedef struct slow_call {
+    ts_ctl_client *c;
+    ssize_t rc;
+    msg ans;
+    int done;
+} slow_call;
+
+static void *call_slow(void *arg)
+{
+    slow_call *k = arg;
+    k->rc = call(k->c, SLOW, "patient", &k->ans);
+    __atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* A signal of the program's while a call waits for its answer (a profiler's timer, say) does
+ * not fail the call: the answer still comes. */
+static void test_call_survives_signals(void **state)
+{
+    (void)state;
+    slow_call k = {.c = connected()};
+    struct sigaction sa = {.sa_handler = on_signal}, old;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, call_slow, &k), 0);
+    while (!__atomic_load_n(&k.done, __ATOMIC_ACQUIRE)) {
+        pthread_kill(t, SIGUSR1);
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    }
+    pthread_join(t, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    ts_ctl_close(k.c);
+    assert_int_equal(k.rc, sizeof k.ans);
+    assert_string_equal(k.ans.body, "patient");
+}
+
 /* A program that closed its standard input: the client's socket may be descriptor 0, a
  * descriptor like any other (whatever errno the program's last call left). */
 static void test_client_on_descriptor_zero(void **state)
@@ -1039,6 +1081,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_connect_errors_are_not_an_exit),
         cmocka_unit_test(test_client_on_descriptor_zero),
         cmocka_unit_test(test_call_times_out),
+        cmocka_unit_test(test_call_survives_signals),
         cmocka_unit_test(test_descriptor_taken_over_is_never_touched),
         cmocka_unit_test(test_server_end_taken_over_is_never_touched),
         cmocka_unit_test(test_answer_descriptors_without_room),
