@@ -264,7 +264,7 @@ static void ask_one(ask_result *r, const uint8_t uuid[16], size_t want, uint64_t
             r->who.allocated += a.dev[i].allocated;
         }
     } else {
-        /* timed out, or the deadline passed in a step bounded otherwise (the connect): the clock */
+        /* timed out, or past the deadline in a step bounded otherwise (the connect) */
         r->outcome = n == -EACCES                              ? ASK_REFUSED
                      : n == -ETIMEDOUT || now_ns() >= deadline ? ASK_LATE
                                                                : ASK_FAILED;
