@@ -304,8 +304,11 @@ def list_tests(build):
 
 
 def sources_digest(files):
+    """The tree's sources, and those of files git does not track: the same for every run on
+    one tree whatever files it names, so that one coverage pass serves them all."""
     h = hashlib.sha256()
-    for f in sorted(git("ls-files", "*.c", "*.h", "*.build", "*.py", "*.def").split()) + files:
+    tracked = git("ls-files", "*.c", "*.h", "*.build", "*.py", "*.def").split()
+    for f in sorted(tracked) + sorted(set(files) - set(tracked)):
         p = os.path.join(ROOT, f)
         if os.path.isfile(p):
             h.update(f.encode())
@@ -462,7 +465,9 @@ def main():
     if not mutants:
         return 0
 
-    cov = coverage_map(args.coverage_build, sorted({m.file for m in mutants}), log)
+    # the lines of every file named, not only of the mutants chosen: a later run with another
+    # sample, --only or --survivors-of reuses the pass
+    cov = coverage_map(args.coverage_build, sorted(set(files)), log)
     failing = {t for t, i in cov["info"].items() if not i["ok"]}
     if failing:
         log("mutants: these tests fail without any mutant and judge none: " +

@@ -650,11 +650,10 @@ static ssize_t answer_recv(const ts_ctl_client *c, void *buf, size_t cap, int *f
     ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | flags);
     /* A server that closes a connection with our request unread makes the next read fail with
      * ECONNRESET even when its last message (a refusal) is waiting: the error is reported
-     * first, and once. */
+     * first, and once; read again, the connection gives what waits, then its end (0). EAGAIN
+     * is a receive bounded by SO_RCVTIMEO that timed out, never a reset. */
     if (n < 0 && errno == ECONNRESET)
         n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (n < 0 && errno == EAGAIN && (flags & MSG_DONTWAIT) == 0)
-        errno = ECONNRESET; /* nothing was waiting after the reset */
     if (n < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
     bool bad = false;
@@ -728,6 +727,12 @@ ssize_t ts_ctl_call(ts_ctl_client *c, void *req, size_t len, void *ans, size_t c
         rc = 0;
     while (rc == 0) {
         rc = answer_recv(c, ans, cap, fds, max_fds, nfds, closed ? MSG_DONTWAIT : 0);
+        if (rc == -EINTR && now_ns() < deadline) {
+            /* a signal of the program's (a profiler's timer, say): a receive bounded by
+             * SO_RCVTIMEO is never restarted, whatever SA_RESTART says; the wait goes on */
+            rc = 0;
+            continue;
+        }
         if (closed && rc < 0)
             rc = -ECONNRESET;
         if (rc < 0)

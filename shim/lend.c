@@ -265,7 +265,7 @@ static void ask_one(ask_result *r, const uint8_t uuid[16], size_t want, uint64_t
             r->who.allocated += a.dev[i].allocated;
         }
     } else {
-        /* a receive bounded by SO_RCVTIMEO ends in EAGAIN, not ETIMEDOUT: the clock says */
+        /* timed out, or past the deadline in a step bounded otherwise (the connect) */
         r->outcome = n == -EACCES                              ? ASK_REFUSED
                      : n == -ETIMEDOUT || now_ns() >= deadline ? ASK_LATE
                                                                : ASK_FAILED;

@@ -20,6 +20,8 @@
  *   fds                   fds N            (descriptors open here, the simulator's not counted)
  *   files                 files N          (how many more files it can open: each closed after)
  *   stdio                 stdio 1|0        (descriptors 0, 1 and 2 are still open)
+ *   sockets               sockets N        (every socket closed, as a program that closes
+ *                                           descriptors it does not know may: N of them)
  *   fork                  child PID FDS    (a child that lives on, without exec, until killed
  *                                           or for 2 minutes;
  *                                           FDS: its descriptors, as `fds` counts them)
@@ -54,9 +56,10 @@ static int block_of(const char *arg)
     return i >= 0 && i < nblocks ? i : -1;
 }
 
-/* Descriptors open in this process, but for the simulated driver's memory (a memfd per device
- * and per imported handle while it is mapped: what a real driver keeps behind its own). */
-static int count_fds(void)
+/* The descriptors open in this process whose link starts with prefix (with prefix NULL: all
+ * but the simulated driver's memory, a memfd per device and per imported handle while it is
+ * mapped: what a real driver keeps behind its own): how many, and up to max of them in fds. */
+static int fds_of(const char *prefix, int *fds, int max)
 {
     DIR *d = opendir("/proc/self/fd");
     if (!d)
@@ -70,9 +73,28 @@ static int count_fds(void)
         snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
         ssize_t k = readlink(path, link, sizeof link - 1);
         link[k > 0 ? k : 0] = '\0';
-        n += strncmp(link, "/memfd:tessera-sim", 18) != 0;
+        if (prefix ? strncmp(link, prefix, strlen(prefix)) != 0
+                   : strncmp(link, "/memfd:tessera-sim", 18) == 0)
+            continue;
+        if (n < max)
+            fds[n] = atoi(e->d_name);
+        n++;
     }
     closedir(d);
+    return n;
+}
+
+static int count_fds(void)
+{
+    return fds_of(NULL, NULL, 0);
+}
+
+/* Close every socket of this process (the program's stdin and stdout are pipes); how many. */
+static int close_sockets(void)
+{
+    int fds[256], n = fds_of("socket:", fds, 256);
+    for (int i = 0; i < n && i < 256; i++)
+        close(fds[i]);
     return n;
 }
 
@@ -182,6 +204,8 @@ int main(void)
             printf("fds %d\n", count_fds());
         } else if (!strcmp(cmd, "files")) {
             printf("files %d\n", more_files());
+        } else if (!strcmp(cmd, "sockets")) {
+            printf("sockets %d\n", close_sockets());
         } else if (!strcmp(cmd, "stdio")) {
             printf("stdio %d\n", fcntl(0, F_GETFD) >= 0 && fcntl(1, F_GETFD) >= 0 &&
                                      fcntl(2, F_GETFD) >= 0);

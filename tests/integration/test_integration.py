@@ -1417,6 +1417,20 @@ class PointerQueries(Base):
                 self.assertEqual(run.result, plain.result, run)
                 self.assertEqual(run.stats["allocation.all.allocated"], 4, run)
 
+    def test_host_query_as_the_first_driver_call(self):
+        # a driver-API program whose first call is a host-memory query (tessera initialises in
+        # that call): the driver's "not initialized" before cuInit, "invalid value" for
+        # memory it does not know after
+        for first in ("devptr", "flags"):
+            with self.subTest(first=first):
+                plain = self.env.run(probe("first_query") + [first], preload=False)
+                self.ok(plain)
+                self.assertEqual(plain.result,
+                                 {"status": "ok", "before": "3", "init": "0", "after": "1"}, plain)
+                run = self.env.run(probe("first_query") + [first])
+                self.ok(run)
+                self.assertEqual(run.result, plain.result, run)
+
 
 class StreamOrdered(Base):
     """Stream-ordered allocation, pools and managed memory (async_pool). cudaMallocAsync,

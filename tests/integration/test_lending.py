@@ -191,6 +191,18 @@ class Lending(Shared):
         stderr = a.quit()
         self.assertNotIn("lending", stderr)
 
+    def test_no_stats_directory_finds_nobody(self):
+        # the neighbours are found by their pages: a process whose stats directory does not
+        # exist finds none, asks nobody and fails as it would have
+        a, live = self.holder()
+        b = self.peer(extra={"TESSERA_STATS_DIR": os.path.join(self.env.tmp, "none")})
+        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.assertEqual(b.ask(f"alloc {32 * MiB}")[0], "ok")  # and goes on
+        self.assertEqual(self.stats(a)["num_lend_gives"], 0)
+        self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
+        self.assertNotIn("lending", b.quit())
+        a.quit()
+
     def test_lending_off(self):
         # the asker with lending:False asks nobody; a holder with lending:False gives nothing
         a, live = self.holder()
@@ -238,6 +250,25 @@ class Lending(Shared):
         self.assertEqual((sa["num_lend_gives"], sa["lend_given_bytes"]), (1, 0))
         self.assertEqual(sa["reserved_bytes.all.current"], 192 * MiB)
         self.assertEqual(a.value(f"check {live} 0x5a"), 1)
+        a.quit()
+
+    def test_a_neighbour_that_cannot_be_asked(self):
+        # a program that closed its sockets closed tessera's channel with them: its page names a
+        # channel nobody listens on. Not a wait, not a refusal: said as it is, and b fails as
+        # it would have
+        a, live = self.holder()
+        self.assertEqual(a.ask("sockets"), ["sockets", "1"])
+        b = self.peer()
+        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        sb = self.stats(b)
+        self.assertEqual((sb["num_lend_asks"], sb["num_lend_asks_served"]), (1, 0))
+        self.assertEqual(sb["lend_received_bytes"], 0)
+        self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
+        self.assertEqual(a.value(f"check {live} 0x5a"), 1)
+        stderr = b.quit()
+        self.assertIn(f"pid {a.proc.pid} (", stderr)
+        self.assertIn("holds 192.0 MiB reserved, 64.0 MiB allocated: could not be asked "
+                      "(asked for 2000 ms at most)\n", stderr)
         a.quit()
 
     def test_nothing_given_during_a_capture(self):
