@@ -206,18 +206,28 @@ class Lending(Shared):
     def test_lending_off(self):
         # the asker with lending:False asks nobody; a holder with lending:False gives nothing
         a, live = self.holder()
+        c = self.peer()  # a neighbour with nothing free
+        self.filled(c, 20 * MiB, 0x11)  # a whole segment under PyTorch's policy
         b = self.peer(conf=PYTORCH + ",lending:False")
         self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
         self.assertEqual(self.stats(b)["num_lend_asks"], 0)
         self.assertEqual(self.stats(a)["num_lend_gives"], 0)
-        # the advice names the cache that would have served, and the key that asks it
+        # the advice names the cache that would have served, and the key that asks it; the
+        # neighbour with nothing free is not named
         err = b.quit()
         self.assertIn("lending:False, so the other tessera processes of this user on it were not "
                       "asked", err)
         self.assertIn("(TESSERA_ALLOC_CONF=lending:True asks them)", err)
         self.assertIn(f"pid {a.proc.pid} ", err)
+        self.assertNotIn(f"pid {c.proc.pid} ", err)
+        self.assertNotIn("ms at most", err)
         self.assertIn("MiB reserved", err)
         a.quit()
+        # nobody holds anything free: no such line
+        b = self.peer(conf=PYTORCH + ",lending:False")
+        self.assertEqual(b.ask(f"alloc {400 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.assertNotIn("other tessera processes", b.quit())
+        c.quit()
         a, live = self.holder(conf=PYTORCH + ",lending:False")
         b = self.peer()
         self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])

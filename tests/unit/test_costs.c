@@ -93,6 +93,43 @@ static void test_costs_vm_pages(void **state)
     fx_close(&f);
 }
 
+/* A grant is priced per mapping it covers, at that mapping's size, and covers only the range it
+ * names: mappings of 2 and 4 MiB back to back, granted in one call (a 2 MiB and a 4 MiB grant),
+ * then the first alone (a 2 MiB grant, not its neighbour's too), then both with vm_access. */
+static void test_costs_grant_per_mapping(void **state)
+{
+    (void)state;
+    ts_devmodel *m = ts_devmodel_create(1 * GiB, 2 * MiB);
+    ts_driver_costs c = distinct_costs();
+    ts_devmodel_set_costs(m, &c);
+    ts_backend be = ts_devmodel_backend(m, true, false);
+    const double grant_2 = 8000.0 + 8.0 * 2, grant_4 = 8000.0 + 8.0 * 4; /* call 7: 8 us, 8 ns a MiB */
+    uintptr_t va = 0;
+    uint64_t h2 = 0, h4 = 0;
+    assert_int_equal(be.vm_reserve(be.ctx, 16 * MiB, &va), TS_OK);
+    assert_int_equal(be.vm_create(be.ctx, 2 * MiB, &h2), TS_OK);
+    assert_int_equal(be.vm_create(be.ctx, 4 * MiB, &h4), TS_OK);
+    ts_vm_piece both[2] = {{2 * MiB, h2}, {4 * MiB, h4}};
+    assert_int_equal(be.vm_map(be.ctx, va, both, 2), TS_OK);
+    ts_devmodel_counters dc;
+    ts_devmodel_counters_get(m, &dc);
+    assert_int_equal(dc.calls[TS_CALL_SET_ACCESS], 1);
+    assert_true(dc.call_ns[TS_CALL_SET_ACCESS] == grant_2 + grant_4);
+    assert_int_equal(be.vm_access(be.ctx, va, 2 * MiB), TS_OK);
+    ts_devmodel_counters_get(m, &dc);
+    assert_int_equal(dc.calls[TS_CALL_SET_ACCESS], 2);
+    assert_true(dc.call_ns[TS_CALL_SET_ACCESS] == 2 * grant_2 + grant_4);
+    assert_int_equal(be.vm_access(be.ctx, va, 6 * MiB), TS_OK);
+    ts_devmodel_counters_get(m, &dc);
+    assert_true(dc.call_ns[TS_CALL_SET_ACCESS] == 3 * grant_2 + 2 * grant_4);
+    assert_total_is_sum(&dc);
+    assert_int_equal(be.vm_unmap(be.ctx, va, 6 * MiB), TS_OK);
+    assert_int_equal(be.vm_destroy(be.ctx, h2), TS_OK);
+    assert_int_equal(be.vm_destroy(be.ctx, h4), TS_OK);
+    assert_int_equal(be.vm_release(be.ctx, va, 16 * MiB), TS_OK);
+    ts_devmodel_destroy(m);
+}
+
 /* A failed call costs its time too: a cudaMalloc the device refuses is charged. */
 static void test_costs_failures_charged(void **state)
 {
@@ -321,6 +358,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_costs_plain_segments),
         cmocka_unit_test(test_costs_vm_pages),
+        cmocka_unit_test(test_costs_grant_per_mapping),
         cmocka_unit_test(test_costs_failures_charged),
         cmocka_unit_test(test_costs_defaults),
         cmocka_unit_test(test_costs_points),
