@@ -146,7 +146,6 @@ static void dm_give(ts_devmodel *m, size_t bytes)
     m->c.bytes_in_use = m->in_use;
 }
 
-/* Charge one CUDA call covering bytes, whether it succeeds or not (a failed call costs too). */
 /* One call that took ns. */
 static void dm_charge_ns(ts_devmodel *m, ts_driver_call call, double ns)
 {
@@ -155,6 +154,7 @@ static void dm_charge_ns(ts_devmodel *m, ts_driver_call call, double ns)
     m->c.calls[call]++;
 }
 
+/* Charge one CUDA call covering bytes, whether it succeeds or not (a failed call costs too). */
 static void dm_charge(ts_devmodel *m, ts_driver_call call, size_t bytes)
 {
     dm_charge_ns(m, call, ts_driver_cost_ns(&m->costs, call, bytes));
@@ -425,8 +425,8 @@ static uint64_t dm_granted(const ts_devmodel *m)
 
 /* cuMemSetAccess over the mappings of [va, va + size): one call, priced as one grant per
  * mapping at that mapping's size. A GPU does the work per physical handle: on an H100 a grant
- * over 512 handles of 2 MiB took 12.7 ms where one over a single 1 GiB handle took 57 us and one
- * over a single 2 MiB handle 26 us (tools/costs, tests/data/driver-costs/h100.txt), so fewer
+ * over 512 handles of 2 MiB took 16.5 ms where one over a single 1 GiB handle took 75 us and one
+ * over a single 2 MiB handle 33 us (tools/costs, tests/data/driver-costs/h100.txt), so fewer
  * calls over the same handles save nothing and larger handles save almost all of it. */
 static void dm_charge_grant(ts_devmodel *m, uintptr_t va, size_t size)
 {

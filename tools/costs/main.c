@@ -11,7 +11,7 @@
  * size, cuMemSetAccess of one handle of that size, and cuMemSetAccess over a range of that size
  * made of 2 MiB handles mapped back to back (written as a comment). Each becomes a measured point
  * of the file. A grant over several handles costs about one grant per handle (an H100: 512
- * handles of 2 MiB, 12.7 ms; one of 2 MiB, 26 us), so the replay prices it that way and the
+ * handles of 2 MiB, 16.5 ms; one of 2 MiB, 33 us), so the replay prices it that way and the
  * range measurement checks it on each GPU: one call over many handles saves nothing there. cuMemAddressReserve
  * and cuMemAddressFree of an expandable segment's range (9/8 of the device), cuCtxSynchronize on
  * an idle device and cuEventRecord are one figure each. The driver is reached with
