@@ -326,14 +326,20 @@ if want floor; then
     fi
 fi
 
+# bench_script PART SCRIPT WHAT: a part run by tests/bench/SCRIPT over the build (--quick passed on),
+# its raw output in bench-raw/PART
+bench_script() {
+    local args=()
+    [ "$quick" -eq 1 ] && args+=(--quick)
+    echo "bench.sh: $3 ..." >&2
+    note_cmd "$1" "python3 tests/bench/$2 $B $B/bench-raw/$1 ${args[*]}"
+    python3 "tests/bench/$2" "$bd" "$raw/$1" "${args[@]}" >/dev/null
+}
+
 # --- 11. memory lent between processes (a probe of tests/integration, not a sample program) ------
 if want lending; then
     if [ -x "$bd/tests/integration/lend_cycle" ] && [ -e "$bd/shim/libtessera.so" ]; then
-        echo "bench.sh: four processes lending on one shared device ..." >&2
-        largs=()
-        [ "$quick" -eq 1 ] && largs+=(--quick)
-        note_cmd lending "python3 tests/bench/lending_four.py $B $B/bench-raw/lending ${largs[*]}"
-        python3 tests/bench/lending_four.py "$bd" "$raw/lending" "${largs[@]}" >/dev/null
+        bench_script lending lending_four.py "four processes lending on one shared device"
     else
         echo "bench.sh: lend_cycle or libtessera.so is not built: skipping lending" >&2
     fi
@@ -342,11 +348,7 @@ fi
 # --- 9. the counters from Python -------------------------------------------------------------------
 if want python; then
     if [ -d "$bd/python/tessera" ] && [ -x "$bd/tools/tessera" ] && [ -d "$bd/tests/sim" ]; then
-        echo "bench.sh: tessera.stats() from Python ..." >&2
-        pyargs=()
-        [ "$quick" -eq 1 ] && pyargs+=(--quick)
-        note_cmd python "python3 tests/bench/py_stats.py $B $B/bench-raw/python ${pyargs[*]}"
-        python3 tests/bench/py_stats.py "$bd" "$raw/python" "${pyargs[@]}" >/dev/null
+        bench_script python py_stats.py "tessera.stats() from Python"
     else
         echo "bench.sh: the Python module, tessera or the simulator is not built: skipping" >&2
     fi

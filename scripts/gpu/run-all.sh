@@ -1092,7 +1092,7 @@ if [ "$CAP_K" -gt 0 ]; then
         fi
         log "lending $mode (up to ${t}s): ${envs[*]}"
         s=$(now_ms)
-        timeout -k 5 "$t" env "${envs[@]}" TESSERA_STAT="$STAT" "$PYTHON" "$SCRIPT_DIR/lend_pair.py" \
+        timeout -k 5 "$t" env "${envs[@]}" "$PYTHON" "$SCRIPT_DIR/lend_pair.py" \
             --mode "$mode" --stat "$STAT" --json-out "$KDIR/$mode.json" \
             >"$KDIR/$mode.out" 2>"$KDIR/$mode.err" </dev/null
         rc=$?

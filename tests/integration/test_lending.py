@@ -66,6 +66,10 @@ class Shared(Base):
         self.assertEqual(out.returncode, 0, out.stderr)
         return json.loads(out.stdout)[pid]["0"]
 
+    def refused(self, p, size):
+        """p asks for size bytes and runs out of memory."""
+        self.assertEqual(p.ask(f"alloc {size}"), ["err", "cudaErrorMemoryAllocation"])
+
     def filled(self, p, size, byte):
         idx, _ = p.alloc(size)
         self.assertEqual(p.ask(f"fill {idx} {byte:#x}"), ["fill", "cudaSuccess"])
@@ -165,7 +169,7 @@ class Lending(Shared):
         a, live = self.holder(extra={"TESSERA_SIM_SHARED": other})
         b = self.peer()
         self.filled(b, 200 * MiB, 0x44)
-        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 100 * MiB)
         self.assertEqual(self.stats(b)["num_lend_asks"], 0)
         self.assertEqual(self.stats(a)["num_lend_gives"], 0)
         self.assertNotIn("lending", b.quit())
@@ -175,7 +179,7 @@ class Lending(Shared):
         # memory_limit is the process's own rule: others' caches would not lift it
         a, live = self.holder()
         b = self.peer(conf=PYTORCH + ",memory_limit:64M")
-        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 100 * MiB)
         self.assertEqual(self.stats(b)["num_lend_asks"], 0)
         self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
         b.quit()
@@ -184,7 +188,7 @@ class Lending(Shared):
     def test_alone_asks_nobody(self):
         a = self.peer()
         live = self.filled(a, 200 * MiB, 0x77)
-        self.assertEqual(a.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(a, 100 * MiB)
         sa = self.stats(a)
         self.assertEqual((sa["num_ooms"], sa["num_lend_asks"], sa["lend_wait_time"]), (1, 0, 0))
         self.assertEqual(a.value(f"check {live} 0x77"), 1)
@@ -196,7 +200,7 @@ class Lending(Shared):
         # exist finds none, asks nobody and fails as it would have
         a, live = self.holder()
         b = self.peer(extra={"TESSERA_STATS_DIR": os.path.join(self.env.tmp, "none")})
-        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 100 * MiB)
         self.assertEqual(b.ask(f"alloc {32 * MiB}")[0], "ok")  # and goes on
         self.assertEqual(self.stats(a)["num_lend_gives"], 0)
         self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
@@ -209,7 +213,7 @@ class Lending(Shared):
         c = self.peer()  # a neighbour with nothing free
         self.filled(c, 20 * MiB, 0x11)  # a whole segment under PyTorch's policy
         b = self.peer(conf=PYTORCH + ",lending:False")
-        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 100 * MiB)
         self.assertEqual(self.stats(b)["num_lend_asks"], 0)
         self.assertEqual(self.stats(a)["num_lend_gives"], 0)
         # the advice names the cache that would have served, and the key that asks it; the
@@ -225,12 +229,12 @@ class Lending(Shared):
         a.quit()
         # nobody holds anything free: no such line
         b = self.peer(conf=PYTORCH + ",lending:False")
-        self.assertEqual(b.ask(f"alloc {400 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 400 * MiB)
         self.assertNotIn("other tessera processes", b.quit())
         c.quit()
         a, live = self.holder(conf=PYTORCH + ",lending:False")
         b = self.peer()
-        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 100 * MiB)
         self.assertEqual(self.stats(b)["num_lend_asks"], 1)
         self.assertEqual(self.stats(b)["lend_received_bytes"], 0)
         self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
@@ -242,7 +246,7 @@ class Lending(Shared):
         stop(a.proc.pid)  # its channel's thread cannot answer
         try:
             b = self.peer(conf=PYTORCH + ",lending_wait_ms:300")
-            self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+            self.refused(b, 100 * MiB)
             sb = self.stats(b)
             self.assertEqual((sb["num_lend_asks"], sb["num_lend_asks_served"]), (1, 0))
             self.assertGreaterEqual(sb["lend_wait_time"], 300 * 1000)
@@ -269,7 +273,7 @@ class Lending(Shared):
         a, live = self.holder()
         self.assertEqual(a.ask("sockets"), ["sockets", "1"])
         b = self.peer()
-        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 100 * MiB)
         sb = self.stats(b)
         self.assertEqual((sb["num_lend_asks"], sb["num_lend_asks_served"]), (1, 0))
         self.assertEqual(sb["lend_received_bytes"], 0)
@@ -285,7 +289,7 @@ class Lending(Shared):
         a, live = self.holder()
         self.assertEqual(a.ask("capture begin"), ["capture", "cudaSuccess"])
         b = self.peer()
-        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 100 * MiB)
         self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
         self.assertEqual(self.stats(b)["num_lend_asks"], 1)
         self.assertEqual(a.ask("capture end"), ["capture", "cudaSuccess"])
@@ -300,7 +304,7 @@ class Lending(Shared):
     def test_another_users_cache_is_not_asked(self):
         a, live = self.holder(uid=NOBODY)
         b = self.peer()
-        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 100 * MiB)
         self.assertEqual(self.stats(b)["num_lend_asks"], 0)
         self.assertEqual(self.stats(a)["num_lend_gives"], 0)
         self.assertIn("another user's; not asked", b.quit())
@@ -319,7 +323,7 @@ class Lending(Shared):
         # user sets lending_all_users (it applies to root alone)
         a, live = self.holder()
         b = self.peer(uid=NOBODY, conf=PYTORCH + ",lending_all_users:True")
-        self.assertEqual(b.ask(f"alloc {100 * MiB}"), ["err", "cudaErrorMemoryAllocation"])
+        self.refused(b, 100 * MiB)
         self.assertEqual(self.stats(a)["num_lend_gives"], 0)
         self.assertEqual(self.stats(a)["reserved_bytes.all.current"], 192 * MiB)
         self.assertEqual(self.stats(b)["num_lend_asks"], 0)  # not even asked
