@@ -10,6 +10,7 @@
 #include "core/handles.h"
 #include "core/hostcache.h"
 #include "core/inspect.h"
+#include "core/pause.h"
 #include "core/pool.h"
 #include "core/release.h"
 #include "core/stitch.h"
@@ -168,6 +169,12 @@ void ts_allocator_destroy(ts_allocator *a, bool release_memory)
     if (!a)
         return;
     pthread_mutex_lock(&a->lock);
+    if (a->paused) {
+        /* its handles are gone already, and the records name handles that no longer exist:
+         * nothing of them goes to the device (the context's own teardown takes the ranges) */
+        release_memory = false;
+        pause_drop(a);
+    }
     if (release_memory)
         fences_synchronize_all(a);
     else
@@ -652,7 +659,8 @@ size_t ts_empty_cache(ts_allocator *a)
     allocator_lock(a);
     size_t before = a->total_allocated_memory;
     counter_add(a, &a->st->num_empty_cache, 1);
-    release_cached_blocks(a);
+    if (!a->paused) /* a paused allocator has nothing mapped to give */
+        release_cached_blocks(a);
     size_t released = before - a->total_allocated_memory;
     a->observe_now = true;
     allocator_unlock(a);

@@ -171,6 +171,35 @@ void ts_allocator_holdings(ts_allocator *a, ts_holdings *out);
  * back `received` bytes, the answers took wait_us, and the request was then served or not. */
 void ts_allocator_note_ask(ts_allocator *a, size_t received, uint64_t wait_us, bool served);
 
+/* Pause and resume (pause.c): every byte the allocator holds on the device copied to host
+ * memory and its pages given back, every address kept reserved; then new pages mapped at the
+ * same addresses and the bytes copied back. The caller keeps the program off the device
+ * meanwhile (no launch, copy, allocation or free may run: shim/gate.c). A paused allocator gives
+ * nothing to other processes and releases nothing. */
+typedef enum ts_pause_status {
+    TS_PAUSE_OK = 0,
+    TS_PAUSE_ALREADY = 1,       /* pause: it is paused already */
+    TS_PAUSE_NOT_PAUSED = 2,    /* resume: it is not paused */
+    TS_PAUSE_CAPTURE = 3,       /* a CUDA graph capture is underway */
+    TS_PAUSE_PLAIN = 4,         /* a live block lies in a plain segment (expandable segments off):
+                                 * its memory could not come back at the same address */
+    TS_PAUSE_DRIVER_MEMORY = 5, /* the program holds device memory from the driver itself */
+    TS_PAUSE_UNSUPPORTED = 6,   /* the device offers no virtual memory or copies */
+    TS_PAUSE_HOST_MEMORY = 7,   /* no host memory for the copy */
+    TS_PAUSE_DEVICE = 8         /* the device failed (resume: most likely it is full now; the
+                                 * allocator stays paused and may be resumed later) */
+} ts_pause_status;
+typedef struct ts_pause_report {
+    size_t saved;     /* pause: bytes copied to the host; resume: bytes copied back */
+    size_t given;     /* pause: bytes given back to the device (the free cache included) */
+    size_t reserved;  /* reserved_bytes.all.current afterwards (a pause keeps the addresses) */
+    size_t allocated; /* allocated_bytes.all.current */
+    uint64_t time_us;
+} ts_pause_report;
+int ts_allocator_pause(ts_allocator *a, ts_pause_report *out);
+int ts_allocator_resume(ts_allocator *a, ts_pause_report *out);
+bool ts_allocator_paused(ts_allocator *a);
+
 /* What cudaMemGetInfo/cuMemGetInfo report to a program under tessera (meminfo.c), from what the
  * device reports (dev_free, dev_total):
  *  - bytes tessera holds cached but not allocated count as free: it gives them back on demand;

@@ -99,6 +99,11 @@ typedef struct ts_backend {
     int (*vm_peer_add)(void *ctx, int device);
     int (*vm_access)(void *ctx, uintptr_t va, size_t size);
 
+    /* Copies between device memory and host memory, synchronous (optional; both or none):
+     * what a pause keeps of the device's bytes (core/pause.c). */
+    int (*copy_out)(void *ctx, void *host, uintptr_t dev, size_t size);
+    int (*copy_in)(void *ctx, uintptr_t dev, const void *host, size_t size);
+
     /* Pinned host memory (optional; both or none): host_alloc pins size bytes of page-locked
      * host memory with the driver's flags (TS_HOST_* below, which are CUDA's own bit values plus
      * TS_HOST_ALLOC_HOST for the flag-less cuMemAllocHost call); host_free unpins a whole buffer

@@ -241,6 +241,11 @@ static int w_vm_destroy(void *c, uint64_t handle)
     return h->inner.vm_destroy(h->inner.ctx, handle);
 }
 
+const ts_backend *ts_history_backend(const ts_history *h)
+{
+    return &h->inner;
+}
+
 /* A wrapper entry only where the real backend has one: the core tests optional entries for
  * NULL to decide which features it has. */
 #define WRAP(field, fn) out.field = in->field ? fn : NULL

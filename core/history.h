@@ -30,6 +30,8 @@ int ts_history_create(const char *dir, int slot, int device, uint32_t capacity, 
 
 /* Make a record events from now on (call once, before it serves anything). */
 void ts_history_attach(ts_history *h, struct ts_allocator *a);
+/* The backend the wrapper forwards to: for changes that are no segment event (a pause). */
+const struct ts_backend *ts_history_backend(const ts_history *h);
 
 /* Record one event (the allocator's mutex held). */
 void ts_history_note(ts_history *h, uint32_t action, uint64_t addr, uint64_t size,

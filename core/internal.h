@@ -204,6 +204,12 @@ struct ts_allocator {
 
     /* Pinned host memory (core/hostcache.c); NULL until the first host allocation. */
     struct ts_hostcache *host;
+
+    /* Paused (pause.c): the owned handles' bytes, in segment and address order, are in
+     * pause_copy (pause_bytes of host memory); no handle is mapped; nothing is released. */
+    bool paused;
+    void *pause_copy;
+    size_t pause_bytes;
 };
 
 /* Record an allocator event in the history ring, when there is one: the only cost otherwise is

@@ -40,7 +40,7 @@ size_t ts_allocator_give(ts_allocator *a, size_t want, ts_holdings *after)
 {
     uint64_t t0 = now_us();
     allocator_lock(a);
-    size_t given = release_some(a, want);
+    size_t given = a->paused ? 0 : release_some(a, want); /* a paused one has nothing mapped */
     counter_add(a, &a->st->num_lend_gives, 1);
     counter_add(a, &a->st->lend_given_bytes, (int64_t)given);
     counter_add(a, &a->st->lend_give_time, (int64_t)(now_us() - t0));
@@ -54,7 +54,7 @@ size_t ts_allocator_release_to(ts_allocator *a, size_t keep, ts_holdings *after)
 {
     allocator_lock(a);
     size_t cached = cached_locked(a);
-    size_t released = cached > keep ? release_some(a, cached - keep) : 0;
+    size_t released = cached > keep && !a->paused ? release_some(a, cached - keep) : 0;
     counter_add(a, &a->st->num_remote_releases, 1);
     counter_add(a, &a->st->num_empty_cache, 1);
     holdings_locked(a, after);

@@ -20,10 +20,14 @@ typedef struct dm_range {
     uint64_t access; /* mappings: bit d, peer device d may touch it (the owner always may) */
 } dm_range;
 
+/* content stands for the handle's bytes: a number given at creation, which copies carry (a
+ * copy out writes it at the mapping's place in the host buffer, a copy in takes it from there),
+ * so a test can see which bytes an address reads without the model holding any. */
 typedef struct dm_handle {
     size_t size;
     uint32_t maps;
     bool live; /* not yet destroyed */
+    uint64_t content;
 } dm_handle;
 
 struct ts_devmodel {
@@ -378,7 +382,8 @@ static int dm_vm_create(void *ctx, size_t size, uint64_t *out)
         m->handles = h;
         m->handles_cap = cap;
     }
-    m->handles[m->nhandles] = (dm_handle){.size = size, .maps = 0, .live = true};
+    m->handles[m->nhandles] = (dm_handle){
+        .size = size, .maps = 0, .live = true, .content = 0xc0de000000000000ull | (m->nhandles + 1)};
     *out = ++m->nhandles; /* handles are 1-based: 0 means none */
     m->c.vm_creates++;
     return TS_OK;
@@ -535,6 +540,44 @@ static int dm_vm_unmap(void *ctx, uintptr_t va, size_t size)
     return TS_OK;
 }
 
+/* --- copies: the content number of each mapping, carried through host memory --------------- */
+
+static int dm_copy_out(void *ctx, void *host, uintptr_t dev, size_t size)
+{
+    ts_devmodel *m = dm_enter(ctx);
+    if (!dm_whole_mappings(m, dev, size))
+        return dm_refuse(m);
+    for (dm_range *r = dm_find(&m->maps, dev); r && r->addr < dev + size;
+         r = dm_range_of(ts_tree_next(&r->node))) {
+        uint64_t c = dm_handle_get(m, r->handle)->content;
+        memcpy((char *)host + (r->addr - dev), &c, sizeof c);
+    }
+    m->c.copied_out += size;
+    return TS_OK;
+}
+
+static int dm_copy_in(void *ctx, uintptr_t dev, const void *host, size_t size)
+{
+    ts_devmodel *m = dm_enter(ctx);
+    if (!dm_whole_mappings(m, dev, size))
+        return dm_refuse(m);
+    for (dm_range *r = dm_find(&m->maps, dev); r && r->addr < dev + size;
+         r = dm_range_of(ts_tree_next(&r->node)))
+        memcpy(&dm_handle_get(m, r->handle)->content, (const char *)host + (r->addr - dev),
+               sizeof(uint64_t));
+    m->c.copied_in += size;
+    return TS_OK;
+}
+
+bool ts_devmodel_content(const ts_devmodel *m, uintptr_t va, uint64_t *content)
+{
+    const dm_range *r = dm_containing(&m->maps, va);
+    if (!r)
+        return false;
+    *content = m->handles[r->handle - 1].content;
+    return true;
+}
+
 /* --- pinned host memory --------------------------------------------------------------------- */
 
 static int dm_host_alloc(void *ctx, size_t size, unsigned flags, uintptr_t *out)
@@ -630,6 +673,8 @@ ts_backend ts_devmodel_backend(ts_devmodel *m, bool with_vm, bool with_fences)
     b.capture_active = dm_capture_active;
     b.host_alloc = dm_host_alloc;
     b.host_free = dm_host_free;
+    b.copy_out = dm_copy_out;
+    b.copy_in = dm_copy_in;
     if (with_fences) {
         b.fence_record = dm_fence_record;
         b.fence_query = dm_fence_query;

@@ -31,11 +31,16 @@ typedef struct ts_devmodel_counters {
     size_t live_segments;
     uint64_t host_allocs, host_frees; /* pinned host buffers pinned and unpinned */
     size_t host_bytes_in_use;
+    size_t copied_out, copied_in; /* bytes copied from device to host, and back (a pause) */
     /* Estimated driver time (costs.h), in all and per CUDA call, and how many of each call. */
     double driver_ns;
     double call_ns[TS_CALL_COUNT];
     uint64_t calls[TS_CALL_COUNT];
 } ts_devmodel_counters;
+
+/* What the mapping that contains va reads: the content number of its handle (a fresh handle's
+ * is unique; copies carry it). False when nothing is mapped there. */
+bool ts_devmodel_content(const ts_devmodel *m, uintptr_t va, uint64_t *content);
 
 /* capacity: bytes of device memory. page: accounting granularity (0: 2 MiB). */
 ts_devmodel *ts_devmodel_create(size_t capacity, size_t page);

@@ -40,6 +40,9 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      caches 160%, in turns, under PyTorch's policy without and with lending and tessera's
      default (cycles run out of memory, bytes read back); then, without pressure, the time per
      cycle with lending on and off
+  12. pause and resume (tests/bench/pause.py): a process holding 8 GiB on a shared simulated
+     device paused and resumed with tessera-stat; the device memory given back (read by another
+     process), the time per GiB each way, every byte checked at its old address
 and writes Markdown tables to stdout and BUILD/bench-results.md, JSON to
 BUILD/bench-results.json (raw outputs in BUILD/bench-raw/). Each part takes well under 2 minutes
 on 2 cores.
@@ -49,7 +52,7 @@ Options:
   --quick           shorter runs (bench-core --quick, fewer churn iterations, one replay pass)
   --skip-build      use the build directory as it is
   --only LIST       comma-separated parts to run: core,replay,steady,shim,stream,pinned,async,
-                    floor,python,ipc,lending (default:
+                    floor,python,ipc,lending,pause (default:
                     all)
   --traces DIR      part 8 also replays the *.pickle of DIR (those not already in the run)
   --driver-costs NAME|FILE  price the replays' driver calls with a built-in table (h100, the
@@ -66,7 +69,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bd="$root/build-bench"
 quick=0
 skip_build=0
-only="core,replay,steady,shim,stream,pinned,async,floor,python,ipc,lending"
+only="core,replay,steady,shim,stream,pinned,async,floor,python,ipc,lending,pause"
 traces_extra=()
 costs=()
 baseline=()
@@ -345,6 +348,15 @@ if want lending; then
     fi
 fi
 
+# --- 12. pause and resume (a probe of tests/integration) ------------------------------------------
+if want pause; then
+    if [ -x "$bd/tests/integration/ipc_peer" ] && [ -e "$bd/shim/libtessera.so" ]; then
+        bench_script pause pause.py "pause and resume of a process holding 8 GiB"
+    else
+        echo "bench.sh: ipc_peer or libtessera.so is not built: skipping pause" >&2
+    fi
+fi
+
 # --- 9. the counters from Python -------------------------------------------------------------------
 if want python; then
     if [ -d "$bd/python/tessera" ] && [ -x "$bd/tools/tessera" ] && [ -d "$bd/tests/sim" ]; then
@@ -372,4 +384,5 @@ report_part live_fit "Programs that fit the simulated device without tessera"
 report_part python "The counters from Python: tessera.stats() every step"
 report_part ipc "CUDA IPC: export and open through LD_PRELOAD (simulated device)"
 report_part lending "Memory lent between processes: four processes on one shared simulated device"
+report_part pause "Pause and resume: a process holding 8 GiB on a shared simulated device"
 echo "bench.sh: wrote $B/bench-results.md and $B/bench-results.json" >&2

@@ -568,6 +568,28 @@ static int cb_host_free(void *ctx, uintptr_t ptr)
     return cu_status(r);
 }
 
+/* --- copies (a pause keeps the device's bytes in host memory) ------------------------------- */
+
+static int cb_copy_out(void *ctx, void *host, uintptr_t dev, size_t size)
+{
+    ts_cuda_backend *b = ctx;
+    ctx_guard g;
+    guard_begin(b, &g);
+    CUresult r = ts_real.cuMemcpyDtoH_v2(host, (CUdeviceptr)dev, size);
+    guard_end(&g);
+    return cu_status(r);
+}
+
+static int cb_copy_in(void *ctx, uintptr_t dev, const void *host, size_t size)
+{
+    ts_cuda_backend *b = ctx;
+    ctx_guard g;
+    guard_begin(b, &g);
+    CUresult r = ts_real.cuMemcpyHtoD_v2((CUdeviceptr)dev, host, size);
+    guard_end(&g);
+    return cu_status(r);
+}
+
 /* --- construction -------------------------------------------------------------------------------- */
 
 ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_fence_mode mode,
@@ -612,6 +634,10 @@ ts_cuda_backend *ts_cuda_backend_create(CUcontext ctx, CUdevice dev, ts_fence_mo
         out->vm_unmap = cb_vm_unmap;
         out->vm_peer_add = cb_vm_peer_add;
         out->vm_access = cb_vm_access;
+    }
+    if (ts_real.cuMemcpyDtoH_v2 && ts_real.cuMemcpyHtoD_v2) {
+        out->copy_out = cb_copy_out;
+        out->copy_in = cb_copy_in;
     }
     return b;
 }

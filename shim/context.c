@@ -270,6 +270,8 @@ static void control_start(void)
     uint64_t secret = 0;
     int rc = ts_lend_serve(&g_cfg, &secret);
     if (rc == 0)
+        rc = ts_pause_serve();
+    if (rc == 0)
         ts_statspage_set_control(__atomic_load_n(&g_page, __ATOMIC_ACQUIRE), secret);
     else
         ts_log("no control channel (%s): other processes can neither ask this one for memory "
@@ -494,7 +496,7 @@ void ts_ctx_stream_created(CUcontext ctx, CUstream s, unsigned int flags)
 
 /* The free of every kind (cudaFree, cuMemFree, a stream-ordered free on `stream`, 0 for none):
  * the thread's usual context first, then the others. */
-int ts_ctx_free_on_stream(uintptr_t ptr, uintptr_t stream, size_t *requested)
+static int free_on_stream(uintptr_t ptr, uintptr_t stream, size_t *requested)
 {
     /* A block another process has open stays allocated until it closes it (ipc.c); an exported
      * block is freed in no stream's order. */
@@ -524,6 +526,15 @@ int ts_ctx_free_on_stream(uintptr_t ptr, uintptr_t stream, size_t *requested)
             return rc;
     }
     return TS_ENOTFOUND;
+}
+
+/* A free waits while the process is paused: its block's pages are away (shim/gate.c). */
+int ts_ctx_free_on_stream(uintptr_t ptr, uintptr_t stream, size_t *requested)
+{
+    ts_gate_enter();
+    int rc = free_on_stream(ptr, stream, requested);
+    ts_gate_leave();
+    return rc;
 }
 
 int ts_ctx_free(uintptr_t ptr, size_t *requested)

@@ -21,6 +21,22 @@ static bool hook_pass(const ts_tls *t)
     return t->depth > 0 || !ts_shim_active();
 }
 
+/* --- the gated calls: launches, copies, memsets, synchronises ------------------------------- */
+
+/* Each waits at the gate while the process is paused (shim/pause.c), then calls the driver. */
+#define TS_DRIVER_HOOK(name, symbol, version, ptsz, ret, params)
+#define TS_DRIVER_GATE(name, symbol, version, ptsz, params, args)                                 \
+    static CUresult hook_##name params                                                             \
+    {                                                                                              \
+        if (!HOOK_READY() || !ts_real.name)                                                        \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
+        ts_gate_enter();                                                                           \
+        CUresult r = ts_real.name args;                                                            \
+        ts_gate_leave();                                                                           \
+        return r;                                                                                  \
+    }
+#include "shim/hooks.def"
+
 /* --- allocation ---------------------------------------------------------------------------- */
 
 /* tessera's runtime hook asked cudart to record a failure as its last error: this call, made
@@ -749,8 +765,13 @@ static CUresult hook_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
         return CUDA_ERROR_NOT_INITIALIZED;
     ts_allocator *a = NULL;
     CUcontext ctx = NULL;
-    if (h && !hook_pass(ts_tls_get()) && ts_ctx_owner((uintptr_t)dptr, &a, &ctx, NULL, NULL) == TS_OK)
-        return ts_ipc_export(h, a, ctx, (uintptr_t)dptr);
+    if (h && !hook_pass(ts_tls_get()) &&
+        ts_ctx_owner((uintptr_t)dptr, &a, &ctx, NULL, NULL) == TS_OK) {
+        ts_gate_enter(); /* no block is exported while its pages are away (paused) */
+        CUresult r = ts_ipc_export(h, a, ctx, (uintptr_t)dptr);
+        ts_gate_leave();
+        return r;
+    }
     return ts_real.cuIpcGetMemHandle(h, dptr);
 }
 

@@ -382,8 +382,8 @@ static size_t bytes_needed(const ts_oom_info *oom)
     return need > SIZE_MAX - page ? need : (need + page - 1) / page * page;
 }
 
-int ts_lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
-                   ts_oom_info *oom)
+static int lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
+                       ts_oom_info *oom)
 {
     const ts_config *cfg = ts_allocator_config(a);
     ts_oom_info info;
@@ -420,4 +420,27 @@ int ts_lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *ou
     if (nr)
         say_who_held(ts_allocator_device(a), r, nr, cfg->lending_wait_ms);
     return TS_ENOMEM;
+}
+
+/* An allocation waits while the process is paused (shim/gate.c): the allocator's pages are away,
+ * and what it mapped now would be unknown to the resume. */
+int ts_lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
+                   ts_oom_info *oom)
+{
+    ts_gate_enter();
+    int rc = lend_malloc(a, size, stream, out, oom);
+    ts_gate_leave();
+    return rc;
+}
+
+size_t ts_lend_allocators(ts_allocator **out, int *devices, size_t max)
+{
+    pthread_mutex_lock(&lend_lock);
+    size_t n = 0;
+    for (unsigned i = 0; i < ntable && n < max; i++, n++) {
+        out[n] = table[i].a;
+        devices[n] = table[i].device;
+    }
+    pthread_mutex_unlock(&lend_lock);
+    return n;
 }

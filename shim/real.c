@@ -49,7 +49,7 @@ void *ts_real_dlsym(void *handle, const char *name)
 
 /* --- routing --------------------------------------------------------------------------------- */
 
-#define ROUTE_MAX 96
+#define ROUTE_MAX 512 /* three aliases (by name, by cuGetProcAddress, legacy) per hook */
 
 typedef struct route {
     void *real;

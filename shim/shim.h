@@ -9,6 +9,10 @@
  *   context.c         CUDA context -> allocator; page, trace, fork and exit handling
  *   lend.c            memory lent between the processes of a device (asked for when out of
  *                     memory, given when asked), the cache released from outside
+ *   pause.c           a process paused (its device memory copied to the host, the pages given
+ *                     back) and resumed, asked from outside or by the program itself
+ *   gate.c            the door every call that could touch device memory passes; shut while
+ *                     paused
  *   ipc.c             CUDA IPC of tessera's blocks: what is exported, held, imported
  *   control.c         the control channel: a socket and a thread of tessera's own, started at
  *                     the first export; its clients (ipc.c) plug in as services
@@ -374,11 +378,31 @@ TS_HIDDEN void ts_lend_track(ts_allocator *a, int device, const uint8_t uuid[16]
 /* Start answering the requests of shim/lend.h on the control channel; *secret: its name, for the
  * stats page. 0 or -errno. */
 TS_HIDDEN int ts_lend_serve(const ts_config *cfg, uint64_t *secret);
+/* The allocators tracked, at most max of them, with their device ordinals; returns how many. */
+TS_HIDDEN size_t ts_lend_allocators(ts_allocator **out, int *devices, size_t max);
 /* ts_malloc_ex, and when the device cannot serve the request even after a released its own
  * cache, the other tessera processes on the device are asked to give theirs back first (the
  * out-of-memory, when it comes, then also says who held what). */
 TS_HIDDEN int ts_lend_malloc(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out,
                              ts_oom_info *oom);
+
+/* --- gate.c: the door of every call that could touch device memory ---------------------------- */
+
+/* Around each such call (hooks.def's TS_DRIVER_GATE entries, allocations, frees, IPC exports):
+ * while the gate is shut, ts_gate_enter waits for it to open. A thread already inside a gated
+ * call passes through. */
+TS_HIDDEN void ts_gate_enter(void);
+TS_HIDDEN void ts_gate_leave(void);
+/* Shut the gate and wait, at most timeout_ns, until no thread is inside a gated call: 0, or
+ * -ETIMEDOUT (the gate is open again) or -EALREADY (it was shut). */
+TS_HIDDEN int ts_gate_close(uint64_t timeout_ns);
+TS_HIDDEN void ts_gate_open(void);
+TS_HIDDEN bool ts_gate_closed(void);
+
+/* --- pause.c: the process paused and resumed -------------------------------------------------- */
+
+/* Answer tessera-stat pause and resume on the control channel (shim/pause.h). 0 or -errno. */
+TS_HIDDEN int ts_pause_serve(void);
 
 /* --- pointer.c: pointer queries answered for tessera's blocks and pinned pieces ---------------- */
 
@@ -398,6 +422,7 @@ TS_HIDDEN bool ts_pointer_host_refused(const void *p);
 /* --- pluggable.c: the library functions of exports.def, exported ------------------------------ */
 
 #define TS_EXPORT_API(name, ret, params) TS_EXPORT ret name params;
+#define TS_EXPORT_CALL(name, ret, params) TS_EXPORT ret name params;
 #include "shim/exports.def"
 
 /* --- log.c ------------------------------------------------------------------------------------- */

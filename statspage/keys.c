@@ -59,6 +59,7 @@ static void build(void)
 #undef X_HOST_STAT
     TESSERA_HOST_COUNTERS(X_WORD)
     TESSERA_LEND_COUNTERS(X_WORD)
+    TESSERA_PAUSE_COUNTERS(X_WORD)
 #undef X_WORD
 }
 

@@ -46,6 +46,7 @@ static const struct field FIELDS[] = {
 #undef X_HOST_STAT
     TESSERA_HOST_COUNTERS(X_COUNTER)
     TESSERA_LEND_COUNTERS(X_COUNTER)
+    TESSERA_PAUSE_COUNTERS(X_COUNTER)
 #undef X_COUNTER
 };
 #define NFIELDS (sizeof FIELDS / sizeof FIELDS[0])

@@ -6,8 +6,8 @@
  *
  * Exit status: 0 success; 1 the page asked for is missing, stale-and-unreadable, corrupt, busy,
  * or a stale page could not be removed, or a snapshot file could not be read or written (or
- * symbolize refused it); 2 usage error; 3 release was refused or could not be asked (another
- * user's process, no control channel, no answer).
+ * symbolize refused it); 2 usage error; 3 release, pause or resume was refused or could not be
+ * asked (another user's process, no control channel, no answer, or the process's own refusal).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -48,6 +48,10 @@ static void usage(FILE *f)
             "       %s release PID [--keep SIZE]        release the cached memory of a process of\n"
             "                                           this user (its empty_cache), keeping at\n"
             "                                           most SIZE cached per device (default 0)\n"
+            "       %s pause PID                        copy a process's device memory to host\n"
+            "                                           memory and give the device its pages back,\n"
+            "                                           every address kept; its CUDA calls wait\n"
+            "       %s resume PID                       map the pages again and copy the bytes back\n"
             "       %s symbolize FILE [-o OUT]          name the raw frames of a snapshot_on_oom\n"
             "                                           snapshot (FILE replaced without -o)\n"
             "       %s --serve [ADDR:PORT] [--labels L] serve /metrics (default " TS_STAT_SERVE_DEFAULT ")\n"
@@ -62,7 +66,7 @@ static void usage(FILE *f)
             "command, config, version (default: all; --serve beyond loopback: version only).\n"
             "FRAG in the table: the share of free cached memory that no single request can use\n"
             "(holes inside segments in use; a wholly free segment is not fragmentation).\n",
-            prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
+            prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -335,7 +339,7 @@ static int cmd_gc(const char *dir)
 
 /* What the command line asked for. */
 typedef struct stat_args {
-    int json, prom, gc, watch, is_map, is_snapshot, is_symbolize, is_release;
+    int json, prom, gc, watch, is_map, is_snapshot, is_symbolize, is_release, is_pause, is_resume;
     double seconds;   /* --watch */
     long count;       /* --count */
     long device;      /* --device (map), -1: every device */
@@ -480,7 +484,10 @@ static int parse_operands(int argc, char **argv, stat_args *a)
     a->is_snapshot = optind < argc && strcmp(argv[optind], "snapshot") == 0;
     a->is_symbolize = optind < argc && strcmp(argv[optind], "symbolize") == 0;
     a->is_release = optind < argc && strcmp(argv[optind], "release") == 0;
-    if (a->is_map || a->is_snapshot || a->is_symbolize || a->is_release)
+    a->is_pause = optind < argc && strcmp(argv[optind], "pause") == 0;
+    a->is_resume = optind < argc && strcmp(argv[optind], "resume") == 0;
+    if (a->is_map || a->is_snapshot || a->is_symbolize || a->is_release || a->is_pause ||
+        a->is_resume)
         optind++;
     if (a->is_symbolize && optind < argc)
         a->file = argv[optind++];
@@ -503,10 +510,10 @@ static int parse_operands(int argc, char **argv, stat_args *a)
 static int check_combination(stat_args *a)
 {
     int modes = a->json + a->prom + a->gc + a->watch + a->is_map + a->is_snapshot +
-                a->is_symbolize + a->is_release + (a->serve != NULL);
+                a->is_symbolize + a->is_release + a->is_pause + a->is_resume + (a->serve != NULL);
     if (modes > 1) {
         fprintf(stderr, "%s: choose one of --json, --prometheus, --watch, --gc, --serve, map, "
-                        "snapshot, symbolize, release\n", prog);
+                        "snapshot, symbolize, release, pause, resume\n", prog);
         return EXIT_USAGE;
     }
     if (a->is_symbolize && !a->file) {
@@ -533,8 +540,9 @@ static int check_combination(stat_args *a)
         fprintf(stderr, "%s: this mode takes no pid\n", prog);
         return EXIT_USAGE;
     }
-    if (a->is_release && !a->pid) {
-        fprintf(stderr, "%s: release needs a pid\n", prog);
+    if ((a->is_release || a->is_pause || a->is_resume) && !a->pid) {
+        fprintf(stderr, "%s: %s needs a pid\n", prog,
+                a->is_release ? "release" : a->is_pause ? "pause" : "resume");
         return EXIT_USAGE;
     }
     if (a->keep_given && !a->is_release) {
@@ -574,6 +582,8 @@ static int run_mode(const stat_args *a)
         return ts_stat_symbolize(a->file, a->out_path);
     if (a->is_release)
         return ts_stat_release(a->dir, (int)a->pid, a->keep);
+    if (a->is_pause || a->is_resume)
+        return ts_stat_pause(a->dir, (int)a->pid, a->is_resume);
     if (a->is_snapshot)
         return ts_stat_snapshot(a->dir, (int)a->pid, a->out_path, a->wait_s);
     if (a->serve)

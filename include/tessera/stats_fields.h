@@ -117,6 +117,16 @@ enum tessera_pool_index {
     X(num_remote_releases, "Releases of the cache asked by another process (tessera-stat "         \
                            "release; each also counted in num_empty_cache)")
 
+/* X(name, help): the process paused (its device memory copied to host memory, the pages given
+ * back) and resumed (docs/DESIGN.md, "Pause and resume"); time in microseconds. Appended after
+ * the lending fields, in the room the reserved tail kept: a process is paused while num_pauses
+ * exceeds num_resumes. */
+#define TESSERA_PAUSE_COUNTERS(X)                                                                  \
+    X(num_pauses, "Pauses: device memory copied to host memory and its pages given back")        \
+    X(num_resumes, "Resumes: pages mapped again at the same addresses and the bytes copied back") \
+    X(pause_saved_bytes, "Bytes of device memory copied to host memory by pauses")               \
+    X(pause_time, "Microseconds spent pausing and resuming")
+
 typedef struct tessera_device_stats {
 #define TESSERA_X_ARRAY(name, unit, help) tessera_stat name[TESSERA_POOL_COUNT];
     TESSERA_STAT_ARRAYS(TESSERA_X_ARRAY)
@@ -139,7 +149,10 @@ typedef struct tessera_device_stats {
 #define TESSERA_X_LEND_COUNTER(name, help) int64_t name;
     TESSERA_LEND_COUNTERS(TESSERA_X_LEND_COUNTER)
 #undef TESSERA_X_LEND_COUNTER
-    int64_t reserved_tail[8]; /* room to append fields without moving what follows */
+#define TESSERA_X_PAUSE_COUNTER(name, help) int64_t name;
+    TESSERA_PAUSE_COUNTERS(TESSERA_X_PAUSE_COUNTER)
+#undef TESSERA_X_PAUSE_COUNTER
+    int64_t reserved_tail[4]; /* room to append fields without moving what follows */
 } tessera_device_stats;
 
 #endif /* TESSERA_STATS_FIELDS_H */

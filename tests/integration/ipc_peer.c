@@ -25,9 +25,13 @@
  *   fork                  child PID FDS    (a child that lives on, without exec, until killed
  *                                           or for 2 minutes;
  *                                           FDS: its descriptors, as `fds` counts them)
+ *   meminfo               meminfo FREE TOTAL  (cudaMemGetInfo)
+ *   pause | resume        pause N | resume N  (tessera_pause or tessera_resume called on this
+ *                                           process itself: its status, -1 without tessera)
  *   quit                  (exits 0)
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -234,6 +238,14 @@ int main(void)
             }
             if (pid < 0)
                 printf("child -1 -1\n");
+        } else if (!strcmp(cmd, "meminfo")) {
+            size_t fr = 0, total = 0;
+            cudaError_t e = cudaMemGetInfo(&fr, &total);
+            printf("meminfo %zu %zu\n", e == cudaSuccess ? fr : 0, e == cudaSuccess ? total : 0);
+        } else if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
+            int (*f)(void) = (int (*)(void))dlsym(
+                RTLD_DEFAULT, !strcmp(cmd, "pause") ? "tessera_pause" : "tessera_resume");
+            printf("%s %d\n", cmd, f ? f() : -1);
         } else if (!strcmp(cmd, "quit")) {
             return 0;
         } else {

@@ -419,6 +419,129 @@ class RemoteRelease(Shared):
         u.quit()
 
 
+class PauseResume(Shared):
+    """tessera-stat pause and resume, and the program's own tessera_pause and tessera_resume
+    (docs/DESIGN.md, "Pause and resume"): the device gets the pages back, every address is kept,
+    the program's CUDA calls wait meanwhile, and the bytes are all there afterwards."""
+
+    def act(self, verb, p, uid=None):
+        def drop():
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        return subprocess.run([STAT, "--dir", self.env.stats_dir, verb, str(p.proc.pid)],
+                              capture_output=True, text=True,
+                              preexec_fn=drop if uid is not None else None)
+
+    def paused_holder(self):
+        """A process under the default (64 MiB of 0x5a and 40 MiB of 0x3c live, 32 MiB cached),
+        then paused."""
+        a = self.peer(conf="")
+        live = [self.filled(a, 64 * MiB, 0x5A), self.filled(a, 40 * MiB, 0x3C)]
+        cached = self.filled(a, 32 * MiB, 0xC3)
+        self.assertEqual(a.ask(f"free {cached}"), ["free", "cudaSuccess"])
+        addrs = [a.value(f"addr {i}") for i in live]
+        out = self.act("pause", a)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(" in ")[0],
+                         f"pid {a.proc.pid}: device 0: paused: 104.00 MiB copied to host memory, "
+                         "136.00 MiB given back to the device, 104.00 MiB kept reserved,")
+        return a, live, addrs
+
+    def test_pause_gives_the_device_back_and_resume_restores_every_byte(self):
+        a, live, addrs = self.paused_holder()
+        sa = self.stats(a)
+        self.assertEqual((sa["num_pauses"], sa["num_resumes"], sa["pause_saved_bytes"]),
+                         (1, 0, 104 * MiB))
+        # another process gets the whole device but what its own context holds: a gave back
+        # every page (a's 136 MiB would leave it 120 MiB of the 256)
+        b = self.peer(conf="")
+        big = self.filled(b, 216 * MiB, 0x77)
+        # a's program wakes early: its copy waits at the gate instead of reading unmapped memory
+        a.tell(f"check {live[0]} 0x5a")
+        self.assertIsNone(a.answer(timeout=1))
+        # the device is full now: the resume is refused, a stays paused and keeps its bytes
+        out = self.act("resume", a)
+        self.assertEqual(out.returncode, 3, out)
+        self.assertIn("device 0: refused: the device refused (on resume: most likely it is full "
+                      "now)", out.stdout)
+        self.assertIn(f"process {a.proc.pid} refused to resume: it has a device that refused",
+                      out.stderr)
+        self.assertEqual(b.ask(f"free {big}"), ["free", "cudaSuccess"])
+        self.assertEqual(self.act("release", b).returncode, 0)
+        out = self.act("resume", a)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("device 0: resumed: 104.00 MiB copied back", out.stdout)
+        self.assertEqual(a.answer(), ["check", "1"])  # the waiting copy went on, on the same bytes
+        self.assertEqual(a.value(f"check {live[1]} 0x3c"), 1)
+        self.assertEqual([a.value(f"addr {i}") for i in live], addrs)
+        # it goes on as before: allocates, frees, and is paused again
+        more = self.filled(a, 8 * MiB, 0x11)
+        self.assertEqual(a.value(f"check {more} 0x11"), 1)
+        sa = self.stats(a)
+        self.assertEqual((sa["num_pauses"], sa["num_resumes"]), (1, 1))
+        b.quit()
+        a.quit()
+        self.assertEqual(self.races(), 0)
+
+    def test_the_program_pauses_itself(self):
+        a = self.peer(conf="")
+        live = self.filled(a, 32 * MiB, 0x42)
+        self.assertEqual(a.ask("pause"), ["pause", "0"])
+        out = self.act("pause", a)
+        self.assertEqual(out.returncode, 3)
+        self.assertIn("refused to pause: it is paused already", out.stderr)
+        self.assertEqual(self.act("resume", a).returncode, 0)
+        self.assertEqual(a.ask("resume"), ["resume", "2"])  # not paused any more
+        self.assertEqual(a.value(f"check {live} 0x42"), 1)
+        self.assertIn("tessera: tessera_resume: refused: the process is not paused", a.quit())
+
+    def test_refusals(self):
+        a = self.peer(conf="")
+        live = self.filled(a, 32 * MiB, 0x42)
+        other = self.filled(a, 16 * MiB, 0x24)
+        # a block exported over CUDA IPC: another process may have it mapped
+        a.export(other)
+        out = self.act("pause", a)
+        self.assertEqual(out.returncode, 3, out)
+        self.assertIn("has blocks exported over CUDA IPC", out.stderr)
+        self.assertEqual(a.ask(f"free {other}"), ["free", "cudaSuccess"])
+        # a capture underway
+        self.assertEqual(a.ask("capture begin"), ["capture", "cudaSuccess"])
+        out = self.act("pause", a)
+        self.assertEqual(out.returncode, 3, out)
+        self.assertIn("is capturing a CUDA graph", out.stderr)
+        self.assertEqual(a.ask("capture end"), ["capture", "cudaSuccess"])
+        out = self.act("resume", a)
+        self.assertEqual(out.returncode, 3, out)
+        self.assertIn("refused to resume: it is not paused", out.stderr)
+        self.assertEqual(self.stats(a)["num_pauses"], 0)
+        self.assertEqual(a.value(f"check {live} 0x42"), 1)
+        # PyTorch's policy: live memory in plain segments cannot come back at its address
+        p = self.peer(conf=PYTORCH)
+        plive = self.filled(p, 8 * MiB, 0x99)
+        out = self.act("pause", p)
+        self.assertEqual(out.returncode, 3, out)
+        self.assertIn("device 0: refused: live memory in plain segments", out.stdout)
+        self.assertEqual(p.value(f"check {plive} 0x99"), 1)
+        usage = subprocess.run([STAT, "pause"], capture_output=True, text=True)
+        self.assertEqual((usage.returncode, usage.stderr), (2, "tessera-stat: pause needs a pid\n"))
+        p.quit()
+        a.quit()
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run processes as another user")
+    def test_another_users_process_refused(self):
+        a = self.peer(conf="")
+        live = self.filled(a, 32 * MiB, 0x42)
+        for verb in ("pause", "resume"):
+            out = self.act(verb, a, uid=NOBODY)
+            self.assertEqual(out.returncode, 3, out)
+            self.assertIn(f"process {a.proc.pid} refused: it runs as another user", out.stderr)
+        self.assertEqual(self.stats(a)["num_pauses"], 0)
+        self.assertEqual(a.value(f"check {live} 0x42"), 1)
+        a.quit()
+
+
 class FourProcesses(Shared):
     """Four processes cycle through a PyTorch-like cache pattern on a 400 MiB device: each one's
     live peak is 90 MiB (90% of the device together) and what it caches 160 MiB (160%): 3 x 30

@@ -200,7 +200,11 @@ int main(void)
     OFF(tessera_device_stats, lend_given_bytes, 1344);
     OFF(tessera_device_stats, lend_give_time, 1352);
     OFF(tessera_device_stats, num_remote_releases, 1360);
-    OFF(tessera_device_stats, reserved_tail, 1368);
+    OFF(tessera_device_stats, num_pauses, 1368);
+    OFF(tessera_device_stats, num_resumes, 1376);
+    OFF(tessera_device_stats, pause_saved_bytes, 1384);
+    OFF(tessera_device_stats, pause_time, 1392);
+    OFF(tessera_device_stats, reserved_tail, 1400);
     OFF(tessera_stat, current, 0);
     OFF(tessera_stat, peak, 8);
     OFF(tessera_stat, allocated, 16);

@@ -601,6 +601,162 @@ static void test_devmodel_refuses_ranges_that_are_not_whole_mappings(void **stat
     ts_devmodel_destroy(m);
 }
 
+/* --- pause and resume (core/pause.c) -------------------------------------------------------- */
+
+/* The content number every 2 MiB page of [p, p + size) reads (the device model's stand-in for
+ * its bytes). */
+static void contents_of(fixture *f, uintptr_t p, size_t size, uint64_t *out)
+{
+    for (size_t i = 0; i < size / (2 * MiB); i++)
+        if (!ts_devmodel_content(f->dev, p + i * 2 * MiB, &out[i]))
+            fail_msg("page %zu of %#lx is not mapped", i, (unsigned long)p);
+}
+
+/* test_stitch_when's layout with a stitched 24 MiB block over the holes: three live 12 MiB blocks
+ * of the expandable segment and one stitched range whose pages alias the freed ones. A pause
+ * gives every byte back to the device and keeps every address; a resume maps pages at the same
+ * addresses that read what they read before, the stitched range's too (its aliases follow the
+ * new handles), and the allocator goes on as before. */
+static void test_pause_keeps_every_address(void **state)
+{
+    (void)state;
+    ts_config cfg = es_config();
+    cfg.expandable_page = 2 * MiB;
+    cfg.stitching = true;
+    fixture f;
+    uintptr_t p[6];
+    holes_open(&f, &cfg, p);
+    const uintptr_t live[4] = {p[1], p[3], p[5], fx_alloc(&f, 24 * MiB)};
+    const size_t size[4] = {12 * MiB, 12 * MiB, 12 * MiB, 24 * MiB};
+    assert_int_equal(fx_stats(&f)->num_stitches, 1);
+    uint64_t before[4][12], after[4][12];
+    for (int i = 0; i < 4; i++)
+        contents_of(&f, live[i], size[i], before[i]);
+    const int64_t reserved = fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current;
+
+    ts_pause_report r;
+    assert_int_equal(ts_allocator_pause(f.a, &r), TS_PAUSE_OK);
+    assert_true(ts_allocator_paused(f.a));
+    ts_devmodel_counters c;
+    ts_devmodel_counters_get(f.dev, &c);
+    assert_int_equal(c.bytes_in_use, 0); /* every page given back */
+    /* the 12 MiB of the holes the range does not use go as free cache; the 60 MiB of pages
+     * under live blocks are copied once (the range's aliases are the same bytes) */
+    assert_int_equal(c.copied_out, 60 * MiB);
+    assert_int_equal(r.saved, 60 * MiB);
+    assert_int_equal(r.given, 72 * MiB);
+    for (int i = 0; i < 4; i++)
+        assert_false(ts_devmodel_is_backed(f.dev, live[i], size[i]));
+    /* the program's view is unchanged but for the free cache: its live blocks keep their pages
+     * reserved */
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current,
+                     reserved - (int64_t)(12 * MiB));
+    assert_int_equal(r.reserved, 60 * MiB);
+    assert_int_equal(r.allocated, 60 * MiB);
+    assert_int_equal(fx_stats(&f)->num_pauses, 1);
+    assert_int_equal(fx_stats(&f)->pause_saved_bytes, 60 * MiB);
+    /* paused: nothing to give, nothing released, and a second pause is refused */
+    assert_int_equal(ts_allocator_give(f.a, 64 * MiB, NULL), 0);
+    assert_int_equal(ts_empty_cache(f.a), 0);
+    assert_int_equal(ts_allocator_pause(f.a, NULL), TS_PAUSE_ALREADY);
+    fx_check(&f);
+
+    assert_int_equal(ts_allocator_resume(f.a, &r), TS_PAUSE_OK);
+    assert_false(ts_allocator_paused(f.a));
+    assert_int_equal(r.saved, 60 * MiB);
+    for (int i = 0; i < 4; i++) {
+        assert_true(ts_devmodel_is_backed(f.dev, live[i], size[i]));
+        contents_of(&f, live[i], size[i], after[i]);
+        for (size_t k = 0; k < size[i] / (2 * MiB); k++)
+            if (after[i][k] != before[i][k])
+                fail_msg("block %d page %zu reads %#llx after the resume, %#llx before", i, k,
+                         (unsigned long long)after[i][k], (unsigned long long)before[i][k]);
+    }
+    ts_devmodel_counters_get(f.dev, &c);
+    assert_int_equal(c.bytes_in_use, 60 * MiB);
+    assert_int_equal(c.copied_in, 60 * MiB);
+    assert_int_equal(fx_stats(&f)->num_resumes, 1);
+    assert_int_equal(ts_allocator_resume(f.a, NULL), TS_PAUSE_NOT_PAUSED);
+    fx_check(&f);
+    /* it goes on: a new block, and every free, with the device's accounting exact at the end */
+    uintptr_t more = fx_alloc(&f, 6 * MiB);
+    assert_true(ts_devmodel_is_backed(f.dev, more, 6 * MiB));
+    fx_free(&f, more);
+    for (int i = 0; i < 4; i++)
+        fx_free(&f, live[i]);
+    fx_check(&f);
+    fx_close(&f);
+}
+
+/* A resume that finds the device full (another process took the memory meanwhile) fails, gives
+ * back what it mapped, and leaves the allocator paused with its bytes: a later resume restores
+ * them. */
+static void test_resume_on_a_full_device(void **state)
+{
+    (void)state;
+    ts_config cfg = es_config();
+    cfg.expandable_page = 2 * MiB;
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t b = fx_alloc(&f, 10 * MiB);
+    uint64_t before[5], after[5];
+    contents_of(&f, b, 10 * MiB, before);
+    assert_int_equal(ts_allocator_pause(f.a, NULL), TS_PAUSE_OK);
+    ts_devmodel_fail_vm_create_after(f.dev, 3); /* the third page of five cannot be had */
+    assert_int_equal(ts_allocator_resume(f.a, NULL), TS_PAUSE_DEVICE);
+    assert_true(ts_allocator_paused(f.a));
+    ts_devmodel_counters c;
+    ts_devmodel_counters_get(f.dev, &c);
+    assert_int_equal(c.bytes_in_use, 0); /* the two it had are given back */
+    assert_int_equal(ts_allocator_resume(f.a, NULL), TS_PAUSE_OK);
+    contents_of(&f, b, 10 * MiB, after);
+    assert_memory_equal(before, after, sizeof before);
+    fx_free(&f, b);
+    fx_close(&f);
+}
+
+/* What cannot be paused is refused, and nothing changes: live memory in a plain segment (it could
+ * not come back at the same address), memory the program holds from the driver itself, and a
+ * capture underway. With nothing mapped, a pause is a pause of nothing. */
+static void test_pause_refusals(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1 * GiB, NULL, false, false); /* PyTorch's policy: plain segments */
+    uintptr_t b = fx_alloc(&f, 4 * MiB);
+    ts_devmodel_counters c0, c1;
+    ts_devmodel_counters_get(f.dev, &c0);
+    assert_int_equal(ts_allocator_pause(f.a, NULL), TS_PAUSE_PLAIN);
+    assert_false(ts_allocator_paused(f.a));
+    ts_devmodel_counters_get(f.dev, &c1);
+    assert_int_equal(c1.bytes_in_use, c0.bytes_in_use);
+    assert_true(ts_devmodel_is_backed(f.dev, b, 4 * MiB));
+    fx_free(&f, b);
+    fx_close(&f);
+
+    ts_config cfg = es_config();
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    b = fx_alloc(&f, 4 * MiB);
+    assert_int_equal(ts_allocator_driver_reserve(f.a, 2 * MiB, false), TS_OK);
+    assert_int_equal(ts_allocator_driver_record(f.a, 0x1000, 2 * MiB), TS_OK);
+    assert_int_equal(ts_allocator_pause(f.a, NULL), TS_PAUSE_DRIVER_MEMORY);
+    size_t gone = 0;
+    assert_int_equal(ts_allocator_driver_forget(f.a, 0x1000, &gone), TS_OK);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_CAPTURING);
+    assert_int_equal(ts_allocator_pause(f.a, NULL), TS_PAUSE_CAPTURE);
+    ts_devmodel_set_order(f.dev, TS_DEVMODEL_ONE_QUEUE);
+    assert_false(ts_allocator_paused(f.a));
+    assert_true(ts_devmodel_is_backed(f.dev, b, 4 * MiB));
+    fx_free(&f, b);
+    /* nothing live: the cache goes, and the pause holds nothing */
+    ts_pause_report r;
+    assert_int_equal(ts_allocator_pause(f.a, &r), TS_PAUSE_OK);
+    assert_int_equal(r.saved, 0);
+    assert_true(ts_allocator_paused(f.a));
+    assert_int_equal(ts_allocator_resume(f.a, NULL), TS_PAUSE_OK);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -618,6 +774,9 @@ int main(void)
         cmocka_unit_test(test_es_max_split_does_not_grow_forever),
         cmocka_unit_test(test_stitch_when),
         cmocka_unit_test(test_peer_access_covers_every_mapping),
+        cmocka_unit_test(test_pause_keeps_every_address),
+        cmocka_unit_test(test_resume_on_a_full_device),
+        cmocka_unit_test(test_pause_refusals),
         cmocka_unit_test(test_es_model),
     };
     return cmocka_run_group_tests_name("expandable", tests, NULL, NULL);

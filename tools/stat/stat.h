@@ -2,6 +2,8 @@
 #ifndef TS_TOOLS_STAT_H
 #define TS_TOOLS_STAT_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "statspage/listing.h"
@@ -23,6 +25,17 @@ int ts_stat_snapshot(const char *dir, int pid, const char *out_path, double wait
  * TS_STAT_REFUSED (another user's process, no control channel, no answer). */
 #define TS_STAT_REFUSED 3
 int ts_stat_release(const char *dir, int pid, uint64_t keep);
+
+/* One request to process pid over its control channel (tools/stat/ask.c), whose answer must be
+ * exactly cap bytes of the request's type; timeout_ns 0: the channel's own bound (30 s). what:
+ * the act, for messages ("release its memory"). Exit status: 0, 1 (no page), or
+ * TS_STAT_REFUSED after a message. */
+int ts_stat_ask(const char *dir, int pid, const char *what, void *req, size_t len, void *ans,
+                size_t cap, uint64_t timeout_ns);
+
+/* tessera-stat pause PID and resume PID (tools/stat/pause.c). Exit status: 0, 1, or
+ * TS_STAT_REFUSED (refused by the process, with its reason, or not asked). */
+int ts_stat_pause(const char *dir, int pid, bool resume);
 
 /* tessera-stat symbolize FILE [-o OUT] (tools/stat/symbolize.c): name a snapshot's raw frames;
  * OUT NULL: FILE itself. Exit status. */
