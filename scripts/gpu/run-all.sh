@@ -8,7 +8,8 @@
 #   d. correctness: every program, both builds, without and with LD_PRELOAD=libtessera.so
 #   e. allocation churn throughput, without and with tessera
 #   f. PyTorch: five allocator modes, loss checksums, peak memory, largest batch
-#   k. two PyTorch processes whose caches exceed the GPU, with and without lending (lend_pair.py)
+#   k. two PyTorch processes whose caches exceed the GPU, with and without lending (lend_pair.py);
+#      a PyTorch training process paused and resumed between two steps (pause_torch.py)
 #   i. a tessera snapshot_on_oom pickle rendered by torch.cuda._memory_viz (snapshot_viz.sh)
 #   j. driver-call latencies (tessera-costs) and the replays priced with them
 #   h. other frameworks (frameworks.py: JAX, CuPy, Numba, ONNX Runtime, transformers)
@@ -126,7 +127,7 @@ GPULIB="$SCRIPT_DIR/gpulib.py"
 if [ "$SELFTEST" = 1 ]; then
     rc=0
     bash -n "$SCRIPT_DIR/run-all.sh" || rc=1
-    "$PYTHON" -m py_compile "$SCRIPT_DIR/gpulib.py" "$SCRIPT_DIR/torch_train.py" "$SCRIPT_DIR/lend_pair.py" || rc=1
+    "$PYTHON" -m py_compile "$SCRIPT_DIR/gpulib.py" "$SCRIPT_DIR/torch_train.py" "$SCRIPT_DIR/lend_pair.py" "$SCRIPT_DIR/pause_torch.py" || rc=1
     "$PYTHON" "$GPULIB" selftest || rc=1
     fw_out=$(mktemp -d) && "$PYTHON" "$SCRIPT_DIR/frameworks.py" --dry-run --out "$fw_out" >/dev/null || rc=1
     rm -rf "$fw_out"
@@ -327,8 +328,8 @@ RES_G=8
 CAP_H=$([ "$QUICK" = 1 ] && echo 60 || echo 150)
 RES_H=$([ "$QUICK" = 1 ] && echo 30 || echo 60)
 skipped frameworks && { CAP_H=0; RES_H=0; }
-CAP_K=$([ "$QUICK" = 1 ] && echo 60 || echo 100)
-RES_K=$([ "$QUICK" = 1 ] && echo 45 || echo 70)
+CAP_K=$([ "$QUICK" = 1 ] && echo 100 || echo 150)
+RES_K=$([ "$QUICK" = 1 ] && echo 80 || echo 115)
 skipped lending && { CAP_K=0; RES_K=0; }
 skipped correctness && CAP_D=0
 skipped churn && { CAP_E=0; RES_E=0; }
@@ -1105,6 +1106,31 @@ if [ "$CAP_K" -gt 0 ]; then
         log "$st lending $mode: exit $rc, $(secs_since "$s")s: ${res:-no RESULT line}"
         rec type=step "name=k lending $mode" "status=$st" "reason=${res:-exit $rc}" "seconds=$(secs_since "$s")"
     done
+    # pause and resume between two training steps: losses bit-identical to a run never paused
+    t=$(time_for 50)
+    if [ "$HAVE_LIB" = 0 ]; then
+        STEP_RUNS=$((STEP_RUNS + 1)); STEP_FAILS=$((STEP_FAILS + 1))
+        rec type=step "name=k pause" status=FAIL "reason=libtessera.so not built"
+    elif [ "$t" -lt 30 ]; then
+        STEP_SKIPS=$((STEP_SKIPS + 1))
+        log "SKIP pause: time budget"
+    else
+        log "pause (up to ${t}s)"
+        s=$(now_ms)
+        timeout -k 5 "$t" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" \
+            "TESSERA_STATS_DIR=$KDIR/stats" "$PYTHON" "$SCRIPT_DIR/pause_torch.py" \
+            --stat "$STAT" --json-out "$KDIR/pause.json" \
+            >"$KDIR/pause.out" 2>"$KDIR/pause.err" </dev/null
+        rc=$?
+        STEP_RUNS=$((STEP_RUNS + 1))
+        sed 's/^/     /' "$KDIR/pause.out"
+        res=$(grep '^RESULT' "$KDIR/pause.out" | tail -n1)
+        if [ "$rc" = 0 ] && [[ "$res" == *"verdict=PASS"* ]]; then st=PASS; else
+            st=FAIL; STEP_FAILS=$((STEP_FAILS + 1)); tail_file "$KDIR/pause.err" 15 "  err| "
+        fi
+        log "$st pause: exit $rc, $(secs_since "$s")s: ${res:-no RESULT line}"
+        rec type=step "name=k pause" "status=$st" "reason=${res:-exit $rc}" "seconds=$(secs_since "$s")"
+    fi
     step_end
 fi
 
