@@ -183,22 +183,23 @@ static void say_refused(const char *call, unsigned status, const ts_pause_answer
                    ts_pause_why(ans->dev[i].status));
 }
 
-int tessera_pause(void)
+/* The program's own pause or resume: the status, and why on stderr when it was refused. */
+static int own_call(const char *call, unsigned (*act)(ts_pause_answer *))
 {
     ts_pause_answer ans;
     memset(&ans, 0, sizeof ans);
-    unsigned status = process_pause(&ans);
+    unsigned status = act(&ans);
     if (status != TS_PROC_OK)
-        say_refused("tessera_pause", status, &ans);
+        say_refused(call, status, &ans);
     return (int)status;
+}
+
+int tessera_pause(void)
+{
+    return own_call("tessera_pause", process_pause);
 }
 
 int tessera_resume(void)
 {
-    ts_pause_answer ans;
-    memset(&ans, 0, sizeof ans);
-    unsigned status = process_resume(&ans);
-    if (status != TS_PROC_OK)
-        say_refused("tessera_resume", status, &ans);
-    return (int)status;
+    return own_call("tessera_resume", process_resume);
 }

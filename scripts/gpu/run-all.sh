@@ -1068,69 +1068,64 @@ fi
 
 # k. memory lent between processes (scripts/gpu/lend_pair.py): two PyTorch processes take turns
 # filling 60% of the GPU; each keeps its cache while the other works. PyTorch's allocator and
-# tessera with lending:False must run out of memory; tessera's default must not -------------
+# tessera with lending:False must run out of memory; tessera's default must not. Then
+# scripts/gpu/pause_torch.py: a training paused and resumed between two steps must give the
+# losses of a run never paused, bit for bit -------------------------------------------------------
+
+# k_run NAME BASE SECONDS ENV... -- SCRIPT ARGS...: one run of step k under SECONDS, its RESULT
+# line judged (verdict=PASS and exit 0), its output in $KDIR/BASE.{out,err}
+k_run() {
+    local name=$1 base=$2 t=$3 envs=() s rc res st
+    shift 3
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    log "$name (up to ${t}s): ${envs[*]}"
+    s=$(now_ms)
+    timeout -k 5 "$t" env "${envs[@]}" "$PYTHON" "$@" \
+        >"$KDIR/$base.out" 2>"$KDIR/$base.err" </dev/null
+    rc=$?
+    STEP_RUNS=$((STEP_RUNS + 1))
+    sed 's/^/     /' "$KDIR/$base.out"
+    res=$(grep '^RESULT' "$KDIR/$base.out" | tail -n1)
+    if [ "$rc" = 0 ] && [[ "$res" == *"verdict=PASS"* ]]; then st=PASS; else
+        st=FAIL; STEP_FAILS=$((STEP_FAILS + 1)); tail_file "$KDIR/$base.err" 15 "  err| "
+    fi
+    log "$st $name: exit $rc, $(secs_since "$s")s: ${res:-no RESULT line}"
+    rec type=step "name=k $name" "status=$st" "reason=${res:-exit $rc}" "seconds=$(secs_since "$s")"
+}
+
 if [ "$CAP_K" -gt 0 ]; then
     step_begin "k lending" "$CAP_K" "$((RES_G + RES_H))"
     KDIR="$WORK/runs/lending"
     mkdir -p "$KDIR/stats"
-    for mode in tessera native tessera-nolend; do
+    for mode in tessera native tessera-nolend pause; do
         case "$mode" in
         native) envs=() ;;
-        tessera) envs=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB") ;;
+        tessera | pause) envs=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB") ;;
         tessera-nolend) envs=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" TESSERA_ALLOC_CONF=lending:False) ;;
         esac
         envs+=("TESSERA_STATS_DIR=$KDIR/stats")
-        if [[ "$mode" == tessera* ]] && [ "$HAVE_LIB" = 0 ]; then
+        if [ "$mode" != native ] && [ "$HAVE_LIB" = 0 ]; then
             STEP_RUNS=$((STEP_RUNS + 1)); STEP_FAILS=$((STEP_FAILS + 1))
-            rec type=step "name=k lending $mode" status=FAIL "reason=libtessera.so not built"
+            rec type=step "name=k $([ "$mode" = pause ] || echo "lending ")$mode" status=FAIL \
+                "reason=libtessera.so not built"
             continue
         fi
-        t=$(time_for 45)
-        if [ "$t" -lt 20 ]; then
+        need=$([ "$mode" = pause ] && echo 30 || echo 20)
+        t=$(time_for $([ "$mode" = pause ] && echo 50 || echo 45))
+        if [ "$t" -lt "$need" ]; then
             STEP_SKIPS=$((STEP_SKIPS + 1))
-            log "SKIP lending $mode: time budget"
+            log "SKIP $mode: time budget"
             continue
         fi
-        log "lending $mode (up to ${t}s): ${envs[*]}"
-        s=$(now_ms)
-        timeout -k 5 "$t" env "${envs[@]}" "$PYTHON" "$SCRIPT_DIR/lend_pair.py" \
-            --mode "$mode" --stat "$STAT" --json-out "$KDIR/$mode.json" \
-            >"$KDIR/$mode.out" 2>"$KDIR/$mode.err" </dev/null
-        rc=$?
-        STEP_RUNS=$((STEP_RUNS + 1))
-        sed 's/^/     /' "$KDIR/$mode.out"
-        res=$(grep '^RESULT' "$KDIR/$mode.out" | tail -n1)
-        if [ "$rc" = 0 ] && [[ "$res" == *"verdict=PASS"* ]]; then st=PASS; else
-            st=FAIL; STEP_FAILS=$((STEP_FAILS + 1)); tail_file "$KDIR/$mode.err" 15 "  err| "
+        if [ "$mode" = pause ]; then
+            k_run pause pause "$t" "${envs[@]}" -- "$SCRIPT_DIR/pause_torch.py" \
+                --stat "$STAT" --json-out "$KDIR/pause.json"
+        else
+            k_run "lending $mode" "$mode" "$t" "${envs[@]}" -- "$SCRIPT_DIR/lend_pair.py" \
+                --mode "$mode" --stat "$STAT" --json-out "$KDIR/$mode.json"
         fi
-        log "$st lending $mode: exit $rc, $(secs_since "$s")s: ${res:-no RESULT line}"
-        rec type=step "name=k lending $mode" "status=$st" "reason=${res:-exit $rc}" "seconds=$(secs_since "$s")"
     done
-    # pause and resume between two training steps: losses bit-identical to a run never paused
-    t=$(time_for 50)
-    if [ "$HAVE_LIB" = 0 ]; then
-        STEP_RUNS=$((STEP_RUNS + 1)); STEP_FAILS=$((STEP_FAILS + 1))
-        rec type=step "name=k pause" status=FAIL "reason=libtessera.so not built"
-    elif [ "$t" -lt 30 ]; then
-        STEP_SKIPS=$((STEP_SKIPS + 1))
-        log "SKIP pause: time budget"
-    else
-        log "pause (up to ${t}s)"
-        s=$(now_ms)
-        timeout -k 5 "$t" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$LIB" \
-            "TESSERA_STATS_DIR=$KDIR/stats" "$PYTHON" "$SCRIPT_DIR/pause_torch.py" \
-            --stat "$STAT" --json-out "$KDIR/pause.json" \
-            >"$KDIR/pause.out" 2>"$KDIR/pause.err" </dev/null
-        rc=$?
-        STEP_RUNS=$((STEP_RUNS + 1))
-        sed 's/^/     /' "$KDIR/pause.out"
-        res=$(grep '^RESULT' "$KDIR/pause.out" | tail -n1)
-        if [ "$rc" = 0 ] && [[ "$res" == *"verdict=PASS"* ]]; then st=PASS; else
-            st=FAIL; STEP_FAILS=$((STEP_FAILS + 1)); tail_file "$KDIR/pause.err" 15 "  err| "
-        fi
-        log "$st pause: exit $rc, $(secs_since "$s")s: ${res:-no RESULT line}"
-        rec type=step "name=k pause" "status=$st" "reason=${res:-exit $rc}" "seconds=$(secs_since "$s")"
-    fi
     step_end
 fi
 
