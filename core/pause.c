@@ -78,6 +78,19 @@ static ts_handle_rec *rec_next(ts_handle_rec *h)
     return handle_of_node(ts_tree_next(&h->node));
 }
 
+/* Does a plain segment hold a live block? Its memory could not come back at the same address. A
+ * plain segment whose blocks are free, or freed and waiting for their fence, is no obstacle: the
+ * pause's release waits for the fences and gives it back. */
+static bool plain_live(ts_allocator *a)
+{
+    for (ts_segment *s = seg_first(a); s; s = seg_next(s))
+        if (s->kind == TS_SEGMENT_PLAIN)
+            for (const ts_block *blk = s->first; blk; blk = blk->next)
+                if (blk->state == TS_BLOCK_ALLOCATED)
+                    return true;
+    return false;
+}
+
 /* The bytes of the owned handles: what a pause copies. */
 static size_t owned_bytes(ts_allocator *a)
 {
@@ -170,12 +183,11 @@ int ts_allocator_pause(ts_allocator *a, ts_pause_report *out)
         rc = TS_PAUSE_CAPTURE;
     if (rc != TS_PAUSE_OK)
         goto done;
-    given = release_some(a, SIZE_MAX); /* the free cache first, as empty_cache */
-    for (ts_segment *s = seg_first(a); s && rc == TS_PAUSE_OK; s = seg_next(s))
-        if (s->kind == TS_SEGMENT_PLAIN)
-            rc = TS_PAUSE_PLAIN;
-    if (rc != TS_PAUSE_OK)
+    if (plain_live(a)) {
+        rc = TS_PAUSE_PLAIN;
         goto done;
+    }
+    given = release_some(a, SIZE_MAX); /* the free cache first, as empty_cache */
     saved = owned_bytes(a);
     if (saved == 0) { /* nothing mapped: nothing to keep */
         a->paused = true;

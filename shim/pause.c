@@ -34,6 +34,20 @@
 
 static pthread_mutex_t pause_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool paused; /* under pause_lock */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* A child is not paused: its gate starts open (gate.c) and it has no allocator yet (lend.c drops
+ * the table), whatever state a thread of the parent left here. */
+static void fork_child(void)
+{
+    pthread_mutex_init(&pause_lock, NULL);
+    paused = false;
+}
+
+static void atfork_register(void)
+{
+    pthread_atfork(NULL, NULL, fork_child);
+}
 
 static void answer_device(ts_pause_answer *ans, int device, int status,
                           const ts_pause_report *r)
@@ -87,6 +101,7 @@ static unsigned allocators_resume(ts_pause_answer *ans)
 
 static unsigned process_pause(ts_pause_answer *ans)
 {
+    pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&pause_lock);
     unsigned status = TS_PROC_OK;
     if (paused)

@@ -724,14 +724,23 @@ static void test_pause_refusals(void **state)
     fixture f;
     fx_open(&f, 1 * GiB, NULL, false, false); /* PyTorch's policy: plain segments */
     uintptr_t b = fx_alloc(&f, 4 * MiB);
+    fx_free(&f, fx_alloc(&f, 24 * MiB)); /* a segment of its own, cached */
     ts_devmodel_counters c0, c1;
     ts_devmodel_counters_get(f.dev, &c0);
     assert_int_equal(ts_allocator_pause(f.a, NULL), TS_PAUSE_PLAIN);
     assert_false(ts_allocator_paused(f.a));
     ts_devmodel_counters_get(f.dev, &c1);
-    assert_int_equal(c1.bytes_in_use, c0.bytes_in_use);
+    assert_int_equal(c1.bytes_in_use, c0.bytes_in_use); /* the cache too: nothing changed */
     assert_true(ts_devmodel_is_backed(f.dev, b, 4 * MiB));
     fx_free(&f, b);
+    /* only cached plain segments: they go, and the pause holds nothing */
+    ts_pause_report pr;
+    assert_int_equal(ts_allocator_pause(f.a, &pr), TS_PAUSE_OK);
+    assert_int_equal(pr.given, c0.bytes_in_use);
+    assert_int_equal(pr.saved, 0);
+    ts_devmodel_counters_get(f.dev, &c1);
+    assert_int_equal(c1.bytes_in_use, 0);
+    assert_int_equal(ts_allocator_resume(f.a, NULL), TS_PAUSE_OK);
     fx_close(&f);
 
     ts_config cfg = es_config();
