@@ -6,6 +6,7 @@
     tessera.stats(pid=4242, device=0)         # another process's page, trusted as tessera-stat trusts it
     tessera.processes()                       # the tessera processes this user may read
     tessera.snapshot(4242, "snap.pickle")     # a PyTorch memory snapshot of a running process
+    tessera.pause(); tessera.resume()         # this process's device memory to host memory and back
     import tessera.torch
     tessera.torch.enable()                    # PyTorch allocates through tessera (its pluggable allocator)
 
@@ -22,8 +23,9 @@ import subprocess
 from tessera import _layout, _native
 from tessera._native import KEYS, ConfigError, PageError, Stats, stats
 
-__all__ = ["stats", "processes", "snapshot", "check_config", "library_path", "tool_path",
-           "Stats", "Process", "PageError", "ConfigError", "SnapshotError", "KEYS"]
+__all__ = ["stats", "processes", "snapshot", "pause", "resume", "check_config", "library_path",
+           "tool_path", "Stats", "Process", "PageError", "ConfigError", "SnapshotError",
+           "PauseError", "KEYS"]
 __version__ = _native.VERSION
 
 # A Stats is a read-only mapping (keys, values, items, get, in, len, iteration, to_dict()).
@@ -38,6 +40,10 @@ processes(stale=True)), state_reason, version (tessera's), config (the effective
 
 class SnapshotError(RuntimeError):
     """tessera-stat could not take the snapshot (its message says why)."""
+
+
+class PauseError(RuntimeError):
+    """A pause or a resume was refused, or could not be asked (its message says why)."""
 
 
 def processes(dir=None, stale=False):
@@ -98,3 +104,30 @@ def snapshot(pid, path, wait=2.0, dir=None):
     if run.returncode != 0:
         raise SnapshotError(run.stderr.strip() or f"tessera-stat exited {run.returncode}")
     return run.stdout.splitlines()
+
+
+def _pause_or_resume(verb, pid, dir):
+    argv = [tool_path("tessera-stat")]
+    if dir is not None:
+        argv += ["--dir", os.fspath(dir)]
+    argv += [verb, str(os.getpid() if pid is None else int(pid))]
+    run = subprocess.run(argv, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise PauseError((run.stdout + run.stderr).strip() or f"tessera-stat exited {run.returncode}")
+    return run.stdout.splitlines()
+
+
+def pause(pid=None, dir=None):
+    """Pause process pid (default: this one) through tessera-stat pause: its live device memory is
+    copied to its host memory and the GPU gets every page back, every address kept; its CUDA
+    calls that could touch device memory wait until resume(). Returns what it said, one line per
+    device. Raises PauseError (a capture underway, blocks exported over CUDA IPC, another user's
+    process, ...). This process's own threads must not make CUDA calls before resume(): they
+    would wait for it."""
+    return _pause_or_resume("pause", pid, dir)
+
+
+def resume(pid=None, dir=None):
+    """Resume process pid (default: this one): pages mapped again at the same addresses and the
+    bytes copied back. Raises PauseError (not paused; the device is full now: try again later)."""
+    return _pause_or_resume("resume", pid, dir)

@@ -249,6 +249,45 @@ class Snapshot(Base):
             tessera.tool_path("tessera-no-such-tool")
 
 
+class Pause(Base):
+    """tessera.pause() and tessera.resume() on this process, under tessera run --sim: the device
+    gets its pages back, the bytes come back at the same address, the counters say so; a refusal
+    raises PauseError with tessera-stat's reason."""
+
+    def test_pause_and_resume_this_process(self):
+        p, facts = run_script("""
+            a = malloc(8 << 20)
+            assert rt.cudaMemset(a, 0x5c, ctypes.c_size_t(8 << 20)) == 0
+            said = tessera.pause()
+            s = tessera.stats()
+            try:
+                tessera.pause()
+                again = None
+            except tessera.PauseError as e:
+                again = str(e)
+            resumed = tessera.resume()
+            buf = (ctypes.c_ubyte * (8 << 20))()
+            assert rt.cudaMemcpy(buf, a, ctypes.c_size_t(8 << 20), 2) == 0
+            done(said=said, resumed=resumed, again=again, pauses=s["num_pauses"],
+                 saved=s["pause_saved_bytes"], resumes=tessera.stats()["num_resumes"],
+                 intact=all(b == 0x5c for b in bytes(buf)))
+            """, self.dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(facts["said"]), 1, facts)
+        self.assertIn("device 0: paused: 8.00 MiB copied to host memory", facts["said"][0])
+        self.assertIn("device 0: resumed: 8.00 MiB copied back", facts["resumed"][0])
+        self.assertIn("refused to pause: it is paused already", facts["again"])
+        self.assertEqual((facts["pauses"], facts["saved"], facts["resumes"]), (1, 8 * MiB, 1))
+        self.assertTrue(facts["intact"], facts)
+
+    def test_resume_of_a_process_not_paused_raises(self):
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        with self.assertRaises(tessera.PauseError) as cm:
+            tessera.resume(gone.pid, dir=self.dir)
+        self.assertIn("tessera.%d: no such page" % gone.pid, str(cm.exception))
+
+
 class Config(Base):
     def test_text(self):
         conf, source, notes = tessera.check_config("defragment:True,memory_limit:1G")
