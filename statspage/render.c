@@ -504,6 +504,9 @@ static void table_row(FILE *f, const ts_proc_view *v, uint32_t k, const char *ma
         snprintf(above, sizeof above, "-");
     else
         snprintf(above, sizeof above, "+%.1f%%", t.floor.percent);
+    /* a paused process keeps its addresses reserved but holds no device page (pause.c) */
+    if (!*mark && get_stat(st, "num_pauses", 0, 0) > get_stat(st, "num_resumes", 0, 0))
+        mark = "paused: its memory is in host memory";
     fprintf(f, " %11s%1s %11s%1s %11s%1s %7s %11s %8" PRId64 " %6" PRId64 "%s%s\n", a, q, r, q,
             u, q, frag, above, get_stat(st, "num_alloc_retries", 0, 0),
             get_stat(st, "num_ooms", 0, 0), *mark ? "  " : "", mark);

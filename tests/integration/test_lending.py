@@ -453,6 +453,10 @@ class PauseResume(Shared):
         sa = self.stats(a)
         self.assertEqual((sa["num_pauses"], sa["num_resumes"], sa["pause_saved_bytes"]),
                          (1, 0, 104 * MiB))
+        table = subprocess.run([STAT, "--dir", self.env.stats_dir], capture_output=True,
+                               text=True).stdout
+        row = [l for l in table.splitlines() if l.startswith(str(a.proc.pid))]
+        self.assertTrue(row[0].endswith("  paused: its memory is in host memory"), table)
         # another process gets the whole device but what its own context holds: a gave back
         # every page (a's 136 MiB would leave it 120 MiB of the 256)
         b = self.peer(conf="")
@@ -480,6 +484,9 @@ class PauseResume(Shared):
         self.assertEqual(a.value(f"check {more} 0x11"), 1)
         sa = self.stats(a)
         self.assertEqual((sa["num_pauses"], sa["num_resumes"]), (1, 1))
+        table = subprocess.run([STAT, "--dir", self.env.stats_dir], capture_output=True,
+                               text=True).stdout
+        self.assertNotIn("paused", table)
         b.quit()
         a.quit()
         self.assertEqual(self.races(), 0)
