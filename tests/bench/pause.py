@@ -6,7 +6,9 @@ its pages back; a second process on the same device reads cudaMemGetInfo before 
 the device got back); `tessera-stat resume` maps pages at the same addresses again and copies the
 bytes back; every byte of every block is then checked at its old address.
 
-The times are tessera's own (the process's answer: copying, unmapping, mapping), per GiB. The
+The times are tessera's own (the process's answer: copying, unmapping, mapping), per GiB. Also
+what the gate costs every launch, copy, memset, synchronise, allocation and free while nothing is
+paused (tests/bench/gate_cost.c: an enter and a leave, CPU time, one thread and two at once). The
 simulator's copies are host memcpy between a memfd and anonymous memory: their cost is this
 machine's memory bandwidth, not a GPU's PCIe link (about 25 GB/s each way on an H100 with
 pageable host memory at best).
@@ -26,6 +28,7 @@ args = sys.argv[1:]
 build, out = args[0], args[1]
 GIB = 2 if "--quick" in args else 8
 peer = os.path.join(build, "tests", "integration", "ipc_peer")
+gate_cost = os.path.join(build, "tests", "bench", "gate-cost")
 stat = os.path.join(build, "tools", "tessera-stat")
 
 
@@ -92,13 +95,17 @@ with tempfile.TemporaryDirectory(prefix="tessera-bench-") as d:
         except FileNotFoundError:
             pass
 
+# RESULT threads=1 ns_per_call=X threads=2 ns_per_call_each=Y
+words = subprocess.run([gate_cost, "2", "20000000"], capture_output=True, text=True,
+                       check=True).stdout.split()
+gate = {"alone_ns": float(words[2].split("=")[1]), "two_threads_ns": float(words[4].split("=")[1])}
 held = GIB << 30
 given = free_after - free_before
 report = {"gib": GIB, "given_bytes": given, "held_bytes": held, "given_share": given / held,
           "pause_ms": pause_ms, "resume_ms": resume_ms, "pause_ms_per_gib": pause_ms / GIB,
           "resume_ms_per_gib": resume_ms / GIB, "pause_wall_s": pause_wall,
           "resume_wall_s": resume_wall, "blocks_intact": intact, "blocks_same_address": same,
-          "blocks": GIB, "stats": j}
+          "blocks": GIB, "gate": gate, "stats": j}
 md = [f"One process holding {GIB} GiB live (tessera's default, {GIB} blocks of 1 GiB, each "
       "filled with its own byte) on a shared simulated device; a second process reads "
       "cudaMemGetInfo before and after the pause.", "",
@@ -108,7 +115,10 @@ md = [f"One process holding {GIB} GiB live (tessera's default, {GIB} blocks of 1
       f"| pause: copy to host, unmap, release | {pause_ms:.0f} ms ({pause_ms / GIB:.0f} ms per GiB) |",
       f"| resume: create, map, copy back | {resume_ms:.0f} ms ({resume_ms / GIB:.0f} ms per GiB) |",
       f"| blocks read back intact after the resume | {intact} of {GIB} |",
-      f"| blocks at the same address | {same} of {GIB} |", "",
+      f"| blocks at the same address | {same} of {GIB} |",
+      f"| the gate, per launch, copy, memset, synchronise, allocation or free, nothing paused "
+      f"| {gate['alone_ns']:.1f} ns (two threads at once: {gate['two_threads_ns']:.1f} ns each) |",
+      "",
       "The simulator's copies are host memcpy (this machine's memory bandwidth), not a GPU's "
       "PCIe link."]
 with open(out + ".json", "w") as f:
