@@ -463,6 +463,8 @@ int ts_malloc_try(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out
 
     fences_process(a);
     retire_free_ranges(a);
+    if (a->holed_tops)
+        expandable_drop_holed_tops(a);
 
     const size_t rounded = ts_round_size(&a->cfg, size);
     ts_pool *p = rounded <= TS_SMALL_SIZE ? &a->small : &a->large;

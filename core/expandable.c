@@ -27,6 +27,7 @@
 #include "core/expandable.h"
 #include "core/handles.h"
 #include "core/pool.h"
+#include "core/stitch.h"
 
 static size_t es_page_size(const ts_allocator *a, const ts_pool *p)
 {
@@ -376,6 +377,56 @@ size_t expandable_unmap_free_end(ts_allocator *a, ts_block *b, size_t bytes)
     }
     expandable_unmap_free_block(a, b); /* b starts at cut: its whole handles are [cut, hi) */
     return hi - cut;
+}
+
+/* The start of seg's free top (the free and unmapped blocks that end it) when it holds a hole,
+ * an unmapped block with mapped memory after it; else NULL. */
+static ts_block *es_holed_top(ts_segment *seg)
+{
+    ts_block *last = seg->first;
+    while (last->next)
+        last = last->next;
+    ts_block *start = NULL;
+    bool hole = false;
+    for (ts_block *b = last; b && (b->state == TS_BLOCK_FREE || b->state == TS_BLOCK_UNMAPPED);
+         b = b->prev) {
+        hole |= b->state == TS_BLOCK_UNMAPPED && b != last;
+        start = b;
+    }
+    return hole ? start : NULL;
+}
+
+void expandable_drop_holed_tops(ts_allocator *a)
+{
+    if (backend_capturing(a))
+        return; /* nothing is unmapped during a capture: looked at again after it */
+    a->holed_tops = false;
+    bool synced = false;
+    for (ts_node *sn = ts_tree_first(&a->segments), *next; sn; sn = next) {
+        next = ts_tree_next(sn);
+        ts_segment *seg = segment_of_node(sn);
+        if (seg->kind != TS_SEGMENT_EXPANDABLE || !seg->holed_top)
+            continue;
+        seg->holed_top = false;
+        ts_block *b = es_holed_top(seg);
+        if (!b)
+            continue; /* placed into since the free that flagged it */
+        if (!synced) {
+            /* unmapping is not ordered with device work; retired ranges' aliases of these
+             * pages go first, so that the memory really returns to the device */
+            synced = true;
+            if (stitch_release_free(a, false) == 0 && a->be.synchronize) {
+                backend_enter(a);
+                a->be.synchronize(a->be.ctx);
+            }
+        }
+        for (ts_block *nb; b; b = nb) {
+            nb = b->next;
+            if (b->state == TS_BLOCK_FREE)
+                expandable_unmap_free_block(a, b);
+        }
+        expandable_release_segment_if_empty(a, seg);
+    }
 }
 
 /* A segment that is one unmapped block gives its reservation back. */

@@ -14,6 +14,11 @@ size_t expandable_page_of(const ts_allocator *a, const ts_pool *p);
 size_t expandable_unmap_free_end(ts_allocator *a, ts_block *b, size_t bytes);
 /* PyTorch's unmap_block: give back every whole handle inside free block b (device synchronised). */
 void expandable_unmap_free_block(ts_allocator *a, ts_block *b);
+/* A repeated step at the edge: every expandable segment whose free top (the free and unmapped
+ * blocks that end it) holds a hole gives back every whole handle of that top (the device
+ * synchronised once), so the next step grows from the layout the first one grew from. Runs when
+ * a free flagged one (holed_tops), before the next request is placed; not during a capture. */
+void expandable_drop_holed_tops(ts_allocator *a);
 /* A segment that is one unmapped block gives its reservation back. */
 void expandable_release_segment_if_empty(ts_allocator *a, ts_segment *seg);
 /* Tear a segment down (allocator destroy); release_memory: give its memory to the backend. */

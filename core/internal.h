@@ -93,6 +93,9 @@ struct ts_segment {
      * retire_link chains the queue, then the retired list. */
     ts_segment *retire_link;
     uint8_t retire_state;
+    /* Expandable segments: a free found the segment's top free up to its end with an unmapped
+     * hole inside (expandable_drop_holed_top looks before the next request is placed). */
+    bool holed_top;
 };
 
 /* One physical handle mapped at [addr, addr + size) of a segment. */
@@ -185,6 +188,7 @@ struct ts_allocator {
     ts_segment *retire_queue;   /* live ranges found entirely free, to retire (pool.c queues) */
     ts_segment *retired;        /* retired ranges, their aliases still mapped */
     size_t retired_ranges;
+    bool holed_tops; /* some expandable segment has holed_top set */
     uint64_t peer_devices; /* bit d: device d was granted access to every mapping (peer access) */
 
     /* Observer (stats page segment map). */

@@ -138,6 +138,22 @@ size_t block_merge(ts_allocator *a, ts_block *dst, ts_block *src)
 
 /* --- the free path: PyTorch's free_block --------------------------------------------------- */
 
+/* Is b (free, merged) in its segment's free top, the run of free and unmapped blocks that ends
+ * the segment, and does that run hold a hole (an unmapped block with mapped memory after it)?
+ * Only a pressure-time retry makes such holes, so the walk runs only at the edge: b must touch
+ * a hole first, and the run alternates free and unmapped blocks, one hole in two blocks. */
+static bool top_is_holed(const ts_block *b)
+{
+    const bool hole_before = b->prev && b->prev->state == TS_BLOCK_UNMAPPED;
+    const bool hole_after = b->next && b->next->state == TS_BLOCK_UNMAPPED && b->next->next;
+    if (!hole_before && !hole_after)
+        return false;
+    for (const ts_block *r = b->next; r; r = r->next)
+        if (r->state != TS_BLOCK_FREE && r->state != TS_BLOCK_UNMAPPED)
+            return false;
+    return true;
+}
+
 void block_free_complete(ts_allocator *a, ts_block *b)
 {
     tessera_device_stats *st = a->st;
@@ -157,6 +173,10 @@ void block_free_complete(ts_allocator *a, ts_block *b)
         }
     }
     pool_insert_free(p, b);
+    if (a->cfg.defragment && b->seg->kind == TS_SEGMENT_EXPANDABLE && top_is_holed(b)) {
+        b->seg->holed_top = true;
+        a->holed_tops = true;
+    }
     if (b->seg->kind == TS_SEGMENT_STITCHED && !b->prev && !b->next && !b->seg->retire_state) {
         /* a stitched range entirely free: queued, so that its pages go back where they came from
          * before the next request is placed (stitch.c retires it) */
