@@ -10,7 +10,6 @@
 #include "core/handles.h"
 #include "core/hostcache.h"
 #include "core/inspect.h"
-#include "core/pause.h"
 #include "core/pool.h"
 #include "core/release.h"
 #include "core/stitch.h"

@@ -3,6 +3,7 @@
 #define TS_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -215,6 +216,19 @@ struct ts_allocator {
     void *pause_copy;
     size_t pause_bytes;
 };
+
+/* Forget a pause (pause.c): the saved bytes are dropped and the allocator is no longer paused.
+ * Its records still name the handles the pause destroyed, so the caller must not give them to
+ * the device (allocator destroy, which then leaves the ranges to the context's teardown). Here,
+ * so that the allocator's destroy needs nothing of pause.c, which is above it. */
+static inline void pause_drop(ts_allocator *a)
+{
+    if (a->pause_copy)
+        munmap(a->pause_copy, a->pause_bytes);
+    a->pause_copy = NULL;
+    a->pause_bytes = 0;
+    a->paused = false;
+}
 
 /* Record an allocator event in the history ring, when there is one: the only cost otherwise is
  * this predictable branch. */

@@ -29,7 +29,6 @@
 
 #include "core/internal.h"
 #include "core/history.h"
-#include "core/pause.h"
 #include "core/release.h"
 
 static uint64_t now_us(void)
@@ -312,15 +311,6 @@ done:
     a->observe_now = true;
     allocator_unlock(a);
     return rc;
-}
-
-void pause_drop(ts_allocator *a)
-{
-    if (a->pause_copy)
-        munmap(a->pause_copy, a->pause_bytes);
-    a->pause_copy = NULL;
-    a->pause_bytes = 0;
-    a->paused = false;
 }
 
 bool ts_allocator_paused(ts_allocator *a)
