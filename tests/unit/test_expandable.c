@@ -601,6 +601,48 @@ static void test_devmodel_refuses_ranges_that_are_not_whole_mappings(void **stat
     ts_devmodel_destroy(m);
 }
 
+/* The model's copies touch only the range asked: a copy of the first of two adjacent mappings
+ * writes nothing past its size in host memory and changes nothing of the second; nothing is read
+ * where nothing is mapped. */
+static void test_devmodel_copies_stop_at_the_range(void **state)
+{
+    (void)state;
+    ts_devmodel *m = ts_devmodel_create(64 * MiB, 0);
+    assert_non_null(m);
+    ts_backend be = ts_devmodel_backend(m, true, false);
+    uintptr_t va = 0;
+    uint64_t h[2], c0, c1, got;
+    assert_int_equal(be.vm_reserve(be.ctx, 8 * MiB, &va), TS_OK);
+    assert_int_equal(be.vm_create(be.ctx, 2 * MiB, &h[0]), TS_OK);
+    assert_int_equal(be.vm_create(be.ctx, 2 * MiB, &h[1]), TS_OK);
+    const ts_vm_piece pieces[2] = {{2 * MiB, h[0]}, {2 * MiB, h[1]}};
+    assert_int_equal(be.vm_map(be.ctx, va, pieces, 2), TS_OK);
+    assert_true(ts_devmodel_content(m, va, &c0));
+    assert_true(ts_devmodel_content(m, va + 2 * MiB, &c1));
+    assert_int_not_equal(c0, c1);
+    assert_false(ts_devmodel_content(m, va + 4 * MiB, &got));
+    char *host = calloc(1, 2 * MiB + 64);
+    assert_non_null(host);
+    assert_int_equal(be.copy_out(be.ctx, host, va, 2 * MiB), TS_OK);
+    for (size_t i = 2 * MiB; i < 2 * MiB + 64; i++)
+        assert_int_equal(host[i], 0);
+    memset(host + 2 * MiB, 0x5a, 64);
+    assert_int_equal(be.copy_in(be.ctx, va, host, 2 * MiB), TS_OK);
+    assert_true(ts_devmodel_content(m, va, &got));
+    assert_int_equal(got, c0);
+    assert_true(ts_devmodel_content(m, va + 2 * MiB, &got));
+    assert_int_equal(got, c1);
+    free(host);
+    assert_int_equal(be.vm_unmap(be.ctx, va, 4 * MiB), TS_OK);
+    assert_int_equal(be.vm_destroy(be.ctx, h[0]), TS_OK);
+    assert_int_equal(be.vm_destroy(be.ctx, h[1]), TS_OK);
+    assert_int_equal(be.vm_release(be.ctx, va, 8 * MiB), TS_OK);
+    ts_devmodel_counters c;
+    ts_devmodel_counters_get(m, &c);
+    assert_int_equal(c.invalid_calls, 0);
+    ts_devmodel_destroy(m);
+}
+
 /* --- pause and resume (core/pause.c) -------------------------------------------------------- */
 
 /* The content number every 2 MiB page of [p, p + size) reads (the device model's stand-in for
@@ -908,6 +950,7 @@ int main(void)
         cmocka_unit_test(test_es_max_split_does_not_grow_forever),
         cmocka_unit_test(test_stitch_when),
         cmocka_unit_test(test_peer_access_covers_every_mapping),
+        cmocka_unit_test(test_devmodel_copies_stop_at_the_range),
         cmocka_unit_test(test_pause_keeps_every_address),
         cmocka_unit_test(test_resume_on_a_full_device),
         cmocka_unit_test(test_pause_refusals),
