@@ -129,10 +129,13 @@ static int owned_restore(ts_allocator *a, const ts_backend *b, uint64_t *old)
                 break;
             ts_vm_piece piece = {.size = h->size, .handle = fresh};
             rc = b->vm_map(b->ctx, h->addr, &piece, 1);
-            if (rc == TS_OK)
+            const bool mapped = rc == TS_OK;
+            if (mapped)
                 rc = b->copy_in(b->ctx, h->addr, (const char *)a->pause_copy + off, h->size);
             if (rc != TS_OK) {
-                b->vm_unmap(b->ctx, h->addr, h->size); /* refused when the map failed: fine */
+                /* an unmap where the map failed is a call the driver refuses as invalid */
+                if (mapped)
+                    b->vm_unmap(b->ctx, h->addr, h->size);
                 b->vm_destroy(b->ctx, fresh);
                 break;
             }

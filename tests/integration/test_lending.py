@@ -530,10 +530,13 @@ class PauseResume(Shared):
         out = self.act("pause", p)
         self.assertEqual(out.returncode, 3, out)
         self.assertIn("device 0: refused: live memory in plain segments", out.stdout)
+        # the program's own call is refused alike, and says which device refused and why
+        self.assertEqual(p.ask("pause"), ["pause", "6"])
         self.assertEqual(p.value(f"check {plive} 0x99"), 1)
         usage = subprocess.run([STAT, "pause"], capture_output=True, text=True)
         self.assertEqual((usage.returncode, usage.stderr), (2, "tessera-stat: pause needs a pid\n"))
-        p.quit()
+        self.assertIn("tessera: tessera_pause: refused: device 0: live memory in plain segments",
+                      p.quit())
         a.quit()
 
     @unittest.skipUnless(os.geteuid() == 0, "needs root to run processes as another user")

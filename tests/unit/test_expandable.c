@@ -601,6 +601,48 @@ static void test_devmodel_refuses_ranges_that_are_not_whole_mappings(void **stat
     ts_devmodel_destroy(m);
 }
 
+/* The model's copies touch only the range asked: a copy of the first of two adjacent mappings
+ * writes nothing past its size in host memory and changes nothing of the second; nothing is read
+ * where nothing is mapped. */
+static void test_devmodel_copies_stop_at_the_range(void **state)
+{
+    (void)state;
+    ts_devmodel *m = ts_devmodel_create(64 * MiB, 0);
+    assert_non_null(m);
+    ts_backend be = ts_devmodel_backend(m, true, false);
+    uintptr_t va = 0;
+    uint64_t h[2], c0, c1, got;
+    assert_int_equal(be.vm_reserve(be.ctx, 8 * MiB, &va), TS_OK);
+    assert_int_equal(be.vm_create(be.ctx, 2 * MiB, &h[0]), TS_OK);
+    assert_int_equal(be.vm_create(be.ctx, 2 * MiB, &h[1]), TS_OK);
+    const ts_vm_piece pieces[2] = {{2 * MiB, h[0]}, {2 * MiB, h[1]}};
+    assert_int_equal(be.vm_map(be.ctx, va, pieces, 2), TS_OK);
+    assert_true(ts_devmodel_content(m, va, &c0));
+    assert_true(ts_devmodel_content(m, va + 2 * MiB, &c1));
+    assert_int_not_equal(c0, c1);
+    assert_false(ts_devmodel_content(m, va + 4 * MiB, &got));
+    char *host = calloc(1, 2 * MiB + 64);
+    assert_non_null(host);
+    assert_int_equal(be.copy_out(be.ctx, host, va, 2 * MiB), TS_OK);
+    for (size_t i = 2 * MiB; i < 2 * MiB + 64; i++)
+        assert_int_equal(host[i], 0);
+    memset(host + 2 * MiB, 0x5a, 64);
+    assert_int_equal(be.copy_in(be.ctx, va, host, 2 * MiB), TS_OK);
+    assert_true(ts_devmodel_content(m, va, &got));
+    assert_int_equal(got, c0);
+    assert_true(ts_devmodel_content(m, va + 2 * MiB, &got));
+    assert_int_equal(got, c1);
+    free(host);
+    assert_int_equal(be.vm_unmap(be.ctx, va, 4 * MiB), TS_OK);
+    assert_int_equal(be.vm_destroy(be.ctx, h[0]), TS_OK);
+    assert_int_equal(be.vm_destroy(be.ctx, h[1]), TS_OK);
+    assert_int_equal(be.vm_release(be.ctx, va, 8 * MiB), TS_OK);
+    ts_devmodel_counters c;
+    ts_devmodel_counters_get(m, &c);
+    assert_int_equal(c.invalid_calls, 0);
+    ts_devmodel_destroy(m);
+}
+
 /* --- pause and resume (core/pause.c) -------------------------------------------------------- */
 
 /* The content number every 2 MiB page of [p, p + size) reads (the device model's stand-in for
@@ -766,6 +808,140 @@ static void test_pause_refusals(void **state)
     fx_close(&f);
 }
 
+/* A device whose copies or synchronisation fail on the nth call (1: the next; 0: never), over the
+ * device model: the model's own calls, with these three in front. */
+static ts_backend failing_inner;
+static unsigned fail_copy_out_at, fail_copy_in_at, fail_sync_at;
+
+static bool fails_now(unsigned *at)
+{
+    return *at && --*at == 0;
+}
+
+static int failing_copy_out(void *ctx, void *host, uintptr_t dev, size_t size)
+{
+    return fails_now(&fail_copy_out_at) ? TS_EINVAL
+                                        : failing_inner.copy_out(ctx, host, dev, size);
+}
+
+static int failing_copy_in(void *ctx, uintptr_t dev, const void *host, size_t size)
+{
+    return fails_now(&fail_copy_in_at) ? TS_EINVAL : failing_inner.copy_in(ctx, dev, host, size);
+}
+
+static int failing_synchronize(void *ctx)
+{
+    return fails_now(&fail_sync_at) ? TS_EINVAL : failing_inner.synchronize(ctx);
+}
+
+/* fx_open with expandable segments of 2 MiB pages over that device. */
+static void open_failing(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    f->cfg = es_config();
+    f->cfg.expandable_page = 2 * MiB;
+    f->dev = ts_devmodel_create(1 * GiB, 0);
+    assert_non_null(f->dev);
+    failing_inner = ts_devmodel_backend(f->dev, true, false);
+    ts_backend be = failing_inner;
+    be.copy_out = failing_copy_out;
+    be.copy_in = failing_copy_in;
+    be.synchronize = failing_synchronize;
+    fail_copy_out_at = fail_copy_in_at = fail_sync_at = 0;
+    ts_stats_sink sink = {&f->page_stats, &f->page_seq};
+    ts_devmodel_watch_seq(f->dev, &f->page_seq);
+    f->a = ts_allocator_create(&f->cfg, &be, 0, sink);
+    assert_non_null(f->a);
+}
+
+/* This process's address space, in bytes (/proc/self/statm): the host copy of a pause that
+ * failed must be given back. */
+static size_t host_mapped(void)
+{
+    FILE *fp = fopen("/proc/self/statm", "r");
+    assert_non_null(fp);
+    unsigned long pages = 0;
+    assert_int_equal(fscanf(fp, "%lu", &pages), 1);
+    fclose(fp);
+    return (size_t)pages * 4096;
+}
+
+/* A pause whose synchronisation or copy fails is refused and changes nothing: the pages stay
+ * mapped with their bytes, no counter moves, the host copy is given back, and a later pause
+ * succeeds. */
+static void test_pause_device_failures(void **state)
+{
+    (void)state;
+    fixture f;
+    open_failing(&f);
+    const uintptr_t b = fx_alloc(&f, 64 * MiB);
+    uint64_t before[32], after[32];
+    contents_of(&f, b, 64 * MiB, before);
+    ts_devmodel_counters c;
+    for (int k = 0; k < 2; k++) {
+        if (k == 0)
+            fail_sync_at = 1;
+        else
+            fail_copy_out_at = 17; /* half way through the 32 pages */
+        const size_t host = host_mapped();
+        ts_pause_report r;
+        assert_int_equal(ts_allocator_pause(f.a, &r), TS_PAUSE_DEVICE);
+        assert_false(ts_allocator_paused(f.a));
+        assert_int_equal(r.saved, 0);
+        assert_true(host_mapped() < host + 16 * MiB); /* not the 64 MiB copy kept */
+        ts_devmodel_counters_get(f.dev, &c);
+        assert_int_equal(c.bytes_in_use, 64 * MiB);
+        assert_true(ts_devmodel_is_backed(f.dev, b, 64 * MiB));
+        contents_of(&f, b, 64 * MiB, after);
+        assert_memory_equal(before, after, sizeof before);
+        assert_int_equal(fx_stats(&f)->num_pauses, 0);
+        assert_int_equal(fx_stats(&f)->pause_saved_bytes, 0);
+    }
+    ts_devmodel_counters_get(f.dev, &c);
+    assert_int_equal(c.copied_out, 16 * 2 * MiB); /* the sixteen pages before the failure */
+    assert_int_equal(ts_allocator_pause(f.a, NULL), TS_PAUSE_OK);
+    assert_int_equal(ts_allocator_resume(f.a, NULL), TS_PAUSE_OK);
+    contents_of(&f, b, 64 * MiB, after);
+    assert_memory_equal(before, after, sizeof before);
+    fx_free(&f, b);
+    fx_close(&f);
+}
+
+/* A resume whose map or copy fails half way gives back every page it had mapped, makes no call
+ * the driver refuses (fx_close counts them) and stays paused with its bytes; the next resume
+ * brings them all back. */
+static void test_resume_device_failures(void **state)
+{
+    (void)state;
+    fixture f;
+    open_failing(&f);
+    const uintptr_t b = fx_alloc(&f, 10 * MiB);
+    uint64_t before[5], after[5];
+    contents_of(&f, b, 10 * MiB, before);
+    ts_devmodel_counters c;
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(ts_allocator_pause(f.a, NULL), TS_PAUSE_OK);
+        if (k == 0)
+            ts_devmodel_fail_vm_map_after(f.dev, 3); /* the third page of five */
+        else
+            fail_copy_in_at = 3;
+        assert_int_equal(ts_allocator_resume(f.a, NULL), TS_PAUSE_DEVICE);
+        assert_true(ts_allocator_paused(f.a));
+        ts_devmodel_counters_get(f.dev, &c);
+        assert_int_equal(c.bytes_in_use, 0);
+        assert_int_equal(c.invalid_calls, 0);
+        assert_false(ts_devmodel_is_backed(f.dev, b, 2 * MiB));
+        assert_int_equal(fx_stats(&f)->num_resumes, k);
+        assert_int_equal(ts_allocator_resume(f.a, NULL), TS_PAUSE_OK);
+        assert_int_equal(fx_stats(&f)->num_resumes, k + 1);
+        contents_of(&f, b, 10 * MiB, after);
+        assert_memory_equal(before, after, sizeof before);
+        fx_check(&f);
+    }
+    fx_free(&f, b);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -783,9 +959,12 @@ int main(void)
         cmocka_unit_test(test_es_max_split_does_not_grow_forever),
         cmocka_unit_test(test_stitch_when),
         cmocka_unit_test(test_peer_access_covers_every_mapping),
+        cmocka_unit_test(test_devmodel_copies_stop_at_the_range),
         cmocka_unit_test(test_pause_keeps_every_address),
         cmocka_unit_test(test_resume_on_a_full_device),
         cmocka_unit_test(test_pause_refusals),
+        cmocka_unit_test(test_pause_device_failures),
+        cmocka_unit_test(test_resume_device_failures),
         cmocka_unit_test(test_es_model),
     };
     return cmocka_run_group_tests_name("expandable", tests, NULL, NULL);
