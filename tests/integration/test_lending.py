@@ -538,6 +538,11 @@ class PauseResume(Shared):
         self.assertIn("tessera: tessera_pause: refused: device 0: live memory in plain segments",
                       p.quit())
         a.quit()
+        # its page is kept after it exited (TESSERA_STATS_KEEP): nobody answers there
+        out = self.act("resume", a)
+        self.assertEqual(out.returncode, 3, out)
+        self.assertEqual(out.stderr, f"tessera-stat: cannot ask process {a.proc.pid} to resume "
+                                     "it: it has exited\n")
 
     @unittest.skipUnless(os.geteuid() == 0, "needs root to run processes as another user")
     def test_another_users_process_refused(self):
