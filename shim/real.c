@@ -68,6 +68,9 @@ static void route_add(void *real, void *hook)
             return;
     if (nroutes < ROUTE_MAX)
         routes[nroutes++] = (route){real, hook};
+    else /* a hook list grown past the table: that alias would reach the driver unhooked */
+        ts_log_once(routes, "internal: the routing table is full (%d): raise ROUTE_MAX",
+                    ROUTE_MAX);
 }
 
 enum { INIT_NONE = 0, INIT_RUNNING = 1, INIT_DONE = 2 };
