@@ -238,11 +238,12 @@ int ts_allocator_pause(ts_allocator *a, ts_pause_report *out)
     a->pause_bytes = saved;
     a->paused = true;
     given += saved;
-    counter_add(a, &a->st->num_pauses, 1);
-    counter_add(a, &a->st->pause_saved_bytes, (int64_t)saved);
 done:
-    if (rc == TS_PAUSE_OK)
+    if (rc == TS_PAUSE_OK) { /* a pause of nothing mapped is a pause too: its calls wait */
+        counter_add(a, &a->st->num_pauses, 1);
+        counter_add(a, &a->st->pause_saved_bytes, (int64_t)saved);
         counter_add(a, &a->st->pause_time, (int64_t)(now_us() - t0));
+    }
     report(a, out, rc == TS_PAUSE_OK ? saved : 0, given, t0);
     a->observe_now = given > 0;
     allocator_unlock(a);
@@ -263,8 +264,8 @@ int ts_allocator_resume(ts_allocator *a, ts_pause_report *out)
         goto done;
     }
     if (a->pause_bytes == 0) {
-        a->paused = false;
-        goto done;
+        pause_drop(a);
+        goto resumed;
     }
     size_t nowned = 0;
     for (ts_segment *s = seg_first(a); s; s = seg_next(s))
@@ -305,6 +306,7 @@ int ts_allocator_resume(ts_allocator *a, ts_pause_report *out)
     }
     restored = a->pause_bytes;
     pause_drop(a);
+resumed:
     counter_add(a, &a->st->num_resumes, 1);
     counter_add(a, &a->st->pause_time, (int64_t)(now_us() - t0));
 done:

@@ -807,7 +807,10 @@ static void test_pause_refusals(void **state)
     assert_int_equal(ts_allocator_pause(f.a, &r), TS_PAUSE_OK);
     assert_int_equal(r.saved, 0);
     assert_true(ts_allocator_paused(f.a));
+    assert_int_equal(fx_stats(&f)->num_pauses, 1); /* counted: the page says it is paused */
     assert_int_equal(ts_allocator_resume(f.a, NULL), TS_PAUSE_OK);
+    assert_int_equal(fx_stats(&f)->num_resumes, 1);
+    assert_false(ts_allocator_paused(f.a));
     fx_close(&f);
 }
 
