@@ -417,6 +417,10 @@ def main():
                          "(repeatable)")
     ap.add_argument("--survivors-of", metavar="JSON",
                     help="only the mutants an earlier run (its --json) left alive")
+    ap.add_argument("--tests", action="append", default=[], metavar="PREFIX=T1,T2",
+                    help="judge the mutants of files whose path starts with PREFIX by these "
+                         "tests only, with no coverage pass (repeatable; a subset of the tests "
+                         "that execute a line: a survivor may still be killed by another)")
     ap.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     ap.add_argument("--json", help="write every mutant's verdict to this file")
     args = ap.parse_args()
@@ -465,9 +469,18 @@ def main():
     if not mutants:
         return 0
 
+    chosen = {}
+    for spec in args.tests:
+        prefix, _, names = spec.partition("=")
+        if not prefix or not names:
+            ap.error("--tests wants PREFIX=TEST,TEST...")
+        chosen[prefix] = [t for t in names.split(",") if t]
+    if chosen and any(not any(m.file.startswith(p) for p in chosen) for m in mutants):
+        ap.error("--tests names no tests for some of the files")
     # the lines of every file named, not only of the mutants chosen: a later run with another
     # sample, --only or --survivors-of reuses the pass
-    cov = coverage_map(args.coverage_build, sorted(set(files)), log)
+    cov = coverage_map(args.coverage_build, sorted(set(files)), log) if not chosen else \
+        {"tests": {}, "info": {}}
     failing = {t for t, i in cov["info"].items() if not i["ok"]}
     if failing:
         log("mutants: these tests fail without any mutant and judge none: " +
@@ -485,6 +498,8 @@ def main():
                             if t not in failing and
                             not set(span).isdisjoint(by_src.get(m.file, []))),
                            key=lambda t: cov["info"][t]["seconds"])
+            if chosen:
+                tests = next(v for p, v in chosen.items() if m.file.startswith(p))
             path = os.path.join(ROOT, m.file)
             if m.file not in originals:
                 with open(path) as fh:

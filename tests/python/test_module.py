@@ -280,6 +280,17 @@ class Pause(Base):
         self.assertEqual((facts["pauses"], facts["saved"], facts["resumes"]), (1, 8 * MiB, 1))
         self.assertTrue(facts["intact"], facts)
 
+    def test_a_page_without_a_channel_is_not_asked(self):
+        # a page of a tessera older than the channel (layout 2), and one that names none
+        for kind, why in (("layout2", "an older tessera"), ("valid", "its stats page names none")):
+            with self.subTest(kind=kind):
+                p = self.sleeper()
+                self.forge(kind, p.pid)
+                with self.assertRaises(tessera.PauseError) as cm:
+                    tessera.pause(p.pid, dir=self.dir)
+                self.assertEqual(str(cm.exception), "tessera-stat: process %d has no control "
+                                 "channel to ask (%s)" % (p.pid, why))
+
     def test_resume_of_a_process_not_paused_raises(self):
         gone = subprocess.Popen(["true"])
         gone.wait()
