@@ -8,7 +8,8 @@
  * until ts_gate_open. Entering announces itself first (inside + 1) and looks at `closed` second;
  * closing sets `closed` first and waits for `inside` to reach 0 second. Both sides are
  * sequentially consistent, so at least one of them sees the other: either the closer waits for
- * the caller, or the caller sees the gate closed, steps back out and waits.
+ * the caller, or the caller sees the gate closed, steps back out and waits. So `inside` is only
+ * read until it is seen 0 once: after that, a non-zero count is a caller on its way back out.
  *
  * A call already inside when the gate closes (a synchronise waiting for a long kernel) is waited
  * for, but only so long: ts_gate_close gives up after its timeout, opens the gate again and says
@@ -94,6 +95,14 @@ void ts_gate_open(void)
     pthread_mutex_unlock(&gate_lock);
 }
 
+/* CLOCK_MONOTONIC, in ns: the close's deadline, which no change of the wall clock moves. */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int ts_gate_close(uint64_t timeout_ns)
 {
     pthread_once(&atfork_once, atfork_register);
@@ -102,19 +111,29 @@ int ts_gate_close(uint64_t timeout_ns)
         pthread_mutex_unlock(&gate_lock);
         return -EALREADY;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until); /* pthread_cond_timedwait's clock */
-    until.tv_sec += (time_t)(timeout_ns / 1000000000u);
-    until.tv_nsec += (long)(timeout_ns % 1000000000u);
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
+    const uint64_t deadline = mono_ns() + timeout_ns;
+    /* Waits of at most 50 ms, the deadline judged on the monotonic clock: what the condition
+     * variable's wait returns (a timeout on the wall clock, which may jump; or a spurious
+     * wake-up) decides nothing, so the gate gives up only once the deadline truly passed. */
+    /* Once inside was seen 0 with the gate shut, it is empty for good: a thread that adds
+     * itself afterwards sees the gate shut and steps out again without making its call, so a
+     * later non-zero reading is such a passer-by, never a call (read once, never again). */
+    bool empty;
+    for (;;) {
+        empty = __atomic_load_n(&inside, __ATOMIC_SEQ_CST) == 0;
+        const uint64_t now = mono_ns();
+        if (empty || now >= deadline)
+            break;
+        uint64_t step = deadline - now < 50000000u ? deadline - now : 50000000u;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until); /* pthread_cond_timedwait's clock */
+        until.tv_nsec += (long)step;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&gate_left, &gate_lock, &until);
     }
-    int rc = 0;
-    while (rc == 0 && __atomic_load_n(&inside, __ATOMIC_SEQ_CST) != 0)
-        rc = pthread_cond_timedwait(&gate_left, &gate_lock, &until);
-    /* the last one may have left just as the wait timed out */
-    bool empty = __atomic_load_n(&inside, __ATOMIC_SEQ_CST) == 0;
     if (!empty) {
         __atomic_store_n(&closed, 0, __ATOMIC_SEQ_CST);
         pthread_cond_broadcast(&gate_opened);
