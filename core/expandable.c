@@ -420,11 +420,11 @@ void expandable_drop_holed_tops(ts_allocator *a)
                 a->be.synchronize(a->be.ctx);
             }
         }
-        for (ts_block *nb; b; b = nb) {
-            nb = b->next;
+        /* b survives its unmap (it absorbs the unmapped neighbours on both sides, which go):
+         * its next is looked up only afterwards */
+        for (; b; b = b->next)
             if (b->state == TS_BLOCK_FREE)
                 expandable_unmap_free_block(a, b);
-        }
         expandable_release_segment_if_empty(a, seg);
     }
 }
