@@ -517,6 +517,23 @@ static void on_signal(int sig)
     (void)sig;
 }
 
+/* Run fn(arg) in a thread and send it SIGUSR1 (a handler that does nothing, no SA_RESTART)
+ * every `every_ns` until it sets *done: what a profiler's timer does to a program's threads. */
+static void run_under_signals(void *(*fn)(void *), void *arg, const int *done, long every_ns)
+{
+    struct sigaction sa = {.sa_handler = on_signal}, old;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fn, arg), 0);
+    while (!__atomic_load_n(done, __ATOMIC_ACQUIRE)) {
+        pthread_kill(t, SIGUSR1);
+        nanosleep(&(struct timespec){0, every_ns}, NULL);
+    }
+    pthread_join(t, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+}
+
 typedef struct connecting {
     ts_ctl_address a;
     int rc, done;
@@ -559,17 +576,7 @@ static void test_connect_errors_are_not_an_exit(void **state)
         }
         nfill++;
     }
-    struct sigaction sa = {.sa_handler = on_signal}, old;
-    sigemptyset(&sa.sa_mask);
-    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, connect_thread, &k), 0);
-    while (!__atomic_load_n(&k.done, __ATOMIC_ACQUIRE)) {
-        pthread_kill(t, SIGUSR1);
-        nanosleep(&(struct timespec){0, 10000000}, NULL);
-    }
-    pthread_join(t, NULL);
-    sigaction(SIGUSR1, &old, NULL);
+    run_under_signals(connect_thread, &k, &k.done, 10000000);
     while (nfill > 0)
         close(fill[--nfill]);
     close(lfd);
@@ -647,17 +654,7 @@ static void test_call_survives_signals(void **state)
 {
     (void)state;
     slow_call k = {.c = connected()};
-    struct sigaction sa = {.sa_handler = on_signal}, old;
-    sigemptyset(&sa.sa_mask);
-    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, call_slow, &k), 0);
-    while (!__atomic_load_n(&k.done, __ATOMIC_ACQUIRE)) {
-        pthread_kill(t, SIGUSR1);
-        nanosleep(&(struct timespec){0, 5000000}, NULL);
-    }
-    pthread_join(t, NULL);
-    sigaction(SIGUSR1, &old, NULL);
+    run_under_signals(call_slow, &k, &k.done, 5000000);
     ts_ctl_close(k.c);
     assert_int_equal(k.rc, sizeof k.ans);
     assert_string_equal(k.ans.body, "patient");
