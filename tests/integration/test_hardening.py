@@ -382,7 +382,16 @@ class ForeignPages(Base):
         idle = counted([STAT, "--dir", empty, "--prometheus"])
         out = counted([STAT, "--dir", self.env.stats_dir, "--prometheus"])  # 120 s: a hang guard
         self.assertEqual(out.returncode, 0, out.stderr[-300:])
-        self.assertLess(len(out.stdout), 12 << 20, "scrape body")  # unbounded: about 50 MB
+        # the body, bounded by what a scrape of 33 such pages prints (32 of theirs and mine),
+        # measured here rather than fixed, so a counter added to the page cannot break it;
+        # unbounded, all 151 pages are printed (over four times as much)
+        one = os.path.join(self.env.tmp, "one")
+        os.mkdir(one)
+        plant_sparse(os.path.join(one, f"tessera.{mine.pid}"), page, mine.pid)
+        page_body = len(counted([STAT, "--dir", one, "--prometheus"]).stdout) - len(idle.stdout)
+        self.assertGreater(page_body, 16 * 1000)  # 16 slots' counters were printed
+        self.assertLess(len(out.stdout), len(idle.stdout) + (512 // 16 + 1) * page_body * 1.1,
+                        "scrape body")
         # bounded in bytes read, which load cannot change (a time would): every page's header
         # and its owner's /proc files, then 512 of their slots and mine, each a slot head
         # (these record no map); unbounded, all 2,400 slots are read (over twice the bytes)
