@@ -170,16 +170,18 @@ const key_desc cfg_keys[KEY_COUNT] = {
         .name = "handle_policy", .kind = KIND_CHOICE, .flags = F_TESSERA,
         .offset = FIELD(handle_policy), .def.u = TS_HANDLES_PAGE, .choices = handle_choices,
         .help = "How expandable segments cut new memory into physical handles. page: one per "
-                "page (PyTorch's). geometric: halving towards the end of each growth, about "
-                "log2(growth / page) + 1 handles: fewer driver calls, coarser give-back. "
-                "coarse: handles of large_segment_size_mb, the rest of a growth in one: about "
-                "PyTorch's driver calls with small pages, give-back and stitching by 20 MiB.",
+                "page (PyTorch's; the default without defragment). geometric: halving towards "
+                "the end of each growth, about log2(growth / page) + 1 handles. coarse (the "
+                "default with defragment): handles of large_segment_size_mb, the rest of a "
+                "growth in one: about PyTorch's driver calls with small pages. Stitching lends "
+                "any whole page of any handle; memory goes back to the device a whole handle at "
+                "a time, so larger handles give back more coarsely.",
     },
     [KEY_GROWTH_BATCH_MB] = {
         .name = "growth_batch_mb", .kind = KIND_MIB, .flags = F_TESSERA,
         .offset = FIELD(growth_batch), .min = 0, .def.u = 0,
         .range = "an integer number of MiB, 0 to map only what each growth needs",
-        .help = "With defragment (a handle per page), a segment that grows at its end right "
+        .help = "With defragment and handle_policy:page, a segment that grows at its end right "
                 "where its last growth ended maps ahead to whole batches of this size: one "
                 "access grant per batch instead of one per growth, and the next requests served "
                 "with no driver call. Fewer calls, the same driver time (a GPU charges a grant "

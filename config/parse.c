@@ -700,7 +700,7 @@ static int walk(parser *p)
 }
 
 /* tessera's default policy, for a string (or no string) that says nothing about expandable
- * segments, stitching or defragment: defragment (a handle per 2 MiB page, growth in batches) with
+ * segments, stitching or defragment: defragment (2 MiB pages in coarse handles) with
  * stitching only under pressure, chosen by the rule in docs/BENCHMARKS.md ("The default at the
  * floor"). Any of those three keys, in any variable, gives the policy it names instead:
  * expandable_segments:False is PyTorch's policy, expandable_segments:True PyTorch's expandable
@@ -748,6 +748,10 @@ int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_co
         if (!(p.given & (UINT64_C(1) << KEY_STITCHING)))
             p.cfg.stitching = true;
     }
+    /* defragment grows in coarse handles (few driver calls) and stitches by pages, which lend
+     * from any handle: the floor of a handle per page at a tenth of its driver time */
+    if (p.cfg.defragment && !(p.given & (UINT64_C(1) << KEY_HANDLE_POLICY)))
+        p.cfg.handle_policy = TS_HANDLES_COARSE;
     /* Stitching maps pages of expandable segments: it cannot run without them. A string that
      * asks for both is refused (strict) or has expandable segments win over the "False". */
     if (p.cfg.stitching && !p.cfg.expandable_segments &&

@@ -296,6 +296,26 @@ static ts_block *alloc_block(ts_allocator *a, ts_pool *p, size_t size, size_t al
     return segment_new_plain(a, p, alloc_size, stream);
 }
 
+/* Under pressure, with handles larger than a page: a request that the free pages on its stream
+ * nearly hold (a stitch lacks some) and the device cannot serve whole: map only what the pages
+ * lack, then stitch them and it. Without it, the memory lacking would have to come from giving
+ * back free pages, which such a handle allows only when it is free whole. */
+static ts_block *stitch_topped(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
+{
+    /* (a handle per page: any free page can go back, and the retry's give-back does that) */
+    if (!a->cfg.stitching || a->handle_per_page || size < a->cfg.stitch_min_block)
+        return NULL;
+    const size_t have = stitch_free_pages(a, p, stream);
+    if (have == 0 || have >= size)
+        return NULL; /* nothing to stitch to, or the stitch failed for another reason */
+    const size_t page = expandable_page_of(a, p);
+    const size_t lack = (size - have + page - 1) / page * page;
+    if (!cap_allows(a, lack) || !expandable_grow_free(a, p, lack, stream))
+        return NULL;
+    ts_block *b = pool_find_best(a, p, size, stream);
+    return b ? b : stitch_alloc(a, p, size, stream);
+}
+
 /* b was found for a request but may not be handed out yet (it was freed since the last order
  * point and a capture keeps one from being made): keep it cached and take a new plain segment,
  * which no earlier work can have touched. NULL when that fails too. */
@@ -500,6 +520,8 @@ int ts_malloc_try(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out
         /* Under pressure: gather free pages before anything that waits for the device. */
         if (!b && !stitch_first)
             b = stitch_alloc(a, p, rounded, stream);
+        if (!b && !stitch_first)
+            b = stitch_topped(a, p, rounded, stream);
         /* defragment, memory short: a small request takes a free piece of the large pool
          * (pieces smaller than a page are the large pool's waste, and a small-pool page taken
          * now would be taken from the large pool's next step) */
@@ -518,11 +540,16 @@ int ts_malloc_try(ts_allocator *a, size_t size, uintptr_t stream, uintptr_t *out
         /* defragment gives back only what the request lacks first, other pools' and streams'
          * memory before its own segment's (release.c): pages the request's segment uses again
          * are not unmapped only to be mapped again at its end */
-        if (!b && a->cfg.defragment && release_for_request(a, p, rounded, stream))
+        if (!b && a->cfg.defragment && release_for_request(a, p, rounded, stream)) {
             b = alloc_block(a, p, rounded, alloc_size, stream, true);
+            if (!b) /* what went back is less than the request, not than what it lacks */
+                b = stitch_topped(a, p, rounded, stream);
+        }
         if (!b && !backend_capturing(a)) {
             release_cached_blocks(a);
             b = alloc_block(a, p, rounded, alloc_size, stream, true);
+            if (!b)
+                b = stitch_topped(a, p, rounded, stream);
         }
     }
     if (b && !reuse_ready(a, b))

@@ -266,6 +266,7 @@ typedef struct ts_backing_piece {
     uintptr_t addr; /* where the handle is mapped in this process */
     size_t size;
     uint64_t handle; /* the backend's handle (vm_create) */
+    size_t offset;   /* where in the handle the mapping starts */
 } ts_backing_piece;
 int ts_lookup_backing(ts_allocator *a, uintptr_t addr, ts_segment_info *seg, ts_block_info *blk,
                       ts_backing_piece *pieces, size_t max, size_t *npieces);

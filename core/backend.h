@@ -37,10 +37,13 @@ typedef enum ts_status {
 /* Opaque handle to a recorded fence (events on every stream the backend tracks). */
 typedef uint64_t ts_fence;
 
-/* One physical handle for vm_map: mapped whole, over size bytes. */
+/* One mapping for vm_map: size bytes of a physical handle from offset bytes into it (whole
+ * pages; a handle may be mapped in several places, whole or in parts, and every mapping is
+ * unmapped whole: CUDA's rules for cuMemMap and cuMemUnmap). */
 typedef struct ts_vm_piece {
     size_t size;
     uint64_t handle;
+    size_t offset;
 } ts_vm_piece;
 
 typedef struct ts_backend {
@@ -78,8 +81,8 @@ typedef struct ts_backend {
      * capture too): any of those could invalidate the capture. */
     int (*capture_active)(void *ctx);
 
-    /* Virtual memory (optional; all or none). vm_map maps n whole physical handles back to
-     * back from va (pieces[i].handle over pieces[i].size bytes), then grants read-write access
+    /* Virtual memory (optional; all or none). vm_map maps n pieces of physical handles back to
+     * back from va (pieces[i].size bytes of pieces[i].handle from pieces[i].offset), then grants read-write access
      * to the owning device (and the devices of vm_peer_add) over the whole range in one grant:
      * a grant costs about as much for one handle as for twenty, so the core maps what it can
      * in one call. All or nothing: when it fails, nothing it mapped stays mapped. */

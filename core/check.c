@@ -59,8 +59,19 @@ static int check_block_tiling(const ts_segment *seg, const ts_block *b, uintptr_
     return 0;
 }
 
+/* Is [lo, hi) mapped throughout in seg, mapping after mapping? */
+static bool range_mapped(ts_segment *seg, uintptr_t lo, uintptr_t hi)
+{
+    ts_handle_rec *h =
+        handle_of_node(ts_tree_floor(&seg->handles, lo, UINT64_MAX, UINT64_MAX));
+    uintptr_t at = lo;
+    for (; h && h->addr <= at && at < hi; h = handle_of_node(ts_tree_next(&h->node)))
+        at = h->addr + h->size;
+    return at >= hi;
+}
+
 /* A LENT block: in a virtual-memory segment, listed by the stitched range it backs, lent only
- * to a newer range (no lending cycle), and exactly whole handles. */
+ * to a newer range (no lending cycle), and exactly whole pages, all mapped. */
 static int check_lent_block(ts_segment *seg, const ts_block *b, char *why, size_t whylen)
 {
     if (seg->kind == TS_SEGMENT_PLAIN || !b->lent_to || b->lent_to->kind != TS_SEGMENT_STITCHED)
@@ -74,10 +85,10 @@ static int check_lent_block(ts_segment *seg, const ts_block *b, char *why, size_
     if (b->lent_to->stitch_serial <= seg->stitch_serial)
         return check_fail(why, whylen, "lent block %#" PRIxPTR " lent to a range "
                           "not newer than its own segment (a lending cycle)", b->addr);
-    uintptr_t lo, hi;
-    if (!segment_whole_handles(seg, b->addr, b->addr + b->size, &lo, &hi) || lo != b->addr ||
-        hi != b->addr + b->size)
-        return check_fail(why, whylen, "lent block %#" PRIxPTR " not whole handles", b->addr);
+    if (b->addr % seg->page_size || b->size % seg->page_size ||
+        !range_mapped(seg, b->addr, b->addr + b->size))
+        return check_fail(why, whylen, "lent block %#" PRIxPTR " not whole mapped pages",
+                          b->addr);
     return 0;
 }
 

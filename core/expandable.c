@@ -150,6 +150,7 @@ static size_t es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, siz
     if (made == n)
         for (; created < n; created++) {
             pieces[created].size = sizes[created];
+            pieces[created].offset = 0;
             if (a->be.vm_create(a->be.ctx, sizes[created], &pieces[created].handle) != TS_OK)
                 break;
         }
@@ -167,6 +168,7 @@ static size_t es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, siz
             recs[i]->addr = addr + bytes;
             recs[i]->size = sizes[i];
             recs[i]->handle = pieces[i].handle;
+            recs[i]->offset = 0;
             recs[i]->node.k0 = addr + bytes;
             ts_tree_insert(&seg->handles, &recs[i]->node);
         }
@@ -285,6 +287,18 @@ static ts_block *es_find(ts_allocator *a, ts_pool *p, size_t size, uint64_t stre
             return c;
     }
     return es_create(a, p, stream);
+}
+
+bool expandable_grow_free(ts_allocator *a, ts_pool *p, size_t bytes, uint64_t stream)
+{
+    for (ts_node *n = ts_tree_lower_bound(&p->unmapped, stream, 0, 0); n && n->k0 == stream;
+         n = ts_tree_next(n)) {
+        ts_block *c = block_of_node(n);
+        if (c->size >= bytes)
+            return es_map_block(a, c, bytes);
+    }
+    ts_block *c = es_create(a, p, stream);
+    return c && c->size >= bytes && es_map_block(a, c, bytes);
 }
 
 ts_block *expandable_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)

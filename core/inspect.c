@@ -87,7 +87,7 @@ int ts_lookup_backing(ts_allocator *a, uintptr_t addr, ts_segment_info *seg_out,
                 if (h->addr + h->size <= b->addr)
                     continue;
                 if (pieces && n < max)
-                    pieces[n] = (ts_backing_piece){h->addr, h->size, h->handle};
+                    pieces[n] = (ts_backing_piece){h->addr, h->size, h->handle, h->offset};
                 n++;
             }
         }

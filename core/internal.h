@@ -99,12 +99,16 @@ struct ts_segment {
     bool holed_top;
 };
 
-/* One physical handle mapped at [addr, addr + size) of a segment. */
+/* One mapping at [addr, addr + size) of a segment: size bytes of a physical handle from offset
+ * bytes into it. An expandable segment's own handles are mapped whole (offset 0, size the
+ * handle's); a stitched segment's aliases may map any whole pages of one. Each record is one
+ * mapping, unmapped whole. */
 typedef struct ts_handle_rec {
     ts_node node; /* key (addr, 0, 0) */
     uintptr_t addr;
     size_t size;
     uint64_t handle;
+    size_t offset;
 } ts_handle_rec;
 
 /* One of the two pools (small: rounded size <= 1 MiB; large). */

@@ -295,7 +295,7 @@ int ts_allocator_resume(ts_allocator *a, ts_pause_report *out)
         for (ts_handle_rec *h = rec_first(s); h; h = rec_next(h)) {
             handle_pair key = {.old = h->handle};
             handle_pair *p = bsearch(&key, pairs, nowned, sizeof *pairs, pair_cmp);
-            ts_vm_piece piece = {.size = h->size, .handle = p ? p->fresh : 0};
+            ts_vm_piece piece = {.size = h->size, .handle = p ? p->fresh : 0, .offset = h->offset};
             /* an alias whose page cannot be mapped again would read as unmapped memory: a
              * failure here is the device's, and is said (the owners are back, so it stays) */
             if (!p || b->vm_map(b->ctx, h->addr, &piece, 1) != TS_OK)

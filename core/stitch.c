@@ -33,10 +33,13 @@
 #include "core/handles.h"
 #include "core/pool.h"
 
-/* A run of whole handles inside a free block of an expandable or stitched segment. */
+/* A run of whole pages inside a free block of an expandable or stitched segment. A page may be
+ * part of a larger handle: it is lent as that part (CUDA maps a handle from any whole page of
+ * it, and in several places at once), so how a segment cut its memory into handles decides how
+ * it gives memory back, never what it can lend. */
 typedef struct handle_run {
     ts_block *b;
-    uintptr_t lo, hi; /* whole handles [lo, hi); the taken prefix is [lo, take_hi) */
+    uintptr_t lo, hi; /* whole pages [lo, hi); the taken prefix is [lo, take_hi) */
     uintptr_t take_hi;
 } handle_run;
 
@@ -50,7 +53,7 @@ typedef struct stitch_runs {
 } stitch_runs;
 
 /* Metadata a stitch needs before it changes anything: two neighbour blocks per run it carves
- * (spare) and one record per handle it maps (alias). */
+ * (spare) and one record per mapping it makes (alias: a handle, or the part of one in a run). */
 typedef struct stitch_meta {
     ts_block **spare;
     ts_handle_rec **alias;
@@ -85,7 +88,20 @@ static bool tail_better(const ts_block *tail, size_t size, const ts_block *best)
     return !best || tail->size > best->size || (tail->size == best->size && tail->addr < best->addr);
 }
 
-/* Gather the runs of whole free handles in this stream's free blocks, and the best range to grow
+/* The whole pages of [lo, hi) in seg: [*run_lo, *run_hi), or false when there is none. */
+static bool segment_whole_pages(const ts_segment *seg, uintptr_t lo, uintptr_t hi,
+                                uintptr_t *run_lo, uintptr_t *run_hi)
+{
+    const size_t page = seg->page_size;
+    const uintptr_t first = (lo + page - 1) / page * page, end = hi / page * page;
+    if (first >= end)
+        return false;
+    *run_lo = first;
+    *run_hi = end;
+    return true;
+}
+
+/* Gather the runs of whole free pages in this stream's free blocks, and the best range to grow
  * in place for size bytes. false when host memory ran out (r->v is then freed). */
 static bool runs_gather(ts_pool *p, size_t size, uint64_t stream, stitch_runs *r)
 {
@@ -103,8 +119,8 @@ static bool runs_gather(ts_pool *p, size_t size, uint64_t stream, stitch_runs *r
         if (tail_better(b, size, r->tail))
             r->tail = b;
         uintptr_t lo, hi;
-        if (!segment_whole_handles(b->seg, b->addr, b->addr + b->size, &lo, &hi))
-            continue; /* no whole handle */
+        if (!segment_whole_pages(b->seg, b->addr, b->addr + b->size, &lo, &hi))
+            continue; /* no whole page */
         if (r->n == r->cap) {
             handle_run *v = realloc(r->v, 2 * r->cap * sizeof *v);
             if (!v)
@@ -127,9 +143,26 @@ static bool run_lendable(const handle_run *run, const ts_segment *self, uint64_t
     return seg != self && (seg->kind == TS_SEGMENT_EXPANDABLE || seg->stitch_serial < serial);
 }
 
-/* Take whole handles, smallest runs first, from the low end of each lendable run, until at least
+/* The mapping of seg's that holds the byte at addr (mapped: a free block's). */
+static ts_handle_rec *handle_at(ts_segment *seg, uintptr_t addr)
+{
+    return handle_of_node(ts_tree_floor(&seg->handles, addr, UINT64_MAX, UINT64_MAX));
+}
+
+/* How many mappings [lo, hi) of seg is cut into: one per handle (or alias) it touches. */
+static size_t run_pieces(ts_segment *seg, uintptr_t lo, uintptr_t hi)
+{
+    size_t n = 0;
+    for (ts_handle_rec *h = handle_at(seg, lo); h && h->addr < hi;
+         h = handle_of_node(ts_tree_next(&h->node)))
+        n++;
+    return n;
+}
+
+/* Take whole pages, smallest runs first, from the low end of each lendable run, until at least
  * need bytes are taken. Returns the bytes taken (less than need when the runs hold too few) and
- * sets the runs used and handles taken; the taken runs are those with take_hi > lo. */
+ * sets the runs used and the mappings the taken pages need; the taken runs are those with
+ * take_hi > lo. */
 static size_t runs_take(stitch_runs *r, size_t need, const ts_segment *self, uint64_t serial,
                         size_t *used, size_t *nhandles)
 {
@@ -140,12 +173,11 @@ static size_t runs_take(stitch_runs *r, size_t need, const ts_segment *self, uin
         run->take_hi = run->lo;
         if (taken >= need || !run_lendable(run, self, serial))
             continue;
-        ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&run->b->seg->handles, run->lo, 0, 0));
-        for (; h && h->addr < run->hi && taken < need; h = handle_of_node(ts_tree_next(&h->node))) {
-            taken += h->size;
-            run->take_hi = h->addr + h->size;
-            ++*nhandles;
-        }
+        const size_t page = run->b->seg->page_size;
+        const size_t want = (need - taken + page - 1) / page * page;
+        run->take_hi = run->hi - run->lo > want ? run->lo + want : run->hi;
+        taken += run->take_hi - run->lo;
+        *nhandles += run_pieces(run->b->seg, run->lo, run->take_hi);
         ++*used;
     }
     return taken;
@@ -177,9 +209,10 @@ static void meta_put(ts_allocator *a, stitch_meta *m, size_t kept)
     free(m->spare);
 }
 
-/* Map the taken handles, in run order, at va onwards, in one vm_map, filling one alias record
- * each. Returns how many were mapped: all of them, or none when the device refused (vm_map maps
- * all or nothing). */
+/* Map the taken pages, in run order, at va onwards, in one vm_map: a piece per handle (or
+ * alias) they lie in, from the taken pages' place in it, filling one alias record each. Returns
+ * how many were mapped: all of them, or none when the device refused (vm_map maps all or
+ * nothing). */
 static size_t runs_map(ts_allocator *a, const stitch_runs *r, uintptr_t va, stitch_meta *m)
 {
     ts_vm_piece *pieces = malloc(m->nalias * sizeof *pieces);
@@ -189,15 +222,19 @@ static size_t runs_map(ts_allocator *a, const stitch_runs *r, uintptr_t va, stit
     uintptr_t off = 0;
     for (size_t i = 0; i < r->n; i++) {
         const handle_run *run = &r->v[i];
-        ts_handle_rec *h = handle_of_node(ts_tree_lower_bound(&run->b->seg->handles, run->lo, 0, 0));
-        for (; h && h->addr < run->take_hi; h = handle_of_node(ts_tree_next(&h->node))) {
+        for (ts_handle_rec *h = run->take_hi > run->lo ? handle_at(run->b->seg, run->lo) : NULL;
+             h && h->addr < run->take_hi; h = handle_of_node(ts_tree_next(&h->node))) {
+            const uintptr_t lo = h->addr > run->lo ? h->addr : run->lo;
+            const uintptr_t hi =
+                h->addr + h->size < run->take_hi ? h->addr + h->size : run->take_hi;
             ts_handle_rec *al = m->alias[k];
-            pieces[k++] = (ts_vm_piece){h->size, h->handle};
+            pieces[k++] = (ts_vm_piece){hi - lo, h->handle, h->offset + (lo - h->addr)};
             al->addr = va + off;
-            al->size = h->size;
+            al->size = hi - lo;
             al->handle = h->handle;
+            al->offset = h->offset + (lo - h->addr);
             al->node.k0 = va + off;
-            off += h->size;
+            off += hi - lo;
         }
     }
     backend_enter(a);
@@ -473,6 +510,19 @@ static ts_block *stitch_new(ts_allocator *a, ts_pool *p, size_t size, uint64_t s
     gauge_set(a, &a->st->stitched_bytes, a->st->stitched_bytes + (int64_t)s->size);
     a->observe_now = true;
     return sb;
+}
+
+size_t stitch_free_pages(ts_allocator *a, ts_pool *p, uint64_t stream)
+{
+    (void)a;
+    stitch_runs r;
+    size_t bytes = 0;
+    if (!runs_gather(p, 0, stream, &r))
+        return 0;
+    for (size_t i = 0; i < r.n; i++)
+        bytes += r.v[i].hi - r.v[i].lo;
+    free(r.v);
+    return bytes;
 }
 
 ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)

@@ -17,6 +17,7 @@ typedef struct dm_range {
     uintptr_t addr;
     size_t size;
     uint64_t handle; /* mappings: the physical handle */
+    size_t offset;   /* mappings: where in the handle the mapping starts */
     uint64_t access; /* mappings: bit d, peer device d may touch it (the owner always may) */
 } dm_range;
 
@@ -442,7 +443,7 @@ static void dm_charge_grant(ts_devmodel *m, uintptr_t va, size_t size)
     dm_charge_ns(m, TS_CALL_SET_ACCESS, ns);
 }
 
-/* As the CUDA backend: a cuMemMap per handle, back to back, then one cuMemSetAccess over the
+/* As the CUDA backend: a cuMemMap per piece (whole pages of a handle), back to back, then one cuMemSetAccess over the
  * whole range; a failed map unmaps the handles mapped before it (a cuMemUnmap each). */
 static int dm_vm_map(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t n)
 {
@@ -451,7 +452,10 @@ static int dm_vm_map(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t 
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         const dm_handle *h = dm_handle_get(m, pieces[i].handle);
-        if (!h || !h->live || h->size != pieces[i].size)
+        /* cuMemMap's rule: offset and size whole pages, inside the handle */
+        if (!h || !h->live || pieces[i].offset % m->page || pieces[i].size % m->page ||
+            !pieces[i].size || pieces[i].offset > h->size ||
+            pieces[i].size > h->size - pieces[i].offset)
             return dm_refuse(m);
         total += pieces[i].size;
     }
@@ -462,9 +466,12 @@ static int dm_vm_map(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t 
     uintptr_t at = va;
     for (; mapped < n; at += pieces[mapped++].size) {
         dm_charge(m, TS_CALL_MAP, pieces[mapped].size);
-        if (dm_fail_now(&m->fail_map) ||
-            !dm_insert(&m->maps, at, pieces[mapped].size, pieces[mapped].handle))
+        dm_range *r = dm_fail_now(&m->fail_map)
+                          ? NULL
+                          : dm_insert(&m->maps, at, pieces[mapped].size, pieces[mapped].handle);
+        if (!r)
             break;
+        r->offset = pieces[mapped].offset;
         dm_handle_get(m, pieces[mapped].handle)->maps++;
         m->c.vm_maps++;
     }
@@ -549,7 +556,7 @@ static int dm_copy_out(void *ctx, void *host, uintptr_t dev, size_t size)
         return dm_refuse(m);
     for (dm_range *r = dm_find(&m->maps, dev); r && r->addr < dev + size;
          r = dm_range_of(ts_tree_next(&r->node))) {
-        uint64_t c = dm_handle_get(m, r->handle)->content;
+        uint64_t c = dm_handle_get(m, r->handle)->content + r->offset;
         memcpy((char *)host + (r->addr - dev), &c, sizeof c);
     }
     m->c.copied_out += size;
@@ -563,8 +570,11 @@ static int dm_copy_in(void *ctx, uintptr_t dev, const void *host, size_t size)
         return dm_refuse(m);
     for (dm_range *r = dm_find(&m->maps, dev); r && r->addr < dev + size;
          r = dm_range_of(ts_tree_next(&r->node)))
-        memcpy(&dm_handle_get(m, r->handle)->content, (const char *)host + (r->addr - dev),
-               sizeof(uint64_t));
+    {
+        uint64_t c;
+        memcpy(&c, (const char *)host + (r->addr - dev), sizeof c);
+        dm_handle_get(m, r->handle)->content = c - r->offset;
+    }
     m->c.copied_in += size;
     return TS_OK;
 }
@@ -574,7 +584,9 @@ bool ts_devmodel_content(const ts_devmodel *m, uintptr_t va, uint64_t *content)
     const dm_range *r = dm_containing(&m->maps, va);
     if (!r)
         return false;
-    *content = m->handles[r->handle - 1].content;
+    /* a byte's number: its handle's plus its place in the handle, the same through every
+     * mapping of that byte */
+    *content = m->handles[r->handle - 1].content + r->offset + (va - r->addr);
     return true;
 }
 

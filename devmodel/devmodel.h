@@ -38,8 +38,9 @@ typedef struct ts_devmodel_counters {
     uint64_t calls[TS_CALL_COUNT];
 } ts_devmodel_counters;
 
-/* What the mapping that contains va reads: the content number of its handle (a fresh handle's
- * is unique; copies carry it). False when nothing is mapped there. */
+/* What va reads: the content number of the handle mapped there (a fresh handle's is unique;
+ * copies carry it) plus va's byte offset in that handle, so every mapping of one byte reads the
+ * same number. False when nothing is mapped there. */
 bool ts_devmodel_content(const ts_devmodel *m, uintptr_t va, uint64_t *content);
 
 /* capacity: bytes of device memory. page: accounting granularity (0: 2 MiB). */

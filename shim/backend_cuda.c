@@ -499,7 +499,7 @@ static CUresult cb_set_access(const ts_cuda_backend *b, uintptr_t va, size_t siz
     return ts_real.cuMemSetAccess((CUdeviceptr)va, size, access, n);
 }
 
-/* The handles back to back, then one grant over the whole range (cuMemSetAccess takes whole
+/* The pieces back to back, then one grant over the whole range (cuMemSetAccess takes whole
  * mappings, several adjacent ones too). */
 static int cb_vm_map(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t n)
 {
@@ -507,7 +507,7 @@ static int cb_vm_map(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t 
     size_t mapped = 0, at = 0;
     CUresult r = CUDA_SUCCESS;
     for (; mapped < n; at += pieces[mapped++].size) {
-        r = ts_real.cuMemMap((CUdeviceptr)(va + at), pieces[mapped].size, 0,
+        r = ts_real.cuMemMap((CUdeviceptr)(va + at), pieces[mapped].size, pieces[mapped].offset,
                              (CUmemGenericAllocationHandle)pieces[mapped].handle, 0);
         if (r != CUDA_SUCCESS)
             break;

@@ -76,11 +76,12 @@ typedef struct ipc_request {
     uint32_t first, count;
 } ipc_request;
 
-/* A run of a block's handles: count descriptors come with the message that carries it, in
- * order, each of size[i] bytes. */
+/* A run of a block's mappings: count descriptors come with the message that carries it, in
+ * order, each mapped over size[i] bytes from offset[i] bytes into its handle. */
 typedef struct ipc_run {
     uint32_t first, count;
     uint64_t size[IPC_CHUNK];
+    uint64_t offset[IPC_CHUNK];
 } ipc_run;
 
 typedef struct ipc_open_answer {
@@ -109,6 +110,7 @@ _Static_assert(sizeof(ipc_pieces_answer) <= TS_CTL_MSG_MAX, "an answer fits one 
 typedef struct ipc_piece {
     uint64_t handle; /* the backend's physical handle */
     uint64_t size;
+    uint64_t offset; /* where in the handle the block's mapping starts */
 } ipc_piece;
 
 /* Exporter side: one per exported live block (or held block). Only this process sees it.
@@ -308,6 +310,7 @@ static CUresult export_run(CUcontext ctx, const ipc_piece *pieces, uint32_t firs
         if (r == CUDA_SUCCESS) {
             ans->fds[ans->nfds++] = fd;
             run->size[i] = pieces[i].size;
+            run->offset[i] = pieces[i].offset;
         }
     }
     if (r != CUDA_SUCCESS) {
@@ -496,7 +499,8 @@ static CUresult export_fill(ipc_export *e, const ts_segment_info *seg, const ts_
     e->npieces = (uint32_t)n;
     e->offset = blk->addr - pieces[0].addr;
     for (size_t i = 0; i < n; i++) {
-        e->pieces[i] = (ipc_piece){.handle = pieces[i].handle, .size = pieces[i].size};
+        e->pieces[i] = (ipc_piece){
+            .handle = pieces[i].handle, .size = pieces[i].size, .offset = pieces[i].offset};
         e->map_size += pieces[i].size;
     }
     return CUDA_SUCCESS;
@@ -821,7 +825,7 @@ static CUresult map_run(int32_t pid, const ipc_run *run, uint32_t first, uint32_
         close(fds[i]); /* imported or not: this process keeps no descriptor */
         if (r != CUDA_SUCCESS)
             continue;
-        r = ts_real.cuMemMap(va + *mapped, size, 0, h, 0);
+        r = ts_real.cuMemMap(va + *mapped, size, run->offset[i], h, 0);
         ts_real.cuMemRelease(h); /* the mapping keeps the memory */
         if (r == CUDA_SUCCESS)
             *mapped += size;

@@ -50,6 +50,7 @@ static inline void tessera_default(ts_config *c)
     ts_config_defaults(c);
     c->defragment = c->expandable_segments = c->stitching = true;
     c->stitch_when = TS_STITCH_PRESSURE;
+    c->handle_policy = TS_HANDLES_COARSE; /* defragment's */
     c->expandable_page = 2 * MiB; /* defragment's page before a device is known */
 }
 

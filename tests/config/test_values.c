@@ -606,22 +606,26 @@ static void test_defragment(void **state)
     parse_lenient("expandable_segments:maybe,defragment:True", &c, &w);
     assert_int_equal(w.problems, 1);
     assert_true(c.defragment && c.expandable_segments && c.stitching);
-    /* the default policy (no policy key): defragment with a handle a page, stitching under
+    /* the default policy (no policy key): defragment with coarse handles, stitching under
      * pressure; a given handle_policy or stitch_when wins, and a named policy is that policy.
      * planned memory is gone: plan is an unknown key */
     assert_true(parse_ok("stats:True", &c));
     assert_true(c.defragment && c.expandable_segments && c.stitching);
-    assert_int_equal(c.handle_policy, TS_HANDLES_PAGE);
+    assert_int_equal(c.handle_policy, TS_HANDLES_COARSE);
     assert_int_equal(c.stitch_when, TS_STITCH_PRESSURE);
     assert_true(c.growth_batch == 0); /* batches buy no driver time on a GPU */
-    assert_true(parse_ok("handle_policy:coarse", &c));
-    assert_true(c.defragment && c.handle_policy == TS_HANDLES_COARSE);
+    assert_true(parse_ok("handle_policy:page", &c));
+    assert_true(c.defragment && c.handle_policy == TS_HANDLES_PAGE);
+    assert_true(parse_ok("handle_policy:geometric,defragment:True", &c));
+    assert_true(c.handle_policy == TS_HANDLES_GEOMETRIC);
     assert_true(parse_ok("stitch_when:always", &c));
     assert_true(c.defragment && c.stitch_when == TS_STITCH_ALWAYS);
     assert_true(parse_ok("defragment:True", &c));
     assert_int_equal(c.stitch_when, TS_STITCH_ALWAYS);
+    assert_int_equal(c.handle_policy, TS_HANDLES_COARSE); /* defragment's handles */
     assert_true(parse_ok("expandable_segments:True", &c));
     assert_true(!c.defragment && !c.stitching);
+    assert_int_equal(c.handle_policy, TS_HANDLES_PAGE); /* PyTorch's */
     assert_true(parse_error("plan:True", "unknown key 'plan' at position 0 (see docs/configuration.md for "
                             "the keys)", NULL));
 }

@@ -57,6 +57,7 @@ typedef struct request {
 typedef struct run {
     uint32_t first, count;
     uint64_t size[64];
+    uint64_t offset[64];
 } run;
 
 typedef struct open_answer {

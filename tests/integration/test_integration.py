@@ -520,14 +520,15 @@ class Defragment(Base):
         self.assertEqual(roomy.stats["num_stitches"], 0, roomy)
 
     def test_one_grant_per_mapping(self):
-        # a growth maps its 2 MiB handles back to back and grants access to all of them in one
-        # cuMemSetAccess, and so does a stitch: as many grants as device allocations (growths
-        # and stitches), far fewer than the handles mapped (2 MiB requests one after another
-        # grow in batches of 20 MiB with growth_batch_mb:20)
-        cases = [("220M", "defragment:True,growth_batch_mb:20",
+        # a growth maps its 2 MiB handles (handle_policy:page) back to back and grants access to
+        # all of them in one cuMemSetAccess, and so does a stitch: as many grants as device
+        # allocations (growths and stitches), far fewer than the handles mapped (2 MiB requests
+        # one after another grow in batches of 20 MiB with growth_batch_mb:20)
+        cases = [("220M", "defragment:True,handle_policy:page,growth_batch_mb:20",
                   ["seed_even", "--unit", "2M", "--count", "100", "--request", "50M"]),
-                 ("512M", "defragment:True", ["seed_middle", "--first", "16M", "--middle", "32M",
-                                              "--last", "16M", "--request", "48M"])]
+                 ("512M", "defragment:True,handle_policy:page",
+                  ["seed_middle", "--first", "16M", "--middle", "32M", "--last", "16M",
+                   "--request", "48M"])]
         for memory, conf, argv in cases:
             with self.subTest(program=argv[0]):
                 run = self.env.run(prog(*argv), memory=memory, conf=conf)
@@ -1079,16 +1080,21 @@ class DefaultPolicy(Base):
 
     def test_repeated_step_at_the_floor(self):
         # the choice at the floor: the loop of tests/programs/repeat_step runs 30 steps on a
-        # 214 MiB device under the default; the former default (coarse handles) runs out of
-        # memory in its first step there, and PyTorch's expandable segments too
+        # 216 MiB device under the default, where PyTorch's expandable segments run out of
+        # memory in their first step; a handle per page (ten times the driver calls) runs it
+        # on 214 MiB, where the default's first step runs out
         args = ["--steps", "30"]
-        run = self.env.run(prog("repeat_step", *args), memory="214M")
+        run = self.env.run(prog("repeat_step", *args), memory="216M")
         self.ok(run)
-        for conf in ("defragment:True,handle_policy:coarse,stitch_when:pressure",
-                     "expandable_segments:True"):
-            with self.subTest(conf=conf):
-                other = self.env.run(prog("repeat_step", *args), memory="214M", conf=conf)
-                self.ok(other, status="oom", rc=2)
+        other = self.env.run(prog("repeat_step", *args), memory="216M",
+                             conf="expandable_segments:True")
+        self.ok(other, status="oom", rc=2)
+        fine = self.env.run(prog("repeat_step", *args), memory="214M",
+                            conf="defragment:True,handle_policy:page,stitch_when:pressure")
+        self.ok(fine)
+        edge = self.env.run(prog("repeat_step", *args), memory="214M")
+        self.ok(edge, status="oom", rc=2)
+        self.assertEqual(edge.result.get("step"), "1", edge)
 
     def test_pytorch_variable_alone_keeps_the_default(self):
         # a PyTorch string that names no policy key: tessera's default all the same

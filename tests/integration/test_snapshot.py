@@ -548,12 +548,12 @@ class SnapshotLayout(Base):
         self.assertIn("STITCH served", run.lines)
         self.assertEqual(len(live["segments"]), 64)  # the held 8 MiB blocks alone
         acts = [e["action"] for e in live["device_traces"][0]]
-        # a handle per 2 MiB page: 512 mapped (4 per 8 MiB block); 8 freed blocks lent
-        # (unmapped from their segment, a run each) and their 32 pages mapped at the range; the
+        # a handle per growth (an 8 MiB block's, one each): 128 mapped; 8 freed blocks lent
+        # (unmapped from their segment, a run each) and their 8 handles mapped at the range; the
         # stitched block freed, the range retires: the 8 runs mapped back where they came from;
-        # the final retry unmaps the range's 32 pages and the 64 free blocks' 256
+        # the final retry unmaps the range's 8 mappings and the 64 free blocks' handles
         self.assertEqual((acts.count("segment_map"), acts.count("segment_unmap")),
-                         (512 + 32 + 8, 8 + 32 + 256))
+                         (128 + 8 + 8, 8 + 8 + 64))
 
     def test_expandable_segments_given_back(self):
         run, live = self.check_policy("expandable_segments")

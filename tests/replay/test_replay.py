@@ -291,19 +291,30 @@ class Replay(unittest.TestCase):
         d = json.loads(replay("--json", "--conf", "pytorch", "--driver-costs", "a100",
                               trace).stdout)
         self.assertAlmostEqual(d["driver_ms"], 0.050)
-        # defragment:True: growth reserves the pool's range, creates and maps 15 handles of
+        # handle_policy:page: growth reserves the pool's range, creates and maps 15 handles of
         # 2 MiB and grants access to all 30 MiB in one call, priced as 15 grants of one handle
         # (what a GPU charges); the pages stay cached, so later steps cost nothing
-        d = json.loads(replay("--json", "--steps", "3", "--conf", "defragment:True", trace).stdout)
+        page = "defragment:True,handle_policy:page"
+        d = json.loads(replay("--json", "--steps", "3", "--conf", page, trace).stdout)
         self.assertEqual(d["driver_ms_per_step"], 0)
         self.assertAlmostEqual(d["driver_ms_growth"], (2.889 + 15 * (13.653 + 1.188 + 33.455))
                                / 1000, places=3)
-        d = json.loads(replay("--json", "--steps", "3", "--conf", "defragment:True",
+        d = json.loads(replay("--json", "--steps", "3", "--conf", page,
                               "--driver-costs", "h200", trace).stdout)
         self.assertAlmostEqual(d["driver_ms_growth"], (1.482 + 15 * (6.972 + 0.593 + 22.0))
                                / 1000, places=3)
-        # with the A100's figures, measured at 2 MiB only, the grant costs 15 of 2 MiB
+        # defragment:True (coarse handles): a handle of 20 MiB and one of 10 MiB (10 MiB on the
+        # line between the points at 8 and 16 MiB), created, mapped and granted each
+        def h100(small, large):
+            return small + (large - small) * 2 / 8
         d = json.loads(replay("--json", "--steps", "3", "--conf", "defragment:True",
+                              trace).stdout)
+        self.assertEqual(d["driver_ms_per_step"], 0)
+        self.assertAlmostEqual(d["driver_ms_growth"],
+                               (2.889 + 12.292 + h100(12.153, 14.176) + 1.014 + h100(1.102, 1.109)
+                                + 29.051 + h100(28.855, 30.817)) / 1000, places=3)
+        # with the A100's figures, measured at 2 MiB only, the grant costs 15 of 2 MiB
+        d = json.loads(replay("--json", "--steps", "3", "--conf", page,
                               "--driver-costs", "a100", trace).stdout)
         self.assertAlmostEqual(d["driver_ms_growth"], 0.019 + 15 * (0.19332 + 0.00145 + 0.03599),
                                places=3)

@@ -37,7 +37,7 @@ static void test_policy_range_bound_refuses_only_at_the_bound(void **state)
 {
     (void)state;
     enum { N = 4096, HOLES = 2 * N + 2 };
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,growth_batch_mb:0");
     assert_int_equal(cfg.stitch_max_ranges, N); /* the default bound: what a user gets */
     fixture f;
     fx_open(&f, 64 * GiB, &cfg, true, false);
@@ -139,7 +139,7 @@ static void holes_close(fixture *f, const uintptr_t *sep, int n)
 static void test_policy_stitched_range_grows_in_place(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,growth_batch_mb:0");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     static const int mib[2] = {8, 8};
@@ -221,7 +221,7 @@ static void test_policy_stitched_range_grows_in_place(void **state)
 static void test_policy_freed_range_retires(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,growth_batch_mb:0");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     static const int mib[3] = {8, 8, 8};
@@ -272,7 +272,7 @@ static void test_policy_freed_range_retires(void **state)
 static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,growth_batch_mb:0");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, true);
     ts_devmodel_set_order(f.dev, TS_DEVMODEL_STREAMS);
@@ -302,32 +302,71 @@ static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state
     fx_close(&f);
 }
 
-/* Rule: a range grows in place only by handles that fit its headroom. With handle_policy:coarse
- * the handles are 20 MiB while the headroom is counted in 2 MiB pages.
- *
- * Fragment (defragment:True,handle_policy:coarse): twelve 20 MiB holes (a handle each) apart by
- * live 2 MiB blocks. 199 MiB: stitched from ten of them into a range R of 200 MiB with 26 MiB of
- * headroom (200 / 8, in whole pages) and 1 MiB free at its end. 22 MiB: no free block holds it,
- * and R's end plus headroom (27 MiB) would, but the missing 21 MiB take two 20 MiB handles, more
- * than the headroom: a new range S of the last two holes serves it. */
+/* Fragment for the two rules below (defragment:True,handle_policy:coarse): twelve 20 MiB holes (a
+ * handle each) apart by live 2 MiB blocks. 199 MiB: stitched from ten of them into a range R of
+ * 200 MiB with 26 MiB of headroom (200 / 8, in whole pages) and 1 MiB free at its end. Returns
+ * R. */
+static uintptr_t coarse_range_of(fixture *f, uintptr_t *hole, uintptr_t *sep)
+{
+    ts_config cfg = conf_of("defragment:True,handle_policy:coarse");
+    fx_open(f, 1 * GiB, &cfg, true, false);
+    static const int mib[12] = {20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20};
+    holes_of(f, mib, 12, hole, sep);
+    const uintptr_t r = fx_alloc(f, 199 * MiB);
+    assert_int_equal(fx_stats(f)->num_stitches, 1);
+    assert_int_equal(fx_stats(f)->stitched_bytes, 200 * MiB);
+    return r;
+}
+
+/* Rule: a range grows in place only by pages that fit its headroom. 28 MiB: no free block holds
+ * it, and R's end plus headroom (27 MiB) would not: a new range S of 28 MiB from the last two
+ * holes (all of one, 8 MiB of the other) serves it. */
 static void test_policy_growth_in_place_stays_in_headroom(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,handle_policy:coarse");
     fixture f;
-    fx_open(&f, 1 * GiB, &cfg, true, false);
-    static const int mib[12] = {20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20};
     uintptr_t hole[12], sep[12];
-    holes_of(&f, mib, 12, hole, sep);
-    const uintptr_t r = fx_alloc(&f, 199 * MiB);
-    assert_int_equal(fx_stats(&f)->num_stitches, 1);
-    assert_int_equal(fx_stats(&f)->stitched_bytes, 200 * MiB);
-    const uintptr_t s = fx_alloc(&f, 22 * MiB);
+    const uintptr_t r = coarse_range_of(&f, hole, sep);
+    const uintptr_t s = fx_alloc(&f, 28 * MiB);
     const tessera_device_stats *st = fx_stats(&f);
     assert_true(s < r || s >= r + 226 * MiB);
     assert_int_equal(st->num_stitches, 2);
-    assert_int_equal(st->stitched_bytes, (200 + 40) * MiB);
+    assert_int_equal(st->stitched_bytes, (200 + 28) * MiB);
+    assert_true(ts_devmodel_is_backed(f.dev, s, 28 * MiB));
+    fx_free(&f, s);
+    fx_free(&f, r);
+    holes_close(&f, sep, 12);
+}
+
+/* Rule: a stitch lends whole pages, also the pages of a larger handle (mapped from their place
+ * in it), so coarse handles stitch as finely as a handle per page. 22 MiB: R's end plus headroom
+ * holds it; the missing 21 MiB are 22 MiB of pages, all of one 20 MiB handle and the first 2 MiB
+ * of another, mapped at R's end: R grows in place, with no second range. */
+static void test_policy_stitch_lends_pages_of_handles(void **state)
+{
+    (void)state;
+    fixture f;
+    uintptr_t hole[12], sep[12];
+    const uintptr_t r = coarse_range_of(&f, hole, sep);
+    const uintptr_t s = fx_alloc(&f, 22 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_true(s == r + 199 * MiB);
+    assert_int_equal(st->num_stitches, 1);
+    assert_int_equal(st->stitched_bytes, (200 + 22) * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, (12 * 20 + 12 * 2) * MiB);
     assert_true(ts_devmodel_is_backed(f.dev, s, 22 * MiB));
+    /* the grown pages are the last two holes' bytes: the eleventh whole, the twelfth's first
+     * 2 MiB (read through both mappings of each byte) */
+    uint64_t at, in;
+    for (size_t off = 0; off < 22 * MiB; off += 2 * MiB) {
+        const uintptr_t lent = off < 20 * MiB ? hole[10] + off : hole[11] + (off - 20 * MiB);
+        assert_true(ts_devmodel_content(f.dev, r + 200 * MiB + off, &at));
+        assert_true(ts_devmodel_content(f.dev, lent, &in));
+        assert_true(at == in);
+    }
+    assert_true(ts_devmodel_content(f.dev, hole[11] + 2 * MiB, &in));
+    assert_true(ts_devmodel_content(f.dev, r + 220 * MiB, &at));
+    assert_true(at + 2 * MiB == in);
     fx_free(&f, s);
     fx_free(&f, r);
     holes_close(&f, sep, 12);
@@ -422,14 +461,17 @@ static growth_result grow_64_keep_30(const char *conf)
  * (20 MiB), the rest of a growth in one handle: the driver calls of PyTorch's expandable
  * segments (four handles for 64 MiB), without rounding the growth up to a 20 MiB page (64 MiB
  * reserved, not 80). Give-back is by whole handles: [40, 60) and [60, 64) go back, the handle
- * holding the cut at 30 MiB stays. defragment's one handle per 2 MiB page gives back to the
- * page, for eight times the calls. */
+ * holding the cut at 30 MiB stays. defragment grows so by default; with handle_policy:page (one
+ * handle per 2 MiB page) it gives back to the page, for eight times the calls. */
 static void test_policy_coarse_handles_cost_like_pytorch_pages(void **state)
 {
     (void)state;
     const growth_result es = grow_64_keep_30("expandable_segments:True");
     const growth_result coarse = grow_64_keep_30("defragment:True,handle_policy:coarse");
-    const growth_result fine = grow_64_keep_30("defragment:True");
+    const growth_result fine = grow_64_keep_30("defragment:True,handle_policy:page");
+    const growth_result dflt = grow_64_keep_30("defragment:True");
+    assert_int_equal(dflt.creates, 4);
+    assert_int_equal(dflt.in_use_after_release, 40 * MiB);
     assert_int_equal(es.reserved_after_growth, 80 * MiB); /* four 20 MiB pages */
     assert_int_equal(es.creates, 4);
     assert_int_equal(es.destroys, 2);
@@ -478,7 +520,7 @@ static void alloc_2mib(fixture *f, uintptr_t *p, int n)
 static void test_policy_growth_batches_ahead(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,growth_batch_mb:20");
     assert_int_equal(cfg.growth_batch, 20 * MiB);
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
@@ -540,7 +582,7 @@ static void test_policy_growth_batch_bounded(void **state)
             fx_free(&f, p[i]);
         fx_close(&f);
     }
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,growth_batch_mb:20");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     uintptr_t p[2];
@@ -568,7 +610,7 @@ static void test_policy_growth_batch_bounded(void **state)
 static void test_policy_growth_batch_leaves_the_device_room(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,growth_batch_mb:20");
     static const struct {
         size_t theirs, reserved;
     } cases[] = {{40 * MiB, 4 * MiB}, {38 * MiB, 22 * MiB}, {0, 22 * MiB}};
@@ -601,7 +643,7 @@ static void test_policy_growth_batch_leaves_the_device_room(void **state)
 static void test_policy_growth_batch_whole_and_holes(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,growth_batch_mb:20");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     uintptr_t p = fx_alloc(&f, 2 * MiB), q = fx_alloc(&f, 20 * MiB);
@@ -658,7 +700,7 @@ static void test_policy_growth_batch_only_for_page_handles(void **state)
         fx_close(&f);
     }
     /* the small pool: a page holds hundreds of blocks, its growth is never batched */
-    ts_config cfg = conf_of("defragment:True,growth_batch_mb:20");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,growth_batch_mb:20");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     uintptr_t p[5];
@@ -757,7 +799,7 @@ static void retry_fragment_close(fixture *f, const uintptr_t s[8], uintptr_t a, 
 static void test_policy_retry_gives_back_only_what_lacks(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,stitch_when:pressure");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,stitch_when:pressure");
     fixture f;
     fx_open(&f, 22 * MiB, &cfg, true, false);
     uintptr_t s[8], a, h, c, d;
@@ -788,7 +830,7 @@ static void test_policy_retry_gives_back_only_what_lacks(void **state)
 static void test_policy_retry_retires_passed_fences_first(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True,stitch_when:pressure");
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,stitch_when:pressure");
     cfg.reuse_fence = TS_FENCE_EVENTS;
     fixture f;
     fx_open(&f, 22 * MiB, &cfg, true, true);
@@ -873,12 +915,15 @@ static bool repeat_step(fixture *f)
     return ok;
 }
 
-static void test_policy_repeated_step_reaches_a_steady_state(void **state)
+/* The loop above for eight steps on a device of mib MiB under conf: every step ends with the
+ * same memory reserved (mib MiB: the edge), a request during a capture unmaps nothing, and the
+ * first request after it gives the step's pages back, leaving kept_mib MiB reserved. At the
+ * edge, memory short: the retry ran. */
+static void repeated_step_steady(const char *conf, int64_t mib, int64_t kept_mib)
 {
-    (void)state;
-    ts_config cfg = conf_of("");
+    ts_config cfg = conf_of(conf);
     fixture f;
-    fx_open(&f, 188 * MiB, &cfg, true, false);
+    fx_open(&f, (size_t)mib * MiB, &cfg, true, false);
     uintptr_t kept[24];
     for (int i = 0; i < 12; i++) {
         kept[i] = fx_alloc(&f, step_param[i]);
@@ -887,17 +932,16 @@ static void test_policy_repeated_step_reaches_a_steady_state(void **state)
     int64_t reserved_after[9] = {0};
     for (int step = 1; step <= 8; step++) {
         if (!repeat_step(&f))
-            fail_msg("step %d ran out of memory after %d steps ran", step, step - 1);
+            fail_msg("%s: step %d ran out of memory after %d steps ran", conf, step, step - 1);
         fx_check(&f);
         reserved_after[step] = fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current;
         if (step > 1 && reserved_after[step] != reserved_after[step - 1])
-            fail_msg("step %d ended with %lld bytes reserved, step %d with %lld", step,
+            fail_msg("%s: step %d ended with %lld bytes reserved, step %d with %lld", conf, step,
                      (long long)reserved_after[step], step - 1,
                      (long long)reserved_after[step - 1]);
     }
-    /* each step's retry left a hole, so before the next request the step's pages went back:
-     * what stays reserved: the parameters' pages (68 MiB) and a small-pool page */
-    assert_int_equal(reserved_after[8], 188 * (int64_t)MiB);
+    /* each step's retry left a hole, so before the next request the step's pages went back */
+    assert_int_equal(reserved_after[8], mib * (int64_t)MiB);
     /* not during a capture: nothing is unmapped then (the capture would record work on pages
      * about to go), and the pages go with the first request after it */
     ts_devmodel_counters c0, c1;
@@ -907,15 +951,66 @@ static void test_policy_repeated_step_reaches_a_steady_state(void **state)
     ts_devmodel_counters_get(f.dev, &c1);
     assert_int_equal(c1.vm_unmaps, c0.vm_unmaps);
     assert_int_equal(c1.synchronizes, c0.synchronizes);
-    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 188 * (int64_t)MiB);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, mib * (int64_t)MiB);
     ts_devmodel_set_order(f.dev, TS_DEVMODEL_ONE_QUEUE);
     fx_free(&f, fx_alloc(&f, 4));
     fx_free(&f, during);
-    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 70 * (int64_t)MiB);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current,
+                     kept_mib * (int64_t)MiB);
     assert_true(fx_stats(&f)->num_alloc_retries > 0); /* at the edge: the retry ran */
     for (int i = 0; i < 24; i++)
         fx_free(&f, kept[i]);
     fx_close(&f);
+}
+
+/* With a handle per page, on 188 MiB: what stays reserved is the parameters' pages (68 MiB) and
+ * a small-pool page. */
+static void test_policy_repeated_step_reaches_a_steady_state(void **state)
+{
+    (void)state;
+    repeated_step_steady("defragment:True,handle_policy:page,stitch_when:pressure", 188, 70);
+}
+
+/* How many of eight steps of the loop above run on a device of mib MiB under the default (the
+ * parameters allocated first); every step that runs after the first ends with the memory
+ * reserved that the first left. */
+static int default_steps_run(size_t mib)
+{
+    ts_config cfg = conf_of("");
+    fixture f;
+    fx_open(&f, mib * MiB, &cfg, true, false);
+    uintptr_t kept[24];
+    for (int i = 0; i < 12; i++) {
+        kept[i] = fx_alloc(&f, step_param[i]);
+        kept[12 + i] = fx_alloc(&f, step_bias[i]);
+    }
+    int steps = 0;
+    int64_t first = 0;
+    while (steps < 8 && repeat_step(&f)) {
+        fx_check(&f);
+        const int64_t r = fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current;
+        if (steps++ == 0)
+            first = r;
+        else if (r != first)
+            fail_msg("%zu MiB: step %d ended with %lld bytes reserved, step 1 with %lld", mib,
+                     steps, (long long)r, (long long)first);
+    }
+    for (int i = 0; i < 24; i++)
+        fx_free(&f, kept[i]);
+    fx_close(&f);
+    return steps;
+}
+
+/* The default (coarse handles, stitched by pages) needs 4 MiB more for this loop: a handle that
+ * holds a live block cannot go back in part. Steady and monotone at its edge all the same: on
+ * 190 MiB the first step runs out of memory, on every size from 192 MiB all eight steps run, each
+ * ending with what the first kept. */
+static void test_policy_repeated_step_steady_by_default(void **state)
+{
+    (void)state;
+    assert_int_equal(default_steps_run(190), 0);
+    for (size_t mib = 192; mib <= 200; mib += 2)
+        assert_int_equal(default_steps_run(mib), 8);
 }
 
 int main(void)
@@ -927,6 +1022,7 @@ int main(void)
         cmocka_unit_test(test_policy_coarse_handles_cost_like_pytorch_pages),
         cmocka_unit_test(test_policy_stitched_range_is_ordered_after_its_lenders),
         cmocka_unit_test(test_policy_growth_in_place_stays_in_headroom),
+        cmocka_unit_test(test_policy_stitch_lends_pages_of_handles),
         cmocka_unit_test(test_policy_stitch_min_block),
         cmocka_unit_test(test_policy_stitch_takes_smallest_runs_first),
         cmocka_unit_test(test_policy_growth_batches_ahead),
@@ -938,6 +1034,7 @@ int main(void)
         cmocka_unit_test(test_policy_retry_gives_back_only_what_lacks),
         cmocka_unit_test(test_policy_retry_retires_passed_fences_first),
         cmocka_unit_test(test_policy_repeated_step_reaches_a_steady_state),
+        cmocka_unit_test(test_policy_repeated_step_steady_by_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
