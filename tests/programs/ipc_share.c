@@ -4,7 +4,8 @@
  *   ipc_share [--mode MODE] [--plain-child] [--importer-uid UID]
  *
  * The parent keeps 8 blocks of 512 B to 64 MiB live together, plus, after freeing every other
- * one of 8 blocks of 2 MiB, one of 6 MiB (a caching allocator may serve it from the holes). For
+ * one of 8 blocks of 2 MiB (made where a 16 MiB block was), one of 6 MiB (a caching allocator
+ * may serve it from the holes). For
  * each block it checks the driver's answers about a pointer in its middle (cuMemGetAddressRange,
  * cuPointerGetAttribute(s), cudaPointerGetAttributes, cuMemRetainAllocationHandle), exports it
  * with cudaIpcGetMemHandle (some through the base of the range query, some through an interior
@@ -291,8 +292,12 @@ int main(int argc, char **argv) {
                                             3 * MiB, 12 * MiB, 30 * MiB, 64 * MiB};
   void *blocks[NBLOCKS];
   size_t bsize[NBLOCKS];
-  /* holes first: 8 blocks of 2 MiB, every other one freed once the rest is allocated */
-  void *holes[8];
+  /* holes first: 8 blocks of 2 MiB carved from the memory of one 16 MiB block freed before
+   * (one piece of physical memory for an allocator that keeps it so), every other one freed
+   * once the rest is allocated */
+  void *holes[8], *whole;
+  CHECK(cudaMalloc(&whole, 16 * MiB));
+  CHECK(cudaFree(whole));
   for (int i = 0; i < 8; i++) CHECK(cudaMalloc(&holes[i], 2 * MiB));
   for (int i = 0; i < NBLOCKS - 1; i++) {
     bsize[i] = sizes[i];

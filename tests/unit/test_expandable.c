@@ -733,6 +733,60 @@ static void test_pause_keeps_every_address(void **state)
     fx_close(&f);
 }
 
+/* The same with coarse handles: the six 12 MiB blocks are carved from a 72 MiB growth (handles of
+ * 20, 20, 20 and 12 MiB), so the stitched range maps parts of handles, from their middle. No
+ * handle is free whole, so the pause keeps all 72 MiB; after the resume every page, the
+ * range's too, reads what it read before: its aliases follow the new handles at their offsets. */
+static void test_pause_keeps_aliases_of_parts_of_handles(void **state)
+{
+    (void)state;
+    ts_config cfg = es_config();
+    cfg.expandable_page = 2 * MiB;
+    cfg.stitching = true;
+    cfg.handle_policy = TS_HANDLES_COARSE;
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    fx_free(&f, fx_alloc(&f, 72 * MiB));
+    uintptr_t p[6];
+    for (int i = 0; i < 6; i++)
+        p[i] = fx_alloc(&f, 12 * MiB);
+    for (int i = 0; i < 6; i += 2)
+        fx_free(&f, p[i]);
+    const uintptr_t live[4] = {p[1], p[3], p[5], fx_alloc(&f, 24 * MiB)};
+    const size_t size[4] = {12 * MiB, 12 * MiB, 12 * MiB, 24 * MiB};
+    assert_int_equal(fx_stats(&f)->num_stitches, 1);
+    ts_devmodel_counters c;
+    ts_devmodel_counters_get(f.dev, &c);
+    assert_int_equal(c.vm_creates, 4);
+    uint64_t before[4][12], after[4][12];
+    for (int i = 0; i < 4; i++)
+        contents_of(&f, live[i], size[i], before[i]);
+    /* the range's second half is the hole at 24 MiB: the middle of the second handle */
+    uint64_t hole;
+    assert_true(ts_devmodel_content(f.dev, p[2], &hole));
+    assert_true(before[3][6] == hole);
+
+    ts_pause_report r;
+    assert_int_equal(ts_allocator_pause(f.a, &r), TS_PAUSE_OK);
+    assert_int_equal(r.saved, 72 * MiB);
+    assert_int_equal(r.given, 72 * MiB);
+    ts_devmodel_counters_get(f.dev, &c);
+    assert_int_equal(c.bytes_in_use, 0);
+    assert_int_equal(ts_allocator_resume(f.a, &r), TS_PAUSE_OK);
+    for (int i = 0; i < 4; i++) {
+        contents_of(&f, live[i], size[i], after[i]);
+        for (size_t k = 0; k < size[i] / (2 * MiB); k++)
+            if (after[i][k] != before[i][k])
+                fail_msg("block %d page %zu reads %#llx after the resume, %#llx before", i, k,
+                         (unsigned long long)after[i][k], (unsigned long long)before[i][k]);
+    }
+    fx_check(&f);
+    for (int i = 0; i < 4; i++)
+        fx_free(&f, live[i]);
+    fx_check(&f);
+    fx_close(&f);
+}
+
 /* What cannot be paused is refused, and nothing changes: live memory in a plain segment (it could
  * not come back at the same address), memory the program holds from the driver itself, and a
  * capture underway. With nothing mapped, a pause is a pause of nothing. */
@@ -982,6 +1036,7 @@ int main(void)
         cmocka_unit_test(test_peer_access_covers_every_mapping),
         cmocka_unit_test(test_devmodel_copies_stop_at_the_range),
         cmocka_unit_test(test_pause_keeps_every_address),
+        cmocka_unit_test(test_pause_keeps_aliases_of_parts_of_handles),
         cmocka_unit_test(test_pause_refusals),
         cmocka_unit_test(test_pause_without_host_memory),
         cmocka_unit_test(test_pause_device_failures),
