@@ -11,8 +11,8 @@
  *
  * Growing in place: a range's virtual reservation has headroom after what is mapped (an eighth of
  * the range). When a request fits no free block but a range's free last block plus that headroom
- * would hold it, only the missing handles are lent and mapped at the range's end, instead of a
- * new range mapping every handle of the request: tensors whose sizes drift up a little each step
+ * would hold it, only the missing pages are lent and mapped at the range's end, instead of a
+ * new range mapping every page of the request: tensors whose sizes drift up a little each step
  * then cost a map or two per step, not one per page. Lending stays acyclic (stitch_serial), so
  * every range can still be given back.
  *
@@ -43,8 +43,8 @@ typedef struct handle_run {
     uintptr_t take_hi;
 } handle_run;
 
-/* The runs one stitch may take handles from (every free block of the stream holding a whole
- * handle, smallest first), and the free last block of a stitched range that could grow in place
+/* The runs one stitch may take pages from (every free block of the stream holding a whole
+ * page, smallest first), and the free last block of a stitched range that could grow in place
  * to serve the request. */
 typedef struct stitch_runs {
     handle_run *v;
@@ -79,7 +79,7 @@ static size_t stitch_headroom(const ts_segment *s)
 
 /* Could tail (free, the last block of a stitched range) grow in place to size bytes, and would it
  * need fewer bytes than the best candidate so far? The most that is already there wins: it maps
- * the fewest handles. */
+ * the fewest pages. */
 static bool tail_better(const ts_block *tail, size_t size, const ts_block *best)
 {
     if (tail->seg->kind != TS_SEGMENT_STITCHED || tail->next || tail->size >= size ||
@@ -134,7 +134,7 @@ static bool runs_gather(ts_pool *p, size_t size, uint64_t stream, stitch_runs *r
     return true;
 }
 
-/* May a range with serial `serial` borrow handles from b's segment? A range borrows only from
+/* May a range with serial `serial` borrow pages from b's segment? A range borrows only from
  * expandable segments and from ranges made (or last renumbered) before it, so lending is acyclic
  * and every range can eventually be given back. `self` is never a lender to itself. */
 static bool run_lendable(const handle_run *run, const ts_segment *self, uint64_t serial)
@@ -183,7 +183,7 @@ static size_t runs_take(stitch_runs *r, size_t need, const ts_segment *self, uin
     return taken;
 }
 
-/* Host metadata for a stitch of `used` runs and nhandles handles: all or nothing. */
+/* Host metadata for a stitch of `used` runs and nhandles mappings: all or nothing. */
 static bool meta_get(ts_allocator *a, size_t used, size_t nhandles, stitch_meta *m)
 {
     m->nspare = m->nalias = 0;
@@ -272,7 +272,7 @@ static ts_block *carve_lent(ts_block *b, uintptr_t start, size_t bytes, ts_segme
     return b;
 }
 
-/* Committed: lend the taken handles to s (their blocks become LENT, listed from lenders[0] on),
+/* Committed: lend the taken pages to s (their blocks become LENT, listed from lenders[0] on),
  * and enter the nhandles aliases in s's handle tree. Returns the latest free epoch among the
  * lenders: the pages were last freed when the latest of them was. */
 static uint64_t runs_lend(ts_allocator *a, stitch_runs *r, ts_segment *s, ts_block **lenders,
@@ -400,7 +400,7 @@ static bool segment_lends(const ts_segment *s)
 }
 
 /* Grow the stitched range whose free last block is r->tail to serve size bytes: lend only the
- * missing handles and map them in the range's headroom, right after its end. Returns the grown
+ * missing pages and map them in the range's headroom, right after its end. Returns the grown
  * block (out of the free set), or NULL with nothing changed. */
 static ts_block *stitch_grow(ts_allocator *a, ts_pool *p, size_t size, stitch_runs *r)
 {
@@ -413,7 +413,7 @@ static ts_block *stitch_grow(ts_allocator *a, ts_pool *p, size_t size, stitch_ru
     size_t used, nhandles;
     const size_t grown = runs_take(r, size - tail->size, s, serial, &used, &nhandles);
     if (grown < size - tail->size || grown > stitch_headroom(s))
-        return NULL; /* too few lendable handles, or too coarse ones for the headroom */
+        return NULL; /* too few lendable pages, or more than the headroom holds */
 
     stitch_meta m;
     bool ok = meta_get(a, used, nhandles, &m);
@@ -427,7 +427,7 @@ static ts_block *stitch_grow(ts_allocator *a, ts_pool *p, size_t size, stitch_ru
         return NULL;
     }
 
-    /* Committed: the handles are now also mapped at [s->addr + s->size, + grown). */
+    /* Committed: the pages are now also mapped at [s->addr + s->size, + grown). */
     uint64_t epoch = runs_lend(a, r, s, s->lenders + s->nlenders, &m, nhandles);
     meta_put(a, &m, nhandles);
     s->nlenders += used;
@@ -446,7 +446,7 @@ static ts_block *stitch_grow(ts_allocator *a, ts_pool *p, size_t size, stitch_ru
     return tail;
 }
 
-/* A new stitched range of size bytes (rounded up to whole handles) over the taken handles, with
+/* A new stitched range of size bytes (rounded up to whole pages) over the taken pages, with
  * as much virtual headroom again for growing in place. Returns its one block, FREE and out of the
  * free set, or NULL with nothing changed. */
 static ts_block *stitch_new(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream,
@@ -455,7 +455,7 @@ static ts_block *stitch_new(ts_allocator *a, ts_pool *p, size_t size, uint64_t s
     size_t used, nhandles;
     const size_t stitched = runs_take(r, size, NULL, UINT64_MAX, &used, &nhandles);
     /* One piece would be a plain fit: best fit already said no, so this only helps when the
-     * free handles are spread over at least two blocks. */
+     * free pages are spread over at least two blocks. */
     if (stitched < size || r->n < 2)
         return NULL;
     /* Headroom for drift: an eighth of the range, in whole pages. It costs no memory and no
@@ -492,7 +492,7 @@ static ts_block *stitch_new(ts_allocator *a, ts_pool *p, size_t size, uint64_t s
         return NULL;
     }
 
-    /* Committed: the handles are now also mapped at [va, va + stitched). */
+    /* Committed: the pages are now also mapped at [va, va + stitched). */
     uint64_t epoch = runs_lend(a, r, s, lenders, &m, nhandles);
     meta_put(a, &m, nhandles);
     segment_install(a, s, va, stitched, stream, p, TS_SEGMENT_STITCHED, sb);
@@ -528,7 +528,7 @@ size_t stitch_free_pages(ts_allocator *a, ts_pool *p, uint64_t stream)
 ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
 {
     if (!a->cfg.stitching || size < a->cfg.stitch_min_block || p->vm_free < size)
-        return NULL; /* (vm_free: all free virtual-memory bytes; whole handles are fewer) */
+        return NULL; /* (vm_free: all free virtual-memory bytes; whole pages are fewer) */
 
     stitch_runs r;
     if (!runs_gather(p, size, stream, &r))

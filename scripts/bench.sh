@@ -27,7 +27,7 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
   7. the cudaMallocAsync + cudaFreeAsync pair through LD_PRELOAD (tests/bench/async_pair.py):
      without tessera, with its defaults and with expandable_segments:True
   8. the default at the floor: tessera's default beside PyTorch's policy, expandable segments
-     and the former default (coarse handles) with the default's targets checked, on every trace
+     and the former default (a handle per page) with the default's targets checked, on every trace
      and workload (tests/bench/floor.py); loops that repeat one step, replayed on every device
      size around their edge (tests/bench/edge.py); and the programs of tests/bench/live_fit.sh
   9. the counters read from Python (tests/bench/py_stats.py): tessera.stats() in a process
@@ -147,12 +147,12 @@ json.dump(dict(nproc=os.cpu_count(), cpu=cpu, kernel=platform.release(), loadavg
 PY
 
 # shellcheck disable=SC2054 # the comma belongs to the configuration string
-# pytorch: PyTorch's policy; tessera's default is defragment:True,stitch_when:pressure (its
-# growth batch included: growth_batch_mb); the last is the former default (coarse handles)
+# pytorch: PyTorch's policy; tessera's default is defragment:True,stitch_when:pressure (coarse
+# handles, stitched by the page); the last is the former default (a handle per page)
 CONFS=(pytorch expandable_segments:False,max_split_size_mb:128
     expandable_segments:False,max_split_size_mb:512 expandable_segments:True defragment:True
     defragment:True,handle_policy:geometric defragment:True,stitch_when:pressure
-    defragment:True,handle_policy:coarse defragment:True,handle_policy:coarse,stitch_when:pressure)
+    defragment:True,handle_policy:page defragment:True,handle_policy:page,stitch_when:pressure)
 
 # --- 1. core microbenchmark -------------------------------------------------------------------
 if want core; then
@@ -212,7 +212,7 @@ if want replay; then
         name=$(basename "$t"); name=${name%.*}
         for c in expandable_segments:True defragment:True,stitching:False defragment:True \
             defragment:True,handle_policy:geometric defragment:True,stitch_when:pressure \
-            defragment:True,handle_policy:coarse defragment:True,handle_policy:coarse,stitch_when:pressure; do
+            defragment:True,handle_policy:page defragment:True,handle_policy:page,stitch_when:pressure; do
             TESSERA_REPLAY_QUIET=1 "$bd/tools/tessera-replay" "${costs[@]}" --json --conf "$c" "$t" 2>/dev/null |
                 python3 -c 'import json,sys; r=json.load(sys.stdin); r["name"]=sys.argv[1]; print(json.dumps(r))' "$name" \
                 >>"$raw/attribution.jsonl"
@@ -323,9 +323,9 @@ if want floor; then
     note_cmd edge "python3 tests/bench/edge.py $B $B/bench-raw/edge ${qa[*]}"
     python3 tests/bench/edge.py "$bd" "$raw/edge" "${qa[@]}" >/dev/null
     if [ -e "$bd/tests/sim/libcuda.so.1" ] && [ -e "$bd/shim/libtessera.so" ]; then
-        note_cmd live_fit "tests/bench/live_fit.sh $B expandable_segments:False expandable_segments:True defragment:True,handle_policy:coarse,stitch_when:pressure default"
+        note_cmd live_fit "tests/bench/live_fit.sh $B expandable_segments:False expandable_segments:True defragment:True,handle_policy:page,stitch_when:pressure default"
         tests/bench/live_fit.sh "$bd" expandable_segments:False expandable_segments:True \
-            defragment:True,handle_policy:coarse,stitch_when:pressure default >"$raw/live_fit.md"
+            defragment:True,handle_policy:page,stitch_when:pressure default >"$raw/live_fit.md"
     fi
 fi
 

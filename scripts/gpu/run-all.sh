@@ -773,7 +773,8 @@ if [ "$CAP_D" -gt 0 ]; then
         native_out=$(ls -td "$WORK"/runs/d*-shared-"$p"-native | head -n 1)/stdout
         MIN_NEED=5 run_prog shared tessera "$p" 30 "r:status=ok same:$native_out" --
     done
-    for ipc_conf in expandable_segments:False expandable_segments:True; do
+    # defragment:True stitches the 6 MiB block from parts of one handle: maps from an offset
+    for ipc_conf in expandable_segments:False expandable_segments:True defragment:True; do
         TESSERA_ALLOC_CONF=$ipc_conf MIN_NEED=5 run_prog shared tessera ipc_share 60 "$IPC_OK" -- --mode basic
     done
     MIN_NEED=5 run_prog shared tessera ipc_share 60 "$IPC_OK r:held_ok=1" -- --mode reuse

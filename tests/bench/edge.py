@@ -87,7 +87,7 @@ def main():
     build, prefix = sys.argv[1], sys.argv[2]
     quick = "--quick" in sys.argv
     confs = [a for a in sys.argv[3:] if not a.startswith("--")] or \
-        ["default", "defragment:True,handle_policy:coarse,stitch_when:pressure",
+        ["default", "defragment:True,handle_policy:page,stitch_when:pressure",
          "expandable_segments:True"]
     seeds = range(1, 5) if quick else range(1, 12)
     results = {}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The default at the floor, side by side in one run: tessera's default beside PyTorch's policy,
-PyTorch's expandable segments and the former default (coarse handles), on every real trace and
+PyTorch's expandable segments and the former default (a handle per page), on every real trace and
 every synthetic workload, with the targets of the default checked:
 
 - the smallest device is at most 0.5% above peak allocated;
@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 CONFS = [("pytorch", "pytorch"), ("expandable", "expandable_segments:True"),
-         ("former default", "defragment:True,handle_policy:coarse,stitch_when:pressure"),
+         ("former default", "defragment:True,handle_policy:page,stitch_when:pressure"),
          ("default", "default")]
 TRACE_DIRS = []
 

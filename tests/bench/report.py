@@ -14,16 +14,16 @@ costs_source = "published A100 latencies, devmodel/costs.c"
 GiB = float(1 << 30)
 MiB = float(1 << 20)
 
-# "pytorch": PyTorch's policy; tessera's default is defragment:True,stitch_when:pressure, the last
-# line the former default (docs/BENCHMARKS.md)
+# "pytorch": PyTorch's policy; tessera's default is defragment:True,stitch_when:pressure (coarse
+# handles), the last line the former default, a handle per page (docs/BENCHMARKS.md)
 CONFS = ["pytorch", "expandable_segments:False,max_split_size_mb:128",
          "expandable_segments:False,max_split_size_mb:512", "expandable_segments:True",
          "defragment:True", "defragment:True,handle_policy:geometric",
-         "defragment:True,stitch_when:pressure", "defragment:True,handle_policy:coarse",
-         "defragment:True,handle_policy:coarse,stitch_when:pressure"]
+         "defragment:True,stitch_when:pressure", "defragment:True,handle_policy:page",
+         "defragment:True,handle_policy:page,stitch_when:pressure"]
 DEFRAG = ["defragment:True", "defragment:True,handle_policy:geometric",
-          "defragment:True,stitch_when:pressure", "defragment:True,handle_policy:coarse",
-          "defragment:True,handle_policy:coarse,stitch_when:pressure"]
+          "defragment:True,stitch_when:pressure", "defragment:True,handle_policy:page",
+          "defragment:True,handle_policy:page,stitch_when:pressure"]
 
 
 def size(v):
