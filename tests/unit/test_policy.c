@@ -372,6 +372,51 @@ static void test_policy_stitch_lends_pages_of_handles(void **state)
     holes_close(&f, sep, 12);
 }
 
+/* Rule (the default: coarse handles, stitching under pressure): a request that the free pages
+ * nearly hold, on a device that cannot serve it whole, gets only what the pages lack mapped new,
+ * and is stitched over both, before any retry gives memory back.
+ *
+ * Fragment (48 MiB device; stitch_min_block_mb:40, so the request is exactly the minimum, which
+ * stitches): a 40 MiB growth (handles of 20 and 20 MiB) freed, then 8 MiB, 2 MiB, 8 MiB and 2 MiB
+ * carved from it and both 8 MiB blocks freed: 36 MiB of whole free pages ([0, 8), [10, 18) and
+ * [20, 40)), 8 MiB left on the device. 40 MiB: no free block holds it, the segment cannot grow
+ * by the 20 MiB its free end lacks, the free pages hold 36: 4 MiB are mapped at the segment's end
+ * and the three runs stitched, with no retry and no handle given back. */
+static void test_policy_stitch_tops_up_what_pages_lack(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("stitch_min_block_mb:40");
+    fixture f;
+    fx_open(&f, 48 * MiB, &cfg, true, false);
+    fx_free(&f, fx_alloc(&f, 40 * MiB));
+    const uintptr_t a1 = fx_alloc(&f, 8 * MiB), s1 = fx_alloc(&f, 2 * MiB);
+    const uintptr_t a2 = fx_alloc(&f, 8 * MiB), s2 = fx_alloc(&f, 2 * MiB);
+    assert_true(s1 == a1 + 8 * MiB && a2 == a1 + 10 * MiB && s2 == a1 + 18 * MiB);
+    fx_free(&f, a1);
+    fx_free(&f, a2);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 40 * MiB);
+    const uintptr_t r = fx_alloc(&f, 40 * MiB);
+    const tessera_device_stats *st = fx_stats(&f);
+    assert_int_equal(st->num_stitches, 1);
+    assert_int_equal(st->num_alloc_retries, 0);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 44 * MiB);
+    ts_devmodel_counters dc = fx_counters(&f);
+    assert_int_equal(dc.vm_destroys, 0);
+    assert_int_equal(dc.vm_creates, 3); /* 20 + 20, then the 4 MiB lacking */
+    assert_true(ts_devmodel_is_backed(f.dev, r, 40 * MiB));
+    /* the range's last 4 MiB are the new pages, at the segment's end */
+    uint64_t at, grown;
+    assert_true(ts_devmodel_content(f.dev, r + 36 * MiB, &at));
+    assert_true(ts_devmodel_content(f.dev, a1 + 40 * MiB, &grown));
+    assert_true(at == grown);
+    fx_free(&f, r);
+    fx_free(&f, s1);
+    fx_free(&f, s2);
+    ts_empty_cache(f.a);
+    fx_check(&f);
+    fx_close(&f);
+}
+
 /* Rule: stitch_min_block_mb: requests below it are never stitched, requests of exactly it are.
  * Fragment (defragment:True,stitch_min_block_mb:8): four 4 MiB holes apart by live 2 MiB blocks.
  * 6 MiB: below the minimum, the segment grows by 6 MiB; 8 MiB: two holes stitched, nothing new. */
@@ -1023,6 +1068,7 @@ int main(void)
         cmocka_unit_test(test_policy_stitched_range_is_ordered_after_its_lenders),
         cmocka_unit_test(test_policy_growth_in_place_stays_in_headroom),
         cmocka_unit_test(test_policy_stitch_lends_pages_of_handles),
+        cmocka_unit_test(test_policy_stitch_tops_up_what_pages_lack),
         cmocka_unit_test(test_policy_stitch_min_block),
         cmocka_unit_test(test_policy_stitch_takes_smallest_runs_first),
         cmocka_unit_test(test_policy_growth_batches_ahead),
