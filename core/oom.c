@@ -35,8 +35,8 @@ static const char *size_text(size_t v, char *buf, size_t len)
  *   stitching use the memory already reserved, where the device has virtual memory and they are
  *   off. With stitching on, a request below stitch_min_block_mb is not stitched: lowering the key
  *   helps only when it is above its least value and the request is at least that least value.
- *   Otherwise the free memory is in pieces no setting can join (smaller than a page, or on
- *   other streams and pools);
+ *   Otherwise the free memory is in pieces this configuration cannot join (smaller than a page, on
+ *   other streams and pools, or in handles that also hold live blocks: a handle goes back whole);
  * - the cap, only when allocated + request really exceeds it, and the device is larger;
  * - otherwise the device itself is full. */
 static const char *oom_advice(const ts_oom_info *o)
@@ -62,8 +62,9 @@ static const char *oom_advice(const ts_oom_info *o)
         return "the request is below stitch_min_block_mb, so its free pages were not stitched: "
                "lower stitch_min_block_mb (2 is the least)";
     if (fragmented && unallocated >= o->rounded)
-        return "free memory is in pieces that cannot be joined (smaller than a page, or held by "
-               "other streams): the program needs less memory or a larger device";
+        return "free memory is in pieces that cannot be joined (smaller than a page, held by "
+               "other streams, or in handles that also hold live blocks): the program needs less "
+               "memory or a larger device";
     if (o->limit_reached && o->limit < o->capacity)
         return "allocated memory plus this request exceeds the allocator's cap: raise "
                "memory_limit or per_process_memory_fraction";
