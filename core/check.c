@@ -85,7 +85,7 @@ static int check_lent_block(ts_segment *seg, const ts_block *b, char *why, size_
     if (b->lent_to->stitch_serial <= seg->stitch_serial)
         return check_fail(why, whylen, "lent block %#" PRIxPTR " lent to a range "
                           "not newer than its own segment (a lending cycle)", b->addr);
-    if (b->addr % seg->page_size || b->size % seg->page_size ||
+    if ((b->addr - seg->addr) % seg->page_size || b->size % seg->page_size ||
         !range_mapped(seg, b->addr, b->addr + b->size))
         return check_fail(why, whylen, "lent block %#" PRIxPTR " not whole mapped pages",
                           b->addr);

@@ -88,12 +88,14 @@ static bool tail_better(const ts_block *tail, size_t size, const ts_block *best)
     return !best || tail->size > best->size || (tail->size == best->size && tail->addr < best->addr);
 }
 
-/* The whole pages of [lo, hi) in seg: [*run_lo, *run_hi), or false when there is none. */
+/* The whole pages of [lo, hi) in seg (pages count from the segment's start: a page need not be
+ * a power of two): [*run_lo, *run_hi), or false when there is none. */
 static bool segment_whole_pages(const ts_segment *seg, uintptr_t lo, uintptr_t hi,
                                 uintptr_t *run_lo, uintptr_t *run_hi)
 {
     const size_t page = seg->page_size;
-    const uintptr_t first = (lo + page - 1) / page * page, end = hi / page * page;
+    const uintptr_t first = seg->addr + (lo - seg->addr + page - 1) / page * page;
+    const uintptr_t end = seg->addr + (hi - seg->addr) / page * page;
     if (first >= end)
         return false;
     *run_lo = first;

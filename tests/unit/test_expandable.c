@@ -787,6 +787,37 @@ static void test_pause_keeps_aliases_of_parts_of_handles(void **state)
     fx_close(&f);
 }
 
+/* Pages count from the segment's start: with 6 MiB pages (not a power of two, so not aligned
+ * to themselves in the address space) and coarse handles, six 6 MiB blocks with the even ones
+ * freed leave three 6 MiB holes of whole pages, and a 12 MiB request is stitched from two of
+ * them, nothing new reserved. */
+static void test_stitch_pages_count_from_the_segment(void **state)
+{
+    (void)state;
+    ts_config cfg = es_config();
+    cfg.expandable_page = 6 * MiB;
+    cfg.stitching = true;
+    cfg.handle_policy = TS_HANDLES_COARSE;
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t p[6];
+    for (int i = 0; i < 6; i++)
+        p[i] = fx_alloc(&f, 6 * MiB);
+    assert_true(p[0] % (6 * MiB) != 0); /* the case: the segment is not 6 MiB aligned */
+    for (int i = 0; i < 6; i += 2)
+        fx_free(&f, p[i]);
+    const uintptr_t r = fx_alloc(&f, 12 * MiB);
+    assert_int_equal(fx_stats(&f)->num_stitches, 1);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 36 * MiB);
+    assert_true(ts_devmodel_is_backed(f.dev, r, 12 * MiB));
+    fx_check(&f);
+    fx_free(&f, r);
+    for (int i = 1; i < 6; i += 2)
+        fx_free(&f, p[i]);
+    fx_check(&f);
+    fx_close(&f);
+}
+
 /* What cannot be paused is refused, and nothing changes: live memory in a plain segment (it could
  * not come back at the same address), memory the program holds from the driver itself, and a
  * capture underway. With nothing mapped, a pause is a pause of nothing. */
@@ -1037,6 +1068,7 @@ int main(void)
         cmocka_unit_test(test_devmodel_copies_stop_at_the_range),
         cmocka_unit_test(test_pause_keeps_every_address),
         cmocka_unit_test(test_pause_keeps_aliases_of_parts_of_handles),
+        cmocka_unit_test(test_stitch_pages_count_from_the_segment),
         cmocka_unit_test(test_pause_refusals),
         cmocka_unit_test(test_pause_without_host_memory),
         cmocka_unit_test(test_pause_device_failures),
