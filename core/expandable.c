@@ -291,14 +291,15 @@ static ts_block *es_find(ts_allocator *a, ts_pool *p, size_t size, uint64_t stre
 
 bool expandable_grow_free(ts_allocator *a, ts_pool *p, size_t bytes, uint64_t stream)
 {
+    /* (a stream with free pages has a segment, and a segment's reservation is larger than the
+     * device: its end is unmapped) */
     for (ts_node *n = ts_tree_lower_bound(&p->unmapped, stream, 0, 0); n && n->k0 == stream;
          n = ts_tree_next(n)) {
         ts_block *c = block_of_node(n);
         if (c->size >= bytes)
             return es_map_block(a, c, bytes);
     }
-    ts_block *c = es_create(a, p, stream);
-    return c && c->size >= bytes && es_map_block(a, c, bytes);
+    return false;
 }
 
 ts_block *expandable_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)

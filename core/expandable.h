@@ -8,8 +8,8 @@
  * the end of one, or a new reservation), out of every tree; NULL when the device has no room. */
 ts_block *expandable_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
 /* Map bytes (whole pages) more of p's expandable segments on stream, as free memory in the free
- * tree, for a stitch that lacks them: in the lowest unmapped block that holds them, else in a
- * new reservation. false when the device has no room (nothing changed). */
+ * tree, for a stitch that lacks them: in the lowest unmapped block that holds them. false when
+ * the device has no room, or no segment on stream (nothing changed). */
 bool expandable_grow_free(ts_allocator *a, ts_pool *p, size_t bytes, uint64_t stream);
 /* The page of p's expandable segments: the unit a growth maps. */
 size_t expandable_page_of(const ts_allocator *a, const ts_pool *p);

@@ -130,6 +130,50 @@ static void test_costs_grant_per_mapping(void **state)
     ts_devmodel_destroy(m);
 }
 
+/* A mapping may be any whole pages of a handle, from an offset into it (cuMemMap's rule), and a
+ * byte reads the same through every mapping of it; a piece past the handle's end, or not whole
+ * pages, is refused and maps nothing. */
+static void test_devmodel_maps_parts_of_handles(void **state)
+{
+    (void)state;
+    ts_devmodel *m = ts_devmodel_create(1 * GiB, 2 * MiB);
+    ts_backend be = ts_devmodel_backend(m, true, false);
+    uintptr_t va = 0;
+    uint64_t h = 0;
+    assert_int_equal(be.vm_reserve(be.ctx, 32 * MiB, &va), TS_OK);
+    assert_int_equal(be.vm_create(be.ctx, 6 * MiB, &h), TS_OK);
+    const ts_vm_piece whole = {6 * MiB, h, 0}, tail = {4 * MiB, h, 2 * MiB};
+    assert_int_equal(be.vm_map(be.ctx, va, &whole, 1), TS_OK);
+    assert_int_equal(be.vm_map(be.ctx, va + 8 * MiB, &tail, 1), TS_OK);
+    uint64_t a, b;
+    assert_true(ts_devmodel_content(m, va + 2 * MiB, &a));
+    assert_true(ts_devmodel_content(m, va + 8 * MiB, &b));
+    assert_true(a == b);
+    assert_true(ts_devmodel_content(m, va + 5 * MiB, &a));
+    assert_true(ts_devmodel_content(m, va + 11 * MiB, &b));
+    assert_true(a == b);
+    const ts_vm_piece bad[] = {
+        {2 * MiB, h, 6 * MiB},     /* starts at the handle's end */
+        {4 * MiB, h, 4 * MiB},     /* runs past it */
+        {2 * MiB, h, 1 * MiB},     /* not whole pages */
+        {1 * MiB, h, 0},           /* nor this */
+        {0, h, 0},                 /* nothing */
+        {2 * MiB, h + 1, 0},       /* no such handle */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_not_equal(be.vm_map(be.ctx, va + 16 * MiB, &bad[i], 1), TS_OK);
+        assert_false(ts_devmodel_content(m, va + 16 * MiB, &a));
+    }
+    const ts_vm_piece last = {2 * MiB, h, 4 * MiB}; /* to the handle's end exactly */
+    assert_int_equal(be.vm_map(be.ctx, va + 16 * MiB, &last, 1), TS_OK);
+    assert_int_equal(be.vm_unmap(be.ctx, va + 16 * MiB, 2 * MiB), TS_OK);
+    assert_int_equal(be.vm_unmap(be.ctx, va + 8 * MiB, 4 * MiB), TS_OK);
+    assert_int_equal(be.vm_unmap(be.ctx, va, 6 * MiB), TS_OK);
+    assert_int_equal(be.vm_destroy(be.ctx, h), TS_OK);
+    assert_int_equal(be.vm_release(be.ctx, va, 32 * MiB), TS_OK);
+    ts_devmodel_destroy(m);
+}
+
 /* A failed call costs its time too: a cudaMalloc the device refuses is charged. */
 static void test_costs_failures_charged(void **state)
 {
@@ -359,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_costs_plain_segments),
         cmocka_unit_test(test_costs_vm_pages),
         cmocka_unit_test(test_costs_grant_per_mapping),
+        cmocka_unit_test(test_devmodel_maps_parts_of_handles),
         cmocka_unit_test(test_costs_failures_charged),
         cmocka_unit_test(test_costs_defaults),
         cmocka_unit_test(test_costs_points),
