@@ -305,7 +305,7 @@ static ts_block *stitch_topped(ts_allocator *a, ts_pool *p, size_t size, uint64_
     /* (a handle per page: any free page can go back, and the retry's give-back does that) */
     if (!a->cfg.stitching || a->handle_per_page || size < a->cfg.stitch_min_block)
         return NULL;
-    const size_t have = stitch_free_pages(a, p, stream);
+    const size_t have = stitch_free_pages(p, stream);
     if (have == 0 || have >= size)
         return NULL; /* nothing to stitch to, or the stitch failed for another reason */
     const size_t page = expandable_page_of(a, p);

@@ -49,6 +49,7 @@ typedef struct handle_run {
 typedef struct stitch_runs {
     handle_run *v;
     size_t n, cap;
+    size_t bytes; /* in all the runs */
     ts_block *tail;
 } stitch_runs;
 
@@ -108,7 +109,7 @@ static bool segment_whole_pages(const ts_segment *seg, uintptr_t lo, uintptr_t h
 static bool runs_gather(ts_pool *p, size_t size, uint64_t stream, stitch_runs *r)
 {
     r->cap = 64;
-    r->n = 0;
+    r->n = r->bytes = 0;
     r->tail = NULL;
     r->v = malloc(r->cap * sizeof *r->v);
     if (!r->v)
@@ -131,6 +132,7 @@ static bool runs_gather(ts_pool *p, size_t size, uint64_t stream, stitch_runs *r
             r->cap *= 2;
         }
         r->v[r->n++] = (handle_run){b, lo, hi, lo};
+        r->bytes += hi - lo;
     }
     qsort(r->v, r->n, sizeof *r->v, run_cmp);
     return true;
@@ -514,17 +516,13 @@ static ts_block *stitch_new(ts_allocator *a, ts_pool *p, size_t size, uint64_t s
     return sb;
 }
 
-size_t stitch_free_pages(ts_allocator *a, ts_pool *p, uint64_t stream)
+size_t stitch_free_pages(ts_pool *p, uint64_t stream)
 {
-    (void)a;
     stitch_runs r;
-    size_t bytes = 0;
     if (!runs_gather(p, 0, stream, &r))
         return 0;
-    for (size_t i = 0; i < r.n; i++)
-        bytes += r.v[i].hi - r.v[i].lo;
     free(r.v);
-    return bytes;
+    return r.bytes;
 }
 
 ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)

@@ -8,7 +8,7 @@
  * new stitched range); NULL when there are not enough free pages or ranges. */
 ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream);
 /* The bytes of whole free pages on stream that a new range in p could take. */
-size_t stitch_free_pages(ts_allocator *a, ts_pool *p, uint64_t stream);
+size_t stitch_free_pages(ts_pool *p, uint64_t stream);
 /* Retire the ranges found entirely free since the last call (pool.c queues them): their pages
  * go back to the segments they came from, as free blocks, with no driver call. Called before a
  * request is placed and after a free, so that a range never outlives the blocks it served. */

@@ -374,44 +374,56 @@ static void test_policy_stitch_lends_pages_of_handles(void **state)
 
 /* Rule (the default: coarse handles, stitching under pressure): a request that the free pages
  * nearly hold, on a device that cannot serve it whole, gets only what the pages lack mapped new,
- * and is stitched over both, before any retry gives memory back.
+ * in the lowest unmapped range that holds it, and is stitched over both, before any retry gives
+ * memory back.
  *
- * Fragment (48 MiB device; stitch_min_block_mb:40, so the request is exactly the minimum, which
- * stitches): a 40 MiB growth (handles of 20 and 20 MiB) freed, then 8 MiB, 2 MiB, 8 MiB and 2 MiB
- * carved from it and both 8 MiB blocks freed: 36 MiB of whole free pages ([0, 8), [10, 18) and
- * [20, 40)), 8 MiB left on the device. 40 MiB: no free block holds it, the segment cannot grow
- * by the 20 MiB its free end lacks, the free pages hold 36: 4 MiB are mapped at the segment's end
- * and the three runs stitched, with no retry and no handle given back. */
+ * Fragment (46 MiB device; stitch_min_block_mb:40, so the request is exactly the minimum, which
+ * stitches): a 40 MiB block (handles of 20 and 20 MiB), a 4 MiB one (its own handle) and a
+ * 2 MiB one after them; the 4 MiB block freed and the cache emptied (an unmapped hole of 4 MiB
+ * at [40, 44)); the 40 MiB block freed, then 8 MiB, 2 MiB, 8 MiB and 2 MiB carved from it and
+ * both 8 MiB blocks freed: 36 MiB of whole free pages ([0, 8), [10, 18) and [20, 40)), 4 MiB left
+ * on the device. 40 MiB: no free block holds it, the segment cannot grow by 40 MiB, the free
+ * pages hold 36: the 4 MiB hole is mapped again (it merges with [20, 40)) and the three runs are
+ * stitched, with no retry and no handle given back. */
 static void test_policy_stitch_tops_up_what_pages_lack(void **state)
 {
     (void)state;
     ts_config cfg = conf_of("stitch_min_block_mb:40");
     fixture f;
-    fx_open(&f, 48 * MiB, &cfg, true, false);
-    fx_free(&f, fx_alloc(&f, 40 * MiB));
+    fx_open(&f, 46 * MiB, &cfg, true, false);
+    const uintptr_t x = fx_alloc(&f, 40 * MiB), y = fx_alloc(&f, 4 * MiB);
+    const uintptr_t z = fx_alloc(&f, 2 * MiB);
+    assert_true(y == x + 40 * MiB && z == x + 44 * MiB);
+    fx_free(&f, y);
+    ts_empty_cache(f.a);
+    assert_false(ts_devmodel_is_backed(f.dev, y, 4 * MiB));
+    fx_free(&f, x);
     const uintptr_t a1 = fx_alloc(&f, 8 * MiB), s1 = fx_alloc(&f, 2 * MiB);
     const uintptr_t a2 = fx_alloc(&f, 8 * MiB), s2 = fx_alloc(&f, 2 * MiB);
-    assert_true(s1 == a1 + 8 * MiB && a2 == a1 + 10 * MiB && s2 == a1 + 18 * MiB);
+    assert_true(a1 == x && s1 == x + 8 * MiB && a2 == x + 10 * MiB && s2 == x + 18 * MiB);
     fx_free(&f, a1);
     fx_free(&f, a2);
-    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 40 * MiB);
+    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 42 * MiB);
+    ts_devmodel_counters before = fx_counters(&f);
     const uintptr_t r = fx_alloc(&f, 40 * MiB);
     const tessera_device_stats *st = fx_stats(&f);
     assert_int_equal(st->num_stitches, 1);
     assert_int_equal(st->num_alloc_retries, 0);
-    assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 44 * MiB);
+    assert_int_equal(st->reserved_bytes[TESSERA_POOL_ALL].current, 46 * MiB);
     ts_devmodel_counters dc = fx_counters(&f);
-    assert_int_equal(dc.vm_destroys, 0);
-    assert_int_equal(dc.vm_creates, 3); /* 20 + 20, then the 4 MiB lacking */
+    assert_int_equal(dc.vm_destroys, before.vm_destroys);
+    assert_int_equal(dc.vm_creates, before.vm_creates + 1); /* the 4 MiB lacking */
     assert_true(ts_devmodel_is_backed(f.dev, r, 40 * MiB));
-    /* the range's last 4 MiB are the new pages, at the segment's end */
+    assert_true(ts_devmodel_is_backed(f.dev, y, 4 * MiB)); /* the hole, mapped again */
+    /* the range's last 24 MiB are [20, 44): the hole's pages at its end */
     uint64_t at, grown;
     assert_true(ts_devmodel_content(f.dev, r + 36 * MiB, &at));
-    assert_true(ts_devmodel_content(f.dev, a1 + 40 * MiB, &grown));
+    assert_true(ts_devmodel_content(f.dev, y, &grown));
     assert_true(at == grown);
     fx_free(&f, r);
     fx_free(&f, s1);
     fx_free(&f, s2);
+    fx_free(&f, z);
     ts_empty_cache(f.a);
     fx_check(&f);
     fx_close(&f);
