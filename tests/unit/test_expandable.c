@@ -733,6 +733,17 @@ static void test_pause_keeps_every_address(void **state)
     fx_close(&f);
 }
 
+/* A 1 GiB device with expandable segments of page-byte pages in coarse handles, stitching
+ * before growth. */
+static void coarse_open(fixture *f, size_t page)
+{
+    ts_config cfg = es_config();
+    cfg.expandable_page = page;
+    cfg.stitching = true;
+    cfg.handle_policy = TS_HANDLES_COARSE;
+    fx_open(f, 1 * GiB, &cfg, true, false);
+}
+
 /* The same with coarse handles: the six 12 MiB blocks are carved from a 72 MiB growth (handles of
  * 20, 20, 20 and 12 MiB), so the stitched range maps parts of handles, from their middle. No
  * handle is free whole, so the pause keeps all 72 MiB; after the resume every page, the
@@ -740,12 +751,8 @@ static void test_pause_keeps_every_address(void **state)
 static void test_pause_keeps_aliases_of_parts_of_handles(void **state)
 {
     (void)state;
-    ts_config cfg = es_config();
-    cfg.expandable_page = 2 * MiB;
-    cfg.stitching = true;
-    cfg.handle_policy = TS_HANDLES_COARSE;
     fixture f;
-    fx_open(&f, 1 * GiB, &cfg, true, false);
+    coarse_open(&f, 2 * MiB);
     fx_free(&f, fx_alloc(&f, 72 * MiB));
     uintptr_t p[6];
     for (int i = 0; i < 6; i++)
@@ -794,12 +801,8 @@ static void test_pause_keeps_aliases_of_parts_of_handles(void **state)
 static void test_stitch_pages_count_from_the_segment(void **state)
 {
     (void)state;
-    ts_config cfg = es_config();
-    cfg.expandable_page = 6 * MiB;
-    cfg.stitching = true;
-    cfg.handle_policy = TS_HANDLES_COARSE;
     fixture f;
-    fx_open(&f, 1 * GiB, &cfg, true, false);
+    coarse_open(&f, 6 * MiB);
     uintptr_t p[6];
     for (int i = 0; i < 6; i++)
         p[i] = fx_alloc(&f, 6 * MiB);
