@@ -82,10 +82,10 @@ typedef struct ts_backend {
     int (*capture_active)(void *ctx);
 
     /* Virtual memory (optional; all or none). vm_map maps n pieces of physical handles back to
-     * back from va (pieces[i].size bytes of pieces[i].handle from pieces[i].offset), then grants read-write access
-     * to the owning device (and the devices of vm_peer_add) over the whole range in one grant:
-     * a grant costs about as much for one handle as for twenty, so the core maps what it can
-     * in one call. All or nothing: when it fails, nothing it mapped stays mapped. */
+     * back from va (pieces[i].size bytes of pieces[i].handle from pieces[i].offset), then grants
+     * read-write access to the owning device (and the devices of vm_peer_add) over the whole
+     * range in one grant (a GPU charges it per mapping covered: one call saves calls, not
+     * time). All or nothing: when it fails, nothing it mapped stays mapped. */
     int (*vm_granularity)(void *ctx, size_t *granularity);
     int (*vm_reserve)(void *ctx, size_t size, uintptr_t *va_out);
     int (*vm_release)(void *ctx, uintptr_t va, size_t size);

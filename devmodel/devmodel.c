@@ -443,8 +443,9 @@ static void dm_charge_grant(ts_devmodel *m, uintptr_t va, size_t size)
     dm_charge_ns(m, TS_CALL_SET_ACCESS, ns);
 }
 
-/* As the CUDA backend: a cuMemMap per piece (whole pages of a handle), back to back, then one cuMemSetAccess over the
- * whole range; a failed map unmaps the handles mapped before it (a cuMemUnmap each). */
+/* As the CUDA backend: a cuMemMap per piece (whole pages of a handle), back to back, then one
+ * cuMemSetAccess over the whole range; a failed map unmaps the pieces mapped before it (a
+ * cuMemUnmap each). */
 static int dm_vm_map(void *ctx, uintptr_t va, const ts_vm_piece *pieces, size_t n)
 {
     ts_devmodel *m = dm_enter(ctx);
@@ -569,8 +570,7 @@ static int dm_copy_in(void *ctx, uintptr_t dev, const void *host, size_t size)
     if (!dm_whole_mappings(m, dev, size))
         return dm_refuse(m);
     for (dm_range *r = dm_find(&m->maps, dev); r && r->addr < dev + size;
-         r = dm_range_of(ts_tree_next(&r->node)))
-    {
+         r = dm_range_of(ts_tree_next(&r->node))) {
         uint64_t c;
         memcpy(&c, (const char *)host + (r->addr - dev), sizeof c);
         dm_handle_get(m, r->handle)->content = c - r->offset;

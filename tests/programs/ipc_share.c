@@ -5,12 +5,12 @@
  *
  * The parent keeps 8 blocks of 512 B to 64 MiB live together, plus, after freeing every other
  * one of 8 blocks of 2 MiB (made where a 16 MiB block was), one of 6 MiB (a caching allocator
- * may serve it from the holes). For
- * each block it checks the driver's answers about a pointer in its middle (cuMemGetAddressRange,
- * cuPointerGetAttribute(s), cudaPointerGetAttributes, cuMemRetainAllocationHandle), exports it
- * with cudaIpcGetMemHandle (some through the base of the range query, some through an interior
- * pointer, one twice), and starts itself again as the importer, which opens every handle (one
- * twice), checks the block's first, middle and last bytes, writes its last byte, and reports.
+ * may serve it from the holes). For each block it checks the driver's answers about a pointer
+ * in its middle (cuMemGetAddressRange, cuPointerGetAttribute(s), cudaPointerGetAttributes,
+ * cuMemRetainAllocationHandle), exports it with cudaIpcGetMemHandle (some through the base of
+ * the range query, some through an interior pointer, one twice), and starts itself again as
+ * the importer, which opens every handle (one twice), checks the block's first, middle and last
+ * bytes, writes its last byte, and reports.
  * The parent then checks that it sees the importer's writes. MODE:
  *   basic    the importer checks and closes; done
  *   reuse    while the importer still has the blocks open, the parent frees them and allocates
