@@ -453,15 +453,22 @@ static uint64_t seed_base(void)
     return seed;
 }
 
+/* Six blocks of unit bytes allocated and the even ones freed: holes of unit bytes between live
+ * blocks p[1], p[3], p[5]. */
+static void holes_make(fixture *f, size_t unit, uintptr_t p[6])
+{
+    for (int i = 0; i < 6; i++)
+        p[i] = fx_alloc(f, unit);
+    for (int i = 0; i < 6; i += 2)
+        fx_free(f, p[i]);
+}
+
 /* A 1 GiB device with 6 x 12 MiB allocated and the even ones freed: 36 MiB free in 12 MiB holes
  * between live blocks p[1], p[3], p[5]. */
 static void holes_open(fixture *f, const ts_config *cfg, uintptr_t p[6])
 {
     fx_open(f, 1 * GiB, cfg, true, false);
-    for (int i = 0; i < 6; i++)
-        p[i] = fx_alloc(f, 12 * MiB);
-    for (int i = 0; i < 6; i += 2)
-        fx_free(f, p[i]);
+    holes_make(f, 12 * MiB, p);
 }
 
 /* stitch_when: 6 x 12 MiB with 2 MiB pages, the even ones freed (36 MiB in 12 MiB holes), then a
@@ -657,6 +664,20 @@ static void contents_of(fixture *f, uintptr_t p, size_t size, uint64_t *out)
             fail_msg("page %zu of %#lx is not mapped", i, (unsigned long)p);
 }
 
+/* Every 2 MiB page of the n blocks live[i] (size[i] bytes) reads what before[i] says it read. */
+static void contents_kept(fixture *f, const uintptr_t *live, const size_t *size, int n,
+                          uint64_t (*before)[12])
+{
+    for (int i = 0; i < n; i++) {
+        uint64_t after[12];
+        contents_of(f, live[i], size[i], after);
+        for (size_t k = 0; k < size[i] / (2 * MiB); k++)
+            if (after[k] != before[i][k])
+                fail_msg("block %d page %zu reads %#llx after the resume, %#llx before", i, k,
+                         (unsigned long long)after[k], (unsigned long long)before[i][k]);
+    }
+}
+
 /* test_stitch_when's layout with a stitched 24 MiB block over the holes: three live 12 MiB blocks
  * of the expandable segment and one stitched range whose pages alias the freed ones. A pause
  * gives every byte back to the device and keeps every address; a resume maps pages at the same
@@ -674,7 +695,7 @@ static void test_pause_keeps_every_address(void **state)
     const uintptr_t live[4] = {p[1], p[3], p[5], fx_alloc(&f, 24 * MiB)};
     const size_t size[4] = {12 * MiB, 12 * MiB, 12 * MiB, 24 * MiB};
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
-    uint64_t before[4][12], after[4][12];
+    uint64_t before[4][12];
     for (int i = 0; i < 4; i++)
         contents_of(&f, live[i], size[i], before[i]);
     const int64_t reserved = fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current;
@@ -709,14 +730,9 @@ static void test_pause_keeps_every_address(void **state)
     assert_int_equal(ts_allocator_resume(f.a, &r), TS_PAUSE_OK);
     assert_false(ts_allocator_paused(f.a));
     assert_int_equal(r.saved, 60 * MiB);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++)
         assert_true(ts_devmodel_is_backed(f.dev, live[i], size[i]));
-        contents_of(&f, live[i], size[i], after[i]);
-        for (size_t k = 0; k < size[i] / (2 * MiB); k++)
-            if (after[i][k] != before[i][k])
-                fail_msg("block %d page %zu reads %#llx after the resume, %#llx before", i, k,
-                         (unsigned long long)after[i][k], (unsigned long long)before[i][k]);
-    }
+    contents_kept(&f, live, size, 4, before);
     ts_devmodel_counters_get(f.dev, &c);
     assert_int_equal(c.bytes_in_use, 60 * MiB);
     assert_int_equal(c.copied_in, 60 * MiB);
@@ -755,17 +771,14 @@ static void test_pause_keeps_aliases_of_parts_of_handles(void **state)
     coarse_open(&f, 2 * MiB);
     fx_free(&f, fx_alloc(&f, 72 * MiB));
     uintptr_t p[6];
-    for (int i = 0; i < 6; i++)
-        p[i] = fx_alloc(&f, 12 * MiB);
-    for (int i = 0; i < 6; i += 2)
-        fx_free(&f, p[i]);
+    holes_make(&f, 12 * MiB, p);
     const uintptr_t live[4] = {p[1], p[3], p[5], fx_alloc(&f, 24 * MiB)};
     const size_t size[4] = {12 * MiB, 12 * MiB, 12 * MiB, 24 * MiB};
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
     ts_devmodel_counters c;
     ts_devmodel_counters_get(f.dev, &c);
     assert_int_equal(c.vm_creates, 4);
-    uint64_t before[4][12], after[4][12];
+    uint64_t before[4][12];
     for (int i = 0; i < 4; i++)
         contents_of(&f, live[i], size[i], before[i]);
     /* the range's second half is the hole at 24 MiB: the middle of the second handle */
@@ -780,13 +793,7 @@ static void test_pause_keeps_aliases_of_parts_of_handles(void **state)
     ts_devmodel_counters_get(f.dev, &c);
     assert_int_equal(c.bytes_in_use, 0);
     assert_int_equal(ts_allocator_resume(f.a, &r), TS_PAUSE_OK);
-    for (int i = 0; i < 4; i++) {
-        contents_of(&f, live[i], size[i], after[i]);
-        for (size_t k = 0; k < size[i] / (2 * MiB); k++)
-            if (after[i][k] != before[i][k])
-                fail_msg("block %d page %zu reads %#llx after the resume, %#llx before", i, k,
-                         (unsigned long long)after[i][k], (unsigned long long)before[i][k]);
-    }
+    contents_kept(&f, live, size, 4, before);
     fx_check(&f);
     for (int i = 0; i < 4; i++)
         fx_free(&f, live[i]);
@@ -804,11 +811,8 @@ static void test_stitch_pages_count_from_the_segment(void **state)
     fixture f;
     coarse_open(&f, 6 * MiB);
     uintptr_t p[6];
-    for (int i = 0; i < 6; i++)
-        p[i] = fx_alloc(&f, 6 * MiB);
+    holes_make(&f, 6 * MiB, p);
     assert_true(p[0] % (6 * MiB) != 0); /* the case: the segment is not 6 MiB aligned */
-    for (int i = 0; i < 6; i += 2)
-        fx_free(&f, p[i]);
     const uintptr_t r = fx_alloc(&f, 12 * MiB);
     assert_int_equal(fx_stats(&f)->num_stitches, 1);
     assert_int_equal(fx_stats(&f)->reserved_bytes[TESSERA_POOL_ALL].current, 36 * MiB);
