@@ -79,9 +79,10 @@ typedef struct ts_config {
                                  * small pool, large_segment_size large pool; with defragment,
                                  * the device's granularity) */
     ts_handle_policy handle_policy;
-    size_t growth_batch;        /* bytes; with defragment's page handles, a segment growing at its
-                                 * end again maps ahead to whole batches of this (0: only what
-                                 * each growth needs) */
+    size_t growth_batch;        /* bytes; with defragment's page or coarse handles, a segment
+                                 * growing at its end again maps ahead to whole batches of this
+                                 * (0: only what each growth needs; coarse: large_segment_size
+                                 * unless given) */
     bool defragment;            /* tessera's best combination: expandable + stitching */
     bool verbose;               /* print the effective configuration at start-up */
     uint32_t history_events;    /* events kept in the history ring per device; 0: no history */

@@ -752,6 +752,10 @@ int ts_config_parse(ts_config *out, const char *text, const char *varname, ts_co
      * from any handle: the floor of a handle per page at a tenth of its driver time */
     if (p.cfg.defragment && !(p.given & (UINT64_C(1) << KEY_HANDLE_POLICY)))
         p.cfg.handle_policy = TS_HANDLES_COARSE;
+    /* and a coarse handle costs a growth what a page does: sequential growth maps whole ones */
+    if (p.cfg.defragment && p.cfg.handle_policy == TS_HANDLES_COARSE &&
+        !(p.given & (UINT64_C(1) << KEY_GROWTH_BATCH_MB)))
+        p.cfg.growth_batch = p.cfg.large_segment_size;
     /* Stitching maps pages of expandable segments: it cannot run without them. A string that
      * asks for both is refused (strict) or has expandable segments win over the "False". */
     if (p.cfg.stitching && !p.cfg.expandable_segments &&

@@ -126,7 +126,8 @@ static size_t es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, siz
                        : a->cfg.handle_policy == TS_HANDLES_COARSE
                            ? size / es_coarse_handle(a, seg->page_size) + 1
                            : 128;
-    const size_t nahead = ahead / seg->page_size; /* ahead is only asked with a handle a page */
+    /* a handle a page: the pages ahead, a handle each, dropped alone when the device lacks them */
+    const size_t nahead = a->handle_per_page ? ahead / seg->page_size : 0;
     size_t *sizes = malloc((max + nahead) * sizeof *sizes);
     if (!sizes)
         return 0;
@@ -187,27 +188,44 @@ static size_t es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, siz
 }
 
 /* How much more than needed a growth of b (unmapped) by mapped bytes maps ahead: on plainly
- * sequential growth (the last growth of the segment ended where b starts) with a handle a page
- * under defragment (PyTorch's expandable segments keep PyTorch's
- * growth), in the large pool (a small-pool page holds hundreds of blocks: a batch there would sit
- * idle), up to whole batches of growth_batch_mb (20 MiB): one grant per batch instead of one per
- * growth, and the pages ahead serve the next requests with no driver call; they go back with the
- * rest of the cache (release). Fewer calls, not less driver time: a GPU charges a grant per
- * handle it covers (tests/data/driver-costs/h100.txt). Bounded: never
- * past b (a hole between mapped pages, or the reservation's end), only while what the allocator
- * holds stays below 15/16 of the cap (or of the device), and only while the device keeps a
- * sixteenth of itself free after it, so that batching never takes the last memory a request
- * elsewhere (another process's too) needs. */
+ * sequential growth (the last growth of the segment ended where b starts) under defragment
+ * (PyTorch's expandable segments keep PyTorch's growth), in the large pool (a small-pool page
+ * holds hundreds of blocks: a batch there would sit idle), up to whole batches, and the pages
+ * ahead serve the next requests with no driver call; they go back with the rest of the cache
+ * (release).
+ * - coarse handles: the batch is part of the growth's handles (by default one coarse handle,
+ *   20 MiB): a growth of a few pages costs what a growth of a whole handle does (a create, a map
+ *   and a grant), so sequential growth pays once per 20 MiB instead of once per growth. At most
+ *   a quarter of what the segment maps is held ahead: those pages share a handle with live
+ *   blocks and go back to the device only with it (with a handle a page each goes back alone);
+ * - a handle a page: batches of growth_batch_mb, one grant per batch instead of one per growth:
+ *   fewer calls, not less driver time (a GPU charges a grant per handle it covers,
+ *   tests/data/driver-costs/h100.txt).
+ * Bounded: never past b (a hole between mapped pages, or the reservation's end), only while what
+ * the allocator holds stays below 15/16 of the cap (or of the device), and only while the device
+ * keeps a sixteenth of itself free after it, so that batching never takes the last memory a
+ * request elsewhere (another process's too) needs. */
 static size_t es_ahead(ts_allocator *a, const ts_block *b, size_t mapped)
 {
     const ts_segment *seg = b->seg;
+    const bool coarse = !a->handle_per_page && a->cfg.handle_policy == TS_HANDLES_COARSE;
     const size_t batch = a->cfg.growth_batch / seg->page_size * seg->page_size;
-    if (!a->cfg.defragment || !a->handle_per_page || seg->pool->small || batch == 0 ||
+    if (!a->cfg.defragment || !(coarse || a->handle_per_page) || seg->pool->small || batch == 0 ||
         b->addr != seg->grow_end || mapped % batch == 0)
         return 0;
-    size_t ahead = batch - mapped % batch; /* to whole batches: a grant's cost per 20 MiB */
+    size_t ahead = batch - mapped % batch; /* to whole batches: one handle's cost per 20 MiB */
     if (ahead > b->size - mapped)
         ahead = b->size - mapped; /* a hole between mapped pages: up to its end */
+    if (coarse) {
+        /* at most a quarter of what the segment maps with it: a small program's segment grows
+         * geometrically, a large one's by whole handles, and memory held ahead stays a bounded
+         * part of the segment */
+        const size_t quarter = (seg->mapped + mapped) / 4 / seg->page_size * seg->page_size;
+        if (ahead > quarter)
+            ahead = quarter;
+        if (ahead == 0)
+            return 0;
+    }
     /* (no limit known, a device that did not say its size: no batch either) */
     const size_t limit = a->set_fraction ? a->allowed_memory_maximum : a->device_total;
     const size_t held = a->total_allocated_memory + a->driver_bytes + mapped + ahead;
@@ -238,7 +256,16 @@ static bool es_map_block(ts_allocator *a, ts_block *b, size_t size)
     ts_block *rest = need < b->size ? block_new(a) : NULL;
     if (need < b->size && !rest)
         return false;
-    const size_t mapped = es_map_range(a, seg, b->addr, need, ahead);
+    size_t mapped;
+    if (ahead && !a->handle_per_page) {
+        /* coarse: the batch is part of the growth's handles; a device that cannot give it
+         * serves the growth alone, so memory short stays as short as without batching */
+        mapped = es_map_range(a, seg, b->addr, need + ahead, 0);
+        if (mapped == 0)
+            mapped = es_map_range(a, seg, b->addr, need, 0);
+    } else {
+        mapped = es_map_range(a, seg, b->addr, need, ahead);
+    }
     if (mapped == 0) {
         if (rest)
             block_delete(a, rest);

@@ -51,6 +51,7 @@ static inline void tessera_default(ts_config *c)
     c->defragment = c->expandable_segments = c->stitching = true;
     c->stitch_when = TS_STITCH_PRESSURE;
     c->handle_policy = TS_HANDLES_COARSE; /* defragment's */
+    c->growth_batch = c->large_segment_size; /* coarse handles': a whole one */
     c->expandable_page = 2 * MiB; /* defragment's page before a device is known */
 }
 

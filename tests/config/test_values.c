@@ -613,9 +613,14 @@ static void test_defragment(void **state)
     assert_true(c.defragment && c.expandable_segments && c.stitching);
     assert_int_equal(c.handle_policy, TS_HANDLES_COARSE);
     assert_int_equal(c.stitch_when, TS_STITCH_PRESSURE);
-    assert_true(c.growth_batch == 0); /* batches buy no driver time on a GPU */
+    assert_true(c.growth_batch == 20 * MiB); /* a whole coarse handle per sequential growth */
+    assert_true(parse_ok("large_segment_size_mb:40", &c));
+    assert_true(c.growth_batch == 40 * MiB);
+    assert_true(parse_ok("growth_batch_mb:0", &c));
+    assert_true(c.handle_policy == TS_HANDLES_COARSE && c.growth_batch == 0);
     assert_true(parse_ok("handle_policy:page", &c));
     assert_true(c.defragment && c.handle_policy == TS_HANDLES_PAGE);
+    assert_true(c.growth_batch == 0); /* page handles' batches buy no driver time on a GPU */
     assert_true(parse_ok("handle_policy:geometric,defragment:True", &c));
     assert_true(c.handle_policy == TS_HANDLES_GEOMETRIC);
     assert_true(parse_ok("stitch_when:always", &c));

@@ -434,8 +434,8 @@ class PauseResume(Shared):
                               preexec_fn=drop if uid is not None else None)
 
     def paused_holder(self):
-        """A process under the default (64 MiB of 0x5a and 40 MiB of 0x3c live, 32 MiB cached),
-        then paused."""
+        """A process under the default (64 MiB of 0x5a and 40 MiB of 0x3c live, 32 MiB cached
+        and the 8 MiB its growth mapped ahead, to a whole 20 MiB handle), then paused."""
         a = self.peer(conf="")
         live = [self.filled(a, 64 * MiB, 0x5A), self.filled(a, 40 * MiB, 0x3C)]
         cached = self.filled(a, 32 * MiB, 0xC3)
@@ -445,7 +445,7 @@ class PauseResume(Shared):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stdout.split(" in ")[0],
                          f"pid {a.proc.pid}: device 0: paused: 104.00 MiB copied to host memory, "
-                         "136.00 MiB given back to the device, 104.00 MiB kept reserved,")
+                         "144.00 MiB given back to the device, 104.00 MiB kept reserved,")
         return a, live, addrs
 
     def test_pause_gives_the_device_back_and_resume_restores_every_byte(self):
@@ -458,7 +458,7 @@ class PauseResume(Shared):
         row = [l for l in table.splitlines() if l.startswith(str(a.proc.pid))]
         self.assertTrue(row[0].endswith("  paused: its memory is in host memory"), table)
         # another process gets the whole device but what its own context holds: a gave back
-        # every page (a's 136 MiB would leave it 120 MiB of the 256)
+        # every page (a's 144 MiB would leave it 112 MiB of the 256)
         b = self.peer(conf="")
         big = self.filled(b, 216 * MiB, 0x77)
         # a's program wakes early: its copy waits at the gate instead of reading unmapped memory

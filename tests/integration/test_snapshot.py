@@ -435,7 +435,9 @@ class SnapshotOnOom(Base):
 # pages), every other 20 MiB page freed under expandable segments, 20 MiB segments under
 # PyTorch's policy.
 POLICIES = {
-    "default": ("", 8 * MiB, 128),
+    # the default, each 8 MiB block a growth and a handle of its own (no batch ahead), so that
+    # the counts below follow block by block
+    "default": ("growth_batch_mb:0", 8 * MiB, 128),
     "expandable_segments": ("expandable_segments:True", 20 * MiB, 48),
     "pytorch": ("expandable_segments:False", 8 * MiB, 100),
 }

@@ -308,7 +308,8 @@ static void test_policy_stitched_range_is_ordered_after_its_lenders(void **state
  * R. */
 static uintptr_t coarse_range_of(fixture *f, uintptr_t *hole, uintptr_t *sep)
 {
-    ts_config cfg = conf_of("defragment:True,handle_policy:coarse");
+    /* (growth_batch_mb:0: each hole and separator a growth of its own, none mapped ahead) */
+    ts_config cfg = conf_of("defragment:True,handle_policy:coarse,growth_batch_mb:0");
     fx_open(f, 1 * GiB, &cfg, true, false);
     static const int mib[12] = {20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20};
     holes_of(f, mib, 12, hole, sep);
@@ -457,12 +458,13 @@ static void test_policy_stitch_min_block(void **state)
 
 /* Rule: a stitch takes the smallest runs of free handles first, lowest address first among equal
  * sizes, so the larger free blocks stay whole for the requests that fit them.
- * Fragment (defragment:True): holes of 6, 4, 4 and 4 MiB in address order. 8 MiB: stitched from
- * the first two 4 MiB holes; then 6 MiB is the 6 MiB hole, and 4 MiB the last 4 MiB hole. */
+ * Fragment (defragment:True,growth_batch_mb:0): holes of 6, 4, 4 and 4 MiB in address order.
+ * 8 MiB: stitched from the first two 4 MiB holes; then 6 MiB is the 6 MiB hole, and 4 MiB the
+ * last 4 MiB hole. */
 static void test_policy_stitch_takes_smallest_runs_first(void **state)
 {
     (void)state;
-    ts_config cfg = conf_of("defragment:True");
+    ts_config cfg = conf_of("defragment:True,growth_batch_mb:0");
     fixture f;
     fx_open(&f, 1 * GiB, &cfg, true, false);
     static const int mib[4] = {6, 4, 4, 4};
@@ -624,8 +626,8 @@ static void test_policy_growth_batch_bounded(void **state)
     static const struct {
         const char *conf;
         size_t device;
-    } cases[] = {{"defragment:True,growth_batch_mb:20", 64 * MiB},
-                 {"defragment:True,growth_batch_mb:20,memory_limit:64M", 1 * GiB}};
+    } cases[] = {{"defragment:True,handle_policy:page,growth_batch_mb:20", 64 * MiB},
+                 {"defragment:True,handle_policy:page,growth_batch_mb:20,memory_limit:64M", 1 * GiB}};
     for (int c = 0; c < 2; c++) {
         ts_config cfg = conf_of(cases[c].conf);
         fixture f;
@@ -733,18 +735,90 @@ static void test_policy_growth_batch_whole_and_holes(void **state)
     fx_close(&f);
 }
 
-/* Rule: PyTorch's expandable segments, coarse handles, growth_batch_mb:0 (the default: batches
- * buy no driver time on a GPU, which charges a grant per handle) and the small pool grow by what
- * each request needs: with 2 MiB pages (the small pool's, or expandable_page_mb:2) and 2 MiB
- * requests (1 MiB in the small pool), each growth is a page. */
+/* Rule: the default's coarse handles grow sequentially by whole handles: a growth that
+ * continues where the segment's last one ended maps up to a whole 20 MiB handle (one create, map
+ * and grant), and the next requests are served with no driver call; at most a quarter of what
+ * the segment maps is held ahead; a device that cannot create the batch serves the growth alone.
+ * Fragment (the default, 1 GiB device): 100 MiB (a first growth: five handles), then 2 MiB maps
+ * one 20 MiB handle, nine more 2 MiB no call, the eleventh 20 MiB again. 2 MiB requests on a
+ * fresh segment map 2, 2, 2 MiB, then 4 (a quarter of 8). growth_batch_mb:0 maps what each
+ * growth needs. */
+static void test_policy_coarse_growth_maps_whole_handles(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("stats:True");
+    assert_int_equal(cfg.growth_batch, 20 * MiB);
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    uintptr_t big = fx_alloc(&f, 100 * MiB), p[11];
+    assert_int_equal(fx_counters(&f).vm_creates, 5);
+    alloc_2mib(&f, p, 1);
+    assert_int_equal(reserved(&f), 120 * MiB);
+    assert_int_equal(fx_counters(&f).vm_creates, 6);
+    assert_int_equal(grants(&f), 2);
+    alloc_2mib(&f, p + 1, 9);
+    assert_int_equal(reserved(&f), 120 * MiB);
+    assert_int_equal(fx_counters(&f).vm_creates, 6);
+    alloc_2mib(&f, p + 10, 1);
+    assert_int_equal(reserved(&f), 140 * MiB);
+    assert_int_equal(fx_counters(&f).vm_creates, 7);
+    fx_check(&f);
+    fx_free(&f, big);
+    for (int i = 0; i < 11; i++)
+        fx_free(&f, p[i]);
+    ts_empty_cache(f.a); /* the handles ahead go back with the rest */
+    assert_int_equal(reserved(&f), 0);
+    assert_int_equal(fx_counters(&f).bytes_in_use, 0);
+    fx_close(&f);
+
+    /* a small segment: the quarter bound */
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    static const int64_t after[5] = {2, 4, 6, 10, 10};
+    for (int i = 0; i < 5; i++) {
+        alloc_2mib(&f, p + i, 1);
+        assert_int_equal(reserved(&f), after[i] * MiB);
+    }
+    assert_int_equal(fx_counters(&f).vm_creates, 4);
+    for (int i = 0; i < 5; i++)
+        fx_free(&f, p[i]);
+    fx_close(&f);
+
+    /* the device refuses the batch's handle: the growth alone, nothing left behind */
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    big = fx_alloc(&f, 100 * MiB);
+    ts_devmodel_fail_vm_create_after(f.dev, 1);
+    alloc_2mib(&f, p, 1);
+    assert_int_equal(reserved(&f), 102 * MiB);
+    assert_int_equal(fx_counters(&f).bytes_in_use, 102 * MiB);
+    assert_true(ts_devmodel_is_backed(f.dev, p[0], 2 * MiB));
+    fx_check(&f);
+    fx_free(&f, p[0]);
+    fx_free(&f, big);
+    fx_close(&f);
+
+    ts_config none = conf_of("growth_batch_mb:0");
+    fx_open(&f, 1 * GiB, &none, true, false);
+    big = fx_alloc(&f, 100 * MiB);
+    alloc_2mib(&f, p, 2);
+    assert_int_equal(reserved(&f), 104 * MiB);
+    assert_int_equal(fx_counters(&f).vm_creates, 7);
+    fx_free(&f, p[0]);
+    fx_free(&f, p[1]);
+    fx_free(&f, big);
+    fx_close(&f);
+}
+
+/* Rule: PyTorch's expandable segments, geometric handles, growth_batch_mb:0 and the small pool
+ * grow by what each request needs: with 2 MiB pages (the small pool's, or expandable_page_mb:2)
+ * and 2 MiB requests (1 MiB in the small pool), each growth is a page. */
 static void test_policy_growth_batch_only_for_page_handles(void **state)
 {
     (void)state;
-    static const char *const confs[] = {"defragment:True,growth_batch_mb:0", "defragment:True",
-                                        "stats:True",
+    static const char *const confs[] = {"defragment:True,growth_batch_mb:0",
+                                        "defragment:True,handle_policy:page",
                                         "expandable_segments:True,expandable_page_mb:2",
-                                        "defragment:True,handle_policy:coarse"};
-    for (int c = 0; c < 5; c++) {
+                                        "defragment:True,handle_policy:geometric,growth_batch_mb:20"};
+    for (int c = 0; c < 4; c++) {
         ts_config cfg = conf_of(confs[c]);
         fixture f;
         fx_open(&f, 1 * GiB, &cfg, true, false);
@@ -1087,6 +1161,7 @@ int main(void)
         cmocka_unit_test(test_policy_growth_batch_bounded),
         cmocka_unit_test(test_policy_growth_batch_leaves_the_device_room),
         cmocka_unit_test(test_policy_growth_batch_whole_and_holes),
+        cmocka_unit_test(test_policy_coarse_growth_maps_whole_handles),
         cmocka_unit_test(test_policy_growth_batch_only_for_page_handles),
         cmocka_unit_test(test_policy_small_request_takes_a_large_piece),
         cmocka_unit_test(test_policy_retry_gives_back_only_what_lacks),
