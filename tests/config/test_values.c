@@ -628,6 +628,9 @@ static void test_defragment(void **state)
     assert_true(parse_ok("defragment:True", &c));
     assert_int_equal(c.stitch_when, TS_STITCH_ALWAYS);
     assert_int_equal(c.handle_policy, TS_HANDLES_COARSE); /* defragment's handles */
+    assert_true(c.growth_batch == 0); /* stitching first: nothing held ahead */
+    assert_true(parse_ok("defragment:True,stitch_when:pressure", &c));
+    assert_true(c.growth_batch == 20 * MiB);
     assert_true(parse_ok("expandable_segments:True", &c));
     assert_true(!c.defragment && !c.stitching);
     assert_int_equal(c.handle_policy, TS_HANDLES_PAGE); /* PyTorch's */
