@@ -245,6 +245,7 @@ static int dm_seg_free(void *ctx, uintptr_t ptr, size_t size)
 static int dm_mem_info(void *ctx, size_t *free_bytes, size_t *total)
 {
     ts_devmodel *m = dm_enter(ctx);
+    m->c.mem_info_queries++;
     *free_bytes = m->capacity - m->in_use;
     *total = m->capacity;
     return TS_OK;

@@ -25,6 +25,7 @@ typedef struct ts_devmodel_counters {
     uint64_t vm_reserves, vm_releases, vm_creates, vm_destroys, vm_maps, vm_unmaps;
     uint64_t fences_recorded, fences_released, fence_queries, fence_waits, synchronizes;
     uint64_t order_points; /* stream-order points that asked the device for something */
+    uint64_t mem_info_queries; /* free and total memory asked for (cuMemGetInfo) */
     uint64_t invalid_calls; /* calls refused as invalid (a bad range or handle): must be 0 */
     uint64_t calls_in_stats_window; /* calls made with the watched sequence lock odd (must be 0) */
     size_t bytes_in_use, peak_bytes_in_use; /* physical, page-rounded */
