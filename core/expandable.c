@@ -226,18 +226,23 @@ static size_t es_ahead(ts_allocator *a, const ts_block *b, size_t mapped)
         if (ahead == 0)
             return 0;
     }
+    /* The room a batch leaves: a sixteenth of the cap and of the device; a quarter with coarse
+     * handles, whose pages ahead cannot go back before their handle's blocks are all free (a
+     * neighbour short of memory would ask for them in vain: four processes cycling on one
+     * shared device asked each other 57 times with a sixteenth, never with a quarter). */
+    const size_t room = coarse ? 4 : 16;
     /* (no limit known, a device that did not say its size: no batch either) */
     const size_t limit = a->set_fraction ? a->allowed_memory_maximum : a->device_total;
     const size_t held = a->total_allocated_memory + a->driver_bytes + mapped + ahead;
-    if (held > limit - limit / 16)
+    if (held > limit - limit / room)
         return 0;
-    /* Nor within the last sixteenth of what the device has free: other processes on it (and
-     * other allocators of this one) hold memory this allocator does not count, and a batch they
-     * then have to ask back (lending) costs them a round trip. One query per batched growth. */
+    /* Nor within that room of what the device has free: other processes on it (and other
+     * allocators of this one) hold memory this allocator does not count, and a batch they then
+     * have to ask back (lending) costs them a round trip. One query per batched growth. */
     size_t free_bytes = 0, total = 0;
     backend_enter(a);
     if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK &&
-        (free_bytes < mapped + ahead || free_bytes - mapped - ahead < total / 16))
+        (free_bytes < mapped + ahead || free_bytes - mapped - ahead < total / room))
         return 0;
     return ahead;
 }

@@ -738,7 +738,9 @@ static void test_policy_growth_batch_whole_and_holes(void **state)
 /* Rule: the default's coarse handles grow sequentially by whole handles: a growth that
  * continues where the segment's last one ended maps up to a whole 20 MiB handle (one create, map
  * and grant), and the next requests are served with no driver call; at most a quarter of what
- * the segment maps is held ahead; a device that cannot create the batch serves the growth alone.
+ * the segment maps is held ahead, never leaving the device or the cap less than a quarter free
+ * (those pages go back only with their handle); a device that cannot create the batch serves
+ * the growth alone.
  * Fragment (the default, 1 GiB device): 100 MiB (a first growth: five handles), then 2 MiB maps
  * one 20 MiB handle, nine more 2 MiB no call, the eleventh 20 MiB again. 2 MiB requests on a
  * fresh segment map 2, 2, 2 MiB, then 4 (a quarter of 8). growth_batch_mb:0 maps what each
@@ -798,6 +800,32 @@ static void test_policy_coarse_growth_maps_whole_handles(void **state)
     fx_free(&f, p[0]);
     fx_free(&f, big);
     fx_close(&f);
+
+    /* room: no batch that would leave less than a quarter of the cap or of the device's free
+     * memory (a sixteenth would allow each): after 180 MiB under a 256 MiB cap, or of a 256 MiB
+     * device, or with another process holding 700 MiB of 1 GiB */
+    static const struct {
+        const char *conf;
+        size_t device, theirs, first;
+    } tight[] = {{"memory_limit:256M", 1 * GiB, 0, 180 * MiB},
+                 {"stats:True", 256 * MiB, 0, 180 * MiB},
+                 {"stats:True", 1 * GiB, 700 * MiB, 100 * MiB}};
+    for (int c = 0; c < 3; c++) {
+        ts_config tc = conf_of(tight[c].conf);
+        fx_open(&f, tight[c].device, &tc, true, false);
+        ts_backend be = ts_devmodel_backend(f.dev, true, false);
+        uintptr_t theirs = 0;
+        if (tight[c].theirs)
+            assert_int_equal(be.seg_alloc(be.ctx, tight[c].theirs, &theirs), TS_OK);
+        big = fx_alloc(&f, tight[c].first);
+        alloc_2mib(&f, p, 1);
+        assert_int_equal(reserved(&f), tight[c].first + 2 * MiB);
+        fx_free(&f, p[0]);
+        fx_free(&f, big);
+        if (tight[c].theirs)
+            assert_int_equal(be.seg_free(be.ctx, theirs, tight[c].theirs), TS_OK);
+        fx_close(&f);
+    }
 
     ts_config none = conf_of("growth_batch_mb:0");
     fx_open(&f, 1 * GiB, &none, true, false);
