@@ -181,15 +181,16 @@ const key_desc cfg_keys[KEY_COUNT] = {
         .name = "growth_batch_mb", .kind = KIND_MIB, .flags = F_TESSERA,
         .offset = FIELD(growth_batch), .min = 0, .def.u = 0,
         .range = "an integer number of MiB, 0 to map only what each growth needs",
-        .help = "With defragment, a segment of the large pool that grows at its end right "
-                "where its last growth ended maps ahead to whole batches of this size, and the "
-                "next requests are served with no driver call. With coarse handles the batch is "
-                "part of the growth's handles: one create, map and grant per batch instead of "
-                "per growth (the default policy's: large_segment_size_mb, one handle), and at most a quarter of what the segment maps is held ahead (those "
-                "pages go back only with their handle). With a handle a page: one grant per "
-                "batch, the same driver time (a GPU charges a grant per handle). Never within "
-                "the last sixteenth of the cap or of the device's free memory; released with "
-                "the rest of the cache. 0: map only what each growth needs.",
+        .help = "With defragment, a segment of the large pool that grows at its end right where "
+                "its last growth ended maps ahead to whole batches of this size, and the next "
+                "requests are served with no driver call. With coarse handles the batch is part "
+                "of the growth's handles: one create, map and grant per batch instead of per "
+                "growth (the default policy's: large_segment_size_mb, one handle), and at most "
+                "a quarter of what the segment maps is held ahead (those pages go back only "
+                "with their handle). With a handle a page: one grant per batch, the same driver "
+                "time (a GPU charges a grant per handle). Never within the last sixteenth of "
+                "the cap or of the device's free memory (the last quarter with coarse handles); "
+                "released with the rest of the cache. 0: map only what each growth needs.",
     },
     [KEY_DEFRAGMENT] = {
         .name = "defragment", .kind = KIND_BOOL, .flags = F_TESSERA,
