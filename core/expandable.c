@@ -242,7 +242,7 @@ static size_t es_ahead(ts_allocator *a, const ts_block *b, size_t mapped)
     size_t free_bytes = 0, total = 0;
     backend_enter(a);
     if (a->be.mem_info && a->be.mem_info(a->be.ctx, &free_bytes, &total) == TS_OK &&
-        (free_bytes < mapped + ahead || free_bytes - mapped - ahead < total / room))
+        free_bytes < mapped + ahead + total / room) /* the growth, the batch and the room */
         return 0;
     return ahead;
 }
