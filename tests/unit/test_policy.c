@@ -572,10 +572,11 @@ static void alloc_2mib(fixture *f, uintptr_t *p, int n)
  * last growth ended, maps ahead to whole batches of growth_batch_mb (20 MiB): one grant per batch,
  * and the next requests served with no driver call. The first growth of a segment maps what it
  * needs (nothing says more will follow); the cache's release gives the pages ahead back.
- * Fragment (defragment:True,growth_batch_mb:20, 1 GiB device): 2 MiB requests one after another: the first maps
- * 2 MiB, the second 20 MiB (its page and 9 ahead, one grant), the next nine no call, the twelfth
- * 20 MiB again. Larger requests grow by what the free tail lacks, rounded up to whole batches:
- * 27 MiB with 16 MiB free grows 20 MiB, 47 MiB with 9 free grows 40 (one grant each). */
+ * Fragment (defragment:True,handle_policy:page,growth_batch_mb:20, 1 GiB device): 2 MiB requests
+ * one after another: the first maps 2 MiB, the second 20 MiB (its page and 9 ahead, one grant),
+ * the next nine no call, the twelfth 20 MiB again. Larger requests grow by what the free tail
+ * lacks, rounded up to whole batches: 27 MiB with 16 MiB free grows 20 MiB, 47 MiB with 9 free
+ * grows 40 (one grant each). */
 static void test_policy_growth_batches_ahead(void **state)
 {
     (void)state;
@@ -627,7 +628,8 @@ static void test_policy_growth_batch_bounded(void **state)
         const char *conf;
         size_t device;
     } cases[] = {{"defragment:True,handle_policy:page,growth_batch_mb:20", 64 * MiB},
-                 {"defragment:True,handle_policy:page,growth_batch_mb:20,memory_limit:64M", 1 * GiB}};
+                 {"defragment:True,handle_policy:page,growth_batch_mb:20,memory_limit:64M",
+                  1 * GiB}};
     for (int c = 0; c < 2; c++) {
         ts_config cfg = conf_of(cases[c].conf);
         fixture f;
@@ -842,16 +844,17 @@ static void test_policy_coarse_growth_maps_whole_handles(void **state)
     fx_close(&f);
 }
 
-/* Rule: PyTorch's expandable segments, geometric handles, growth_batch_mb:0 and the small pool
- * grow by what each request needs: with 2 MiB pages (the small pool's, or expandable_page_mb:2)
- * and 2 MiB requests (1 MiB in the small pool), each growth is a page. */
-static void test_policy_growth_batch_only_for_page_handles(void **state)
+/* Rule: PyTorch's expandable segments, geometric handles, growth_batch_mb:0, page handles
+ * unless a batch is asked for, and the small pool grow by what each request needs: with 2 MiB
+ * pages (the small pool's, or expandable_page_mb:2) and 2 MiB requests (1 MiB in the small
+ * pool), each growth is a page. */
+static void test_policy_growth_without_batches(void **state)
 {
     (void)state;
-    static const char *const confs[] = {"defragment:True,growth_batch_mb:0",
-                                        "defragment:True,handle_policy:page",
-                                        "expandable_segments:True,expandable_page_mb:2",
-                                        "defragment:True,handle_policy:geometric,growth_batch_mb:20"};
+    static const char *const confs[] = {
+        "defragment:True,growth_batch_mb:0", "defragment:True,handle_policy:page",
+        "expandable_segments:True,expandable_page_mb:2",
+        "defragment:True,handle_policy:geometric,growth_batch_mb:20"};
     for (int c = 0; c < 4; c++) {
         ts_config cfg = conf_of(confs[c]);
         fixture f;
@@ -1196,7 +1199,7 @@ int main(void)
         cmocka_unit_test(test_policy_growth_batch_leaves_the_device_room),
         cmocka_unit_test(test_policy_growth_batch_whole_and_holes),
         cmocka_unit_test(test_policy_coarse_growth_maps_whole_handles),
-        cmocka_unit_test(test_policy_growth_batch_only_for_page_handles),
+        cmocka_unit_test(test_policy_growth_without_batches),
         cmocka_unit_test(test_policy_small_request_takes_a_large_piece),
         cmocka_unit_test(test_policy_retry_gives_back_only_what_lacks),
         cmocka_unit_test(test_policy_retry_retires_passed_fences_first),
