@@ -203,8 +203,8 @@ static size_t es_map_range(ts_allocator *a, ts_segment *seg, uintptr_t addr, siz
  *   tests/data/driver-costs/h100.txt).
  * Bounded: never past b (a hole between mapped pages, or the reservation's end), only while what
  * the allocator holds stays below 15/16 of the cap (or of the device), and only while the device
- * keeps a sixteenth of itself free after it, so that batching never takes the last memory a
- * request elsewhere (another process's too) needs. */
+ * keeps a sixteenth of itself free after it (3/4 and a quarter with coarse handles, below), so
+ * that batching never takes the last memory a request elsewhere (another process's too) needs. */
 static size_t es_ahead(ts_allocator *a, const ts_block *b, size_t mapped)
 {
     const ts_segment *seg = b->seg;
