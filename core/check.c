@@ -62,8 +62,7 @@ static int check_block_tiling(const ts_segment *seg, const ts_block *b, uintptr_
 /* Is [lo, hi) mapped throughout in seg, mapping after mapping? */
 static bool range_mapped(ts_segment *seg, uintptr_t lo, uintptr_t hi)
 {
-    ts_handle_rec *h =
-        handle_of_node(ts_tree_floor(&seg->handles, lo, UINT64_MAX, UINT64_MAX));
+    ts_handle_rec *h = segment_handle_at(seg, lo);
     uintptr_t at = lo;
     for (; h && h->addr <= at && at < hi; h = handle_of_node(ts_tree_next(&h->node)))
         at = h->addr + h->size;
@@ -85,8 +84,9 @@ static int check_lent_block(ts_segment *seg, const ts_block *b, char *why, size_
     if (b->lent_to->stitch_serial <= seg->stitch_serial)
         return check_fail(why, whylen, "lent block %#" PRIxPTR " lent to a range "
                           "not newer than its own segment (a lending cycle)", b->addr);
-    if ((b->addr - seg->addr) % seg->page_size || b->size % seg->page_size ||
-        !range_mapped(seg, b->addr, b->addr + b->size))
+    uintptr_t lo, hi;
+    if (!segment_whole_pages(seg, b->addr, b->addr + b->size, &lo, &hi) || lo != b->addr ||
+        hi != b->addr + b->size || !range_mapped(seg, b->addr, b->addr + b->size))
         return check_fail(why, whylen, "lent block %#" PRIxPTR " not whole mapped pages",
                           b->addr);
     return 0;
@@ -173,8 +173,7 @@ static int check_segment_handles(const ts_segment *seg, char *why, size_t whylen
         return check_fail(why, whylen, "segment %#" PRIxPTR ": handles cover %zu, mapped %zu",
                           seg->addr, handle_bytes, seg->mapped);
     for (ts_block *b = seg->first; b; b = b->next) {
-        ts_handle_rec *h = handle_of_node(
-            ts_tree_floor(&seg->handles, b->addr + b->size - 1, UINT64_MAX, UINT64_MAX));
+        ts_handle_rec *h = segment_handle_at(seg, b->addr + b->size - 1);
         bool backed = h && h->addr + h->size >= b->addr + b->size && h->addr < b->addr + b->size;
         if ((b->state == TS_BLOCK_UNMAPPED) == backed)
             return check_fail(why, whylen, "block %#" PRIxPTR ": %s", b->addr,

@@ -1,6 +1,24 @@
 /* Physical handles of virtual-memory segments (see core/handles.h). */
 #include "core/handles.h"
 
+ts_handle_rec *segment_handle_at(const ts_segment *seg, uintptr_t addr)
+{
+    return handle_of_node(ts_tree_floor(&seg->handles, addr, UINT64_MAX, UINT64_MAX));
+}
+
+bool segment_whole_pages(const ts_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
+                         uintptr_t *run_hi)
+{
+    const size_t page = seg->page_size;
+    const uintptr_t first = seg->addr + (lo - seg->addr + page - 1) / page * page;
+    const uintptr_t end = seg->addr + (hi - seg->addr) / page * page;
+    if (first >= end)
+        return false;
+    *run_lo = first;
+    *run_hi = end;
+    return true;
+}
+
 /* The run of whole handles inside [lo, hi): [*run_lo, *run_hi), or false when there is none. */
 bool segment_whole_handles(ts_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
                            uintptr_t *run_hi)

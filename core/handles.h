@@ -1,10 +1,16 @@
-/* The physical handles mapped in a virtual-memory segment (expandable or stitched): finding runs
- * of whole handles and giving them back. */
+/* The physical handles mapped in a virtual-memory segment (expandable or stitched): finding the
+ * mapping at an address, runs of whole pages and of whole handles, and giving them back. */
 #ifndef TS_HANDLES_H
 #define TS_HANDLES_H
 
 #include "core/internal.h"
 
+/* The mapping of seg that holds the byte at addr, or the last one below it (NULL: none). */
+ts_handle_rec *segment_handle_at(const ts_segment *seg, uintptr_t addr);
+/* The whole pages of [lo, hi) in seg (pages count from the segment's start: a page need not be
+ * a power of two): [*run_lo, *run_hi), or false when there is none. */
+bool segment_whole_pages(const ts_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
+                         uintptr_t *run_hi);
 /* The run of whole handles inside [lo, hi): [*run_lo, *run_hi), or false when there is none. */
 bool segment_whole_handles(ts_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
                            uintptr_t *run_hi);

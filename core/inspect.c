@@ -1,6 +1,7 @@
 /* Looking at the heap: lookup, walk, the largest free block. The shim and the stats page use
  * these in production; the validator is check.c. */
 #include "core/inspect.h"
+#include "core/handles.h"
 
 static ts_segment *segment_containing(ts_allocator *a, uintptr_t addr)
 {
@@ -81,9 +82,8 @@ int ts_lookup_backing(ts_allocator *a, uintptr_t addr, ts_segment_info *seg_out,
             block_info_fill(b, blk_out);
         if (seg->kind != TS_SEGMENT_PLAIN) {
             /* the handle mapped at or below the block's start, then every one up to its end */
-            ts_node *hn = ts_tree_floor(&seg->handles, b->addr, UINT64_MAX, UINT64_MAX);
-            for (ts_handle_rec *h = handle_of_node(hn); h && h->addr < b->addr + b->size;
-                 h = handle_of_node(ts_tree_next(&h->node))) {
+            for (ts_handle_rec *h = segment_handle_at(seg, b->addr);
+                 h && h->addr < b->addr + b->size; h = handle_of_node(ts_tree_next(&h->node))) {
                 if (h->addr + h->size <= b->addr)
                     continue;
                 if (pieces && n < max)

@@ -49,7 +49,6 @@ typedef struct handle_run {
 typedef struct stitch_runs {
     handle_run *v;
     size_t n, cap;
-    size_t bytes; /* in all the runs */
     ts_block *tail;
 } stitch_runs;
 
@@ -89,27 +88,12 @@ static bool tail_better(const ts_block *tail, size_t size, const ts_block *best)
     return !best || tail->size > best->size || (tail->size == best->size && tail->addr < best->addr);
 }
 
-/* The whole pages of [lo, hi) in seg (pages count from the segment's start: a page need not be
- * a power of two): [*run_lo, *run_hi), or false when there is none. */
-static bool segment_whole_pages(const ts_segment *seg, uintptr_t lo, uintptr_t hi,
-                                uintptr_t *run_lo, uintptr_t *run_hi)
-{
-    const size_t page = seg->page_size;
-    const uintptr_t first = seg->addr + (lo - seg->addr + page - 1) / page * page;
-    const uintptr_t end = seg->addr + (hi - seg->addr) / page * page;
-    if (first >= end)
-        return false;
-    *run_lo = first;
-    *run_hi = end;
-    return true;
-}
-
 /* Gather the runs of whole free pages in this stream's free blocks, and the best range to grow
  * in place for size bytes. false when host memory ran out (r->v is then freed). */
 static bool runs_gather(ts_pool *p, size_t size, uint64_t stream, stitch_runs *r)
 {
     r->cap = 64;
-    r->n = r->bytes = 0;
+    r->n = 0;
     r->tail = NULL;
     r->v = malloc(r->cap * sizeof *r->v);
     if (!r->v)
@@ -132,7 +116,6 @@ static bool runs_gather(ts_pool *p, size_t size, uint64_t stream, stitch_runs *r
             r->cap *= 2;
         }
         r->v[r->n++] = (handle_run){b, lo, hi, lo};
-        r->bytes += hi - lo;
     }
     qsort(r->v, r->n, sizeof *r->v, run_cmp);
     return true;
@@ -147,17 +130,11 @@ static bool run_lendable(const handle_run *run, const ts_segment *self, uint64_t
     return seg != self && (seg->kind == TS_SEGMENT_EXPANDABLE || seg->stitch_serial < serial);
 }
 
-/* The mapping of seg's that holds the byte at addr (mapped: a free block's). */
-static ts_handle_rec *handle_at(ts_segment *seg, uintptr_t addr)
-{
-    return handle_of_node(ts_tree_floor(&seg->handles, addr, UINT64_MAX, UINT64_MAX));
-}
-
 /* How many mappings [lo, hi) of seg is cut into: one per handle (or alias) it touches. */
 static size_t run_pieces(ts_segment *seg, uintptr_t lo, uintptr_t hi)
 {
     size_t n = 0;
-    for (ts_handle_rec *h = handle_at(seg, lo); h && h->addr < hi;
+    for (ts_handle_rec *h = segment_handle_at(seg, lo); h && h->addr < hi;
          h = handle_of_node(ts_tree_next(&h->node)))
         n++;
     return n;
@@ -226,8 +203,8 @@ static size_t runs_map(ts_allocator *a, const stitch_runs *r, uintptr_t va, stit
     uintptr_t off = 0;
     for (size_t i = 0; i < r->n; i++) {
         const handle_run *run = &r->v[i];
-        for (ts_handle_rec *h = run->take_hi > run->lo ? handle_at(run->b->seg, run->lo) : NULL;
-             h && h->addr < run->take_hi; h = handle_of_node(ts_tree_next(&h->node))) {
+        ts_handle_rec *h = run->take_hi > run->lo ? segment_handle_at(run->b->seg, run->lo) : NULL;
+        for (; h && h->addr < run->take_hi; h = handle_of_node(ts_tree_next(&h->node))) {
             const uintptr_t lo = h->addr > run->lo ? h->addr : run->lo;
             const uintptr_t hi =
                 h->addr + h->size < run->take_hi ? h->addr + h->size : run->take_hi;
@@ -518,11 +495,17 @@ static ts_block *stitch_new(ts_allocator *a, ts_pool *p, size_t size, uint64_t s
 
 size_t stitch_free_pages(ts_pool *p, uint64_t stream)
 {
-    stitch_runs r;
-    if (!runs_gather(p, 0, stream, &r))
-        return 0;
-    free(r.v);
-    return r.bytes;
+    /* the bytes runs_gather would gather, counted without gathering */
+    size_t bytes = 0;
+    for (ts_node *n = ts_freeidx_find(&p->free, stream, 0); n;
+         n = ts_freeidx_next_on_stream(&p->free, n)) {
+        const ts_block *b = block_of_node(n);
+        uintptr_t lo, hi;
+        if (b->seg->kind != TS_SEGMENT_PLAIN &&
+            segment_whole_pages(b->seg, b->addr, b->addr + b->size, &lo, &hi))
+            bytes += hi - lo;
+    }
+    return bytes;
 }
 
 ts_block *stitch_alloc(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
