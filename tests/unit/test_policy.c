@@ -319,6 +319,50 @@ static uintptr_t coarse_range_of(fixture *f, uintptr_t *hole, uintptr_t *sep)
     return r;
 }
 
+/* Rule: a block's backing (what CUDA IPC exports) is exactly the mappings that cover it, each
+ * with its place in its handle: a stitched block of pages of one handle lists each piece at its
+ * offset, and a block that ends where the next handle starts lists only its own.
+ * Fragment (defragment:True, 1 GiB device): 16 MiB freed, 8 blocks of 2 MiB carved from its
+ * handle, every other one freed; 6 MiB is stitched from the first three holes, at 0, 4 and
+ * 8 MiB into that handle. Then A and B of 20 MiB, a handle each, back to back: A's backing is
+ * A's handle alone. */
+static void test_policy_backing_is_the_mappings_of_the_block(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True");
+    fixture f;
+    fx_open(&f, 1 * GiB, &cfg, true, false);
+    fx_free(&f, fx_alloc(&f, 16 * MiB));
+    uintptr_t two[8];
+    for (int i = 0; i < 8; i++)
+        two[i] = fx_alloc(&f, 2 * MiB);
+    for (int i = 0; i < 8; i += 2)
+        fx_free(&f, two[i]);
+    const uintptr_t six = fx_alloc(&f, 6 * MiB);
+    assert_int_equal(fx_stats(&f)->num_stitches, 1);
+    ts_backing_piece pc[4];
+    size_t n = 0;
+    assert_int_equal(ts_lookup_backing(f.a, six + 3 * MiB, NULL, NULL, pc, 4, &n), TS_OK);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_true(pc[i].addr == six + i * 2 * MiB);
+        assert_int_equal(pc[i].size, 2 * MiB);
+        assert_int_equal(pc[i].offset, i * 4 * MiB);
+        assert_true(pc[i].handle == pc[0].handle);
+    }
+    const uintptr_t A = fx_alloc(&f, 20 * MiB), B = fx_alloc(&f, 20 * MiB);
+    assert_true(B == A + 20 * MiB);
+    assert_int_equal(ts_lookup_backing(f.a, A, NULL, NULL, pc, 4, &n), TS_OK);
+    assert_int_equal(n, 1);
+    assert_true(pc[0].addr == A && pc[0].size == 20 * MiB && pc[0].offset == 0);
+    fx_free(&f, A);
+    fx_free(&f, B);
+    fx_free(&f, six);
+    for (int i = 1; i < 8; i += 2)
+        fx_free(&f, two[i]);
+    fx_close(&f);
+}
+
 /* Rule: a range grows in place only by pages that fit its headroom. 28 MiB: no free block holds
  * it, and R's end plus headroom (27 MiB) would not: a new range S of 28 MiB from the last two
  * holes (all of one, 8 MiB of the other) serves it. */
@@ -1191,6 +1235,7 @@ int main(void)
         cmocka_unit_test(test_policy_stitched_range_is_ordered_after_its_lenders),
         cmocka_unit_test(test_policy_growth_in_place_stays_in_headroom),
         cmocka_unit_test(test_policy_stitch_lends_pages_of_handles),
+        cmocka_unit_test(test_policy_backing_is_the_mappings_of_the_block),
         cmocka_unit_test(test_policy_stitch_tops_up_what_pages_lack),
         cmocka_unit_test(test_policy_stitch_min_block),
         cmocka_unit_test(test_policy_stitch_takes_smallest_runs_first),
