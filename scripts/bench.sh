@@ -28,7 +28,8 @@ Builds tessera (release, in build-bench/ unless --build-dir) if needed, then run
      without tessera, with its defaults and with expandable_segments:True
   8. the default at the floor: tessera's default beside PyTorch's policy, expandable segments
      and the former default (a handle per page) with the default's targets checked, on every trace
-     and workload (tests/bench/floor.py); loops that repeat one step, replayed on every device
+     and workload (tests/bench/floor.py; host instructions counted under valgrind where it is
+     installed: apt-get install valgrind); loops that repeat one step, replayed on every device
      size around their edge (tests/bench/edge.py); and the programs of tests/bench/live_fit.sh
   9. the counters read from Python (tests/bench/py_stats.py): tessera.stats() in a process
      under tessera run --sim, beside tessera.stats(pid) and tessera-stat --json run and parsed

@@ -198,6 +198,9 @@ def main():
             d, f = row["steady_instr"]["default"], row["steady_instr"]["former default"]
             w(f"| {row['name']} | {d:.1f} | {f:.1f} | {d / f:.3f} |")
         w("")
+    elif not quick:
+        w("valgrind is not installed: host instructions once memory stops growing not counted "
+          "(apt-get install valgrind).\n")
     steady_rows = [r for r in rows if r["default"]["calls_step"] is not None]
     if steady_rows:
         w("| workload | " + " | ".join(f"{l}: calls/step" for l, _ in CONFS) + " |")
