@@ -45,6 +45,31 @@ static inline ts_block *node_block_on_stream(ts_node *n, uint64_t stream)
     return (n && n->k0 == stream) ? block_of_node(n) : NULL;
 }
 
+/* How many growing tails a whole-page request walks past (one per segment of its stream). */
+#define TS_PAGE_REST_CANDIDATES 8
+
+/* A block of whole pages can always be placed with nothing wasted. Placed in a hole where it
+ * leaves a rest smaller than a page, that rest sits between live blocks until a neighbour is
+ * freed: too small for any large request, and no page that stitching or a give-back can take.
+ * Under defragment, such a request takes the best-fitting cached block that leaves at least a
+ * page (an exact fit would have been b), and b when there is none. A segment's growing tail
+ * (free up to unmapped pages) is never taken instead: the rule chooses among cached blocks and
+ * does not make a segment grow. */
+static ts_block *pool_whole_page_fit(const ts_pool *p, ts_block *b, size_t size, uint64_t stream)
+{
+    const size_t page = b->seg->page_size;
+    if (size % page != 0 || b->size - size == 0 || b->size - size >= page)
+        return b;
+    ts_node *n = ts_freeidx_find(&p->free, stream, size + page);
+    for (int i = 0; n && i < TS_PAGE_REST_CANDIDATES; i++) {
+        ts_block *c = block_of_node(n);
+        if (block_is_vm(c) && !(c->next && c->next->state == TS_BLOCK_UNMAPPED))
+            return c;
+        n = ts_freeidx_next_on_stream(&p->free, n);
+    }
+    return b;
+}
+
 ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stream)
 {
     const ts_config *cfg = &a->cfg;
@@ -78,6 +103,9 @@ ts_block *pool_find_best(ts_allocator *a, ts_pool *p, size_t size, uint64_t stre
                 return NULL;
         }
     }
+
+    if (cfg->defragment && !p->small && block_is_vm(b))
+        b = pool_whole_page_fit(p, b, size, stream);
 
     /* The oversize rules keep large cached blocks for large requests, since a plain segment can
      * only be returned whole. An expandable block can always give pages back, so tessera does

@@ -968,6 +968,62 @@ static void test_policy_small_request_takes_a_large_piece(void **state)
     }
 }
 
+/* Rule (defragment): a request of whole pages does not take a hole where it would leave a rest
+ * smaller than a page, when a cached block leaves it at least a page; a segment's growing tail is
+ * never taken instead. PyTorch's expandable segments keep the plain best fit.
+ *
+ * Fragment (the default policy, growth_batch_mb:0 so that the segment maps what its blocks
+ * need): x 5 MiB, h3 3 MiB, s1 2 MiB, h4 4 MiB, s2 2 MiB and t 4 MiB back to back; h3, h4 and t
+ * freed. Free: a 3 MiB hole that begins half a page in, a 4 MiB hole, and the segment's free end.
+ * - 2.5 MiB is not whole pages: it takes the best fit, h3.
+ * - 2 MiB in h3 would strand [7, 8) MiB between live blocks: it takes h4, whose rest is a page.
+ *   Under expandable_segments:True with 2 MiB pages it takes h3.
+ * - Once 4 MiB fills h4, 2 MiB takes h3: the only block that leaves a page is the free end. */
+static void test_policy_whole_pages_leave_no_sub_page_rest(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *conf;
+        bool rule;
+    } cases[] = {{"growth_batch_mb:0", true},
+                 {"expandable_segments:True,expandable_page_mb:2", false}};
+    for (int c = 0; c < 2; c++) {
+        ts_config cfg = conf_of(cases[c].conf);
+        fixture f;
+        fx_open(&f, 64 * MiB, &cfg, true, false);
+        const uintptr_t x = fx_alloc(&f, 5 * MiB), h3 = fx_alloc(&f, 3 * MiB);
+        const uintptr_t s1 = fx_alloc(&f, 2 * MiB), h4 = fx_alloc(&f, 4 * MiB);
+        const uintptr_t s2 = fx_alloc(&f, 2 * MiB), t = fx_alloc(&f, 4 * MiB);
+        assert_int_equal(h4, x + 10 * MiB);
+        assert_int_equal(t, x + 16 * MiB);
+        fx_free(&f, h3);
+        fx_free(&f, h4);
+        fx_free(&f, t);
+        const uint64_t maps = fx_counters(&f).vm_maps;
+
+        uintptr_t q = fx_alloc(&f, 2 * MiB + 512 * KiB);
+        assert_int_equal(q, h3);
+        fx_free(&f, q);
+
+        q = fx_alloc(&f, 2 * MiB);
+        assert_int_equal(q, cases[c].rule ? h4 : h3);
+        fx_free(&f, q);
+
+        const uintptr_t fill = fx_alloc(&f, 4 * MiB);
+        assert_int_equal(fill, h4);
+        q = fx_alloc(&f, 2 * MiB);
+        assert_int_equal(q, h3);
+        assert_int_equal(fx_counters(&f).vm_maps, maps); /* cached blocks only */
+
+        fx_free(&f, q);
+        fx_free(&f, fill);
+        fx_free(&f, x);
+        fx_free(&f, s1);
+        fx_free(&f, s2);
+        fx_close(&f);
+    }
+}
+
 /* Rule (defragment, memory short): the retry gives back only what the request lacks, from
  * other pools' free memory first and from the request's own segment last, never the free end
  * that its growth maps again.
@@ -1246,6 +1302,7 @@ int main(void)
         cmocka_unit_test(test_policy_coarse_growth_maps_whole_handles),
         cmocka_unit_test(test_policy_growth_without_batches),
         cmocka_unit_test(test_policy_small_request_takes_a_large_piece),
+        cmocka_unit_test(test_policy_whole_pages_leave_no_sub_page_rest),
         cmocka_unit_test(test_policy_retry_gives_back_only_what_lacks),
         cmocka_unit_test(test_policy_retry_retires_passed_fences_first),
         cmocka_unit_test(test_policy_repeated_step_reaches_a_steady_state),
