@@ -973,12 +973,12 @@ static void test_policy_small_request_takes_a_large_piece(void **state)
  * never taken instead. PyTorch's expandable segments keep the plain best fit.
  *
  * Fragment (the default policy, growth_batch_mb:0 so that the segment maps what its blocks
- * need): x 5 MiB, h3 3 MiB, s1 2 MiB, h4 4 MiB, s2 2 MiB and t 4 MiB back to back; h3, h4 and t
- * freed. Free: a 3 MiB hole that begins half a page in, a 4 MiB hole, and the segment's free end.
- * - 2.5 MiB is not whole pages: it takes the best fit, h3.
- * - 2 MiB in h3 would strand [7, 8) MiB between live blocks: it takes h4, whose rest is a page.
+ * need): x 5 MiB, h3 3 MiB, s1 2 MiB, h5 5 MiB, s2 2 MiB and t 4 MiB back to back; h3, h5 and t
+ * freed. Free: a 3 MiB hole that begins half a page in, a 5 MiB hole, and the segment's free end.
+ * - 2.5 MiB is not whole pages: it takes the best fit, h3, though h5 would leave it a page.
+ * - 2 MiB in h3 would strand [7, 8) MiB between live blocks: it takes h5, whose rest is 3 MiB.
  *   Under expandable_segments:True with 2 MiB pages it takes h3.
- * - Once 4 MiB fills h4, 2 MiB takes h3: the only block that leaves a page is the free end. */
+ * - Once 5 MiB fills h5, 2 MiB takes h3: the only block that leaves a page is the free end. */
 static void test_policy_whole_pages_leave_no_sub_page_rest(void **state)
 {
     (void)state;
@@ -992,12 +992,12 @@ static void test_policy_whole_pages_leave_no_sub_page_rest(void **state)
         fixture f;
         fx_open(&f, 64 * MiB, &cfg, true, false);
         const uintptr_t x = fx_alloc(&f, 5 * MiB), h3 = fx_alloc(&f, 3 * MiB);
-        const uintptr_t s1 = fx_alloc(&f, 2 * MiB), h4 = fx_alloc(&f, 4 * MiB);
+        const uintptr_t s1 = fx_alloc(&f, 2 * MiB), h5 = fx_alloc(&f, 5 * MiB);
         const uintptr_t s2 = fx_alloc(&f, 2 * MiB), t = fx_alloc(&f, 4 * MiB);
-        assert_int_equal(h4, x + 10 * MiB);
-        assert_int_equal(t, x + 16 * MiB);
+        assert_int_equal(h5, x + 10 * MiB);
+        assert_int_equal(t, x + 17 * MiB);
         fx_free(&f, h3);
-        fx_free(&f, h4);
+        fx_free(&f, h5);
         fx_free(&f, t);
         const uint64_t maps = fx_counters(&f).vm_maps;
 
@@ -1006,11 +1006,11 @@ static void test_policy_whole_pages_leave_no_sub_page_rest(void **state)
         fx_free(&f, q);
 
         q = fx_alloc(&f, 2 * MiB);
-        assert_int_equal(q, cases[c].rule ? h4 : h3);
+        assert_int_equal(q, cases[c].rule ? h5 : h3);
         fx_free(&f, q);
 
-        const uintptr_t fill = fx_alloc(&f, 4 * MiB);
-        assert_int_equal(fill, h4);
+        const uintptr_t fill = fx_alloc(&f, 5 * MiB);
+        assert_int_equal(fill, h5);
         q = fx_alloc(&f, 2 * MiB);
         assert_int_equal(q, h3);
         assert_int_equal(fx_counters(&f).vm_maps, maps); /* cached blocks only */
