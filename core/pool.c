@@ -45,16 +45,17 @@ static inline ts_block *node_block_on_stream(ts_node *n, uint64_t stream)
     return (n && n->k0 == stream) ? block_of_node(n) : NULL;
 }
 
-/* How many growing tails a whole-page request walks past (one per segment of its stream). */
+/* How many growing tails a whole-page request walks past: free blocks before unmapped pages, a
+ * segment's end or a hole a give-back left, a few at most on one stream. */
 #define TS_PAGE_REST_CANDIDATES 8
 
 /* A block of whole pages can always be placed with nothing wasted. Placed in a hole where it
  * leaves a rest smaller than a page, that rest sits between live blocks until a neighbour is
  * freed: too small for any large request, and no page that stitching or a give-back can take.
  * Under defragment, such a request takes the best-fitting cached block that leaves at least a
- * page (an exact fit would have been b), and b when there is none. A segment's growing tail
- * (free up to unmapped pages) is never taken instead: the rule chooses among cached blocks and
- * does not make a segment grow. */
+ * page (an exact fit would have been b), and b when there is none. A growing tail is never taken
+ * instead: as in best fit (below), it is kept for the requests that need what it can grow to
+ * (taking tails too cost eor-nn-snapshot's smallest device a page). */
 static ts_block *pool_whole_page_fit(const ts_pool *p, ts_block *b, size_t size, uint64_t stream)
 {
     const size_t page = b->seg->page_size;
