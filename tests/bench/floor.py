@@ -178,26 +178,25 @@ def main():
                       f"{c['grow']:.2f}", f"{c['ns']:.1f}"]
         w("| " + " | ".join(cells) + " |")
     w("")
+    def against_former(key, rows, digits):
+        """The default beside the former default, one row per trace, for row[key]."""
+        w("| trace | default | former default | ratio |")
+        w("|---|---:|---:|---:|")
+        for row in rows:
+            d, f = row[key]["default"], row[key]["former default"]
+            w(f"| {row['name']} | {d:.1f} | {f:.1f} | {d / f:.{digits}f} |")
+        w("")
+
     w("Host ns per operation once memory stops growing: the last quarter of each trace replayed "
       "as 5 steps (`--repeat 5`), the two configurations in one process, the lower of three "
       "passes:\n")
-    w("| trace | default | former default | ratio |")
-    w("|---|---:|---:|---:|")
-    for row in rows:
-        d, f = row["steady_ns"]["default"], row["steady_ns"]["former default"]
-        w(f"| {row['name']} | {d:.1f} | {f:.1f} | {d / f:.2f} |")
-    w("")
+    against_former("steady_ns", rows, 2)
     counted = [r for r in rows if r["steady_instr"]]
     if counted:
         w("Host instructions per operation once memory stops growing (valgrind's cachegrind, "
           "steps 6 to 15 of each trace repeated 15 times, each configuration in a process of its "
           "own): the same measure as the table above without the machine's noise.\n")
-        w("| trace | default | former default | ratio |")
-        w("|---|---:|---:|---:|")
-        for row in counted:
-            d, f = row["steady_instr"]["default"], row["steady_instr"]["former default"]
-            w(f"| {row['name']} | {d:.1f} | {f:.1f} | {d / f:.3f} |")
-        w("")
+        against_former("steady_instr", counted, 3)
     elif not quick:
         w("valgrind is not installed: host instructions once memory stops growing not counted "
           "(apt-get install valgrind).\n")
