@@ -51,7 +51,8 @@ static inline ts_block *node_block_on_stream(ts_node *n, uint64_t stream)
 
 /* A block of whole pages can always be placed with nothing wasted. Placed in a hole where it
  * leaves a rest smaller than a page, that rest sits between live blocks until a neighbour is
- * freed: too small for any large request, and no page that stitching or a give-back can take.
+ * freed: only a request smaller than a page fits it, and it holds no page that stitching or a
+ * give-back can take.
  * Under defragment, such a request takes the best-fitting cached block that leaves at least a
  * page (an exact fit would have been b), and b when there is none. A growing tail is never taken
  * instead: as in best fit (below), it is kept for the requests that need what it can grow to
