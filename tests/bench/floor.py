@@ -5,11 +5,12 @@ every synthetic workload, with the targets of the default checked:
 
 - the smallest device is at most 0.5% above peak allocated;
 - it is never larger than PyTorch's policy's or expandable segments';
-- host time per replayed operation is no worse than the former default's (the lower of two
-  passes each, same process, same machine), once memory stops growing too (the last quarter of
-  the trace repeated 5 times, the lower of three passes, within 10%; and counted in
-  instructions under valgrind, which the machine's load does not move, within 1%), and the cached
-  malloc+free pair's (bench-core, the two configurations interleaved, each by its best round);
+- host time per replayed operation is no worse than the former default's, the whole replay and
+  once memory stops growing (within 1% there): counted in instructions under valgrind, which the
+  machine's load does not move; where valgrind is missing, timed (the whole replay: the lower of
+  two passes, same process; the last quarter of the trace repeated 5 times: the lower of three
+  passes, within 10%); and the cached malloc+free pair's (bench-core, the two configurations
+  interleaved, each by its best round);
 - growing costs at most 5 ms of driver time per GiB reserved (the costs built in: the H100's,
   a grant priced per handle it covers);
 - steady steps of the synthetic workloads make no more driver calls than expandable segments'.
@@ -81,33 +82,35 @@ def steady_ns(build, path):
     return {"default": best[0], "former default": best[1]}
 
 
-def steady_instr(build, path):
-    """Host instructions per operation once memory stops growing, counted by valgrind's cachegrind
-    (None where valgrind is missing): the trace repeated 15 times less the trace repeated 5 times,
-    over the events between, each configuration in a process of its own. Unlike a clock on a
-    shared machine, the count does not move with the load: the same configuration's tail took 72
-    and 140 ns per operation in two consecutive runs here. Reading the trace and printing the result
-    vary by a few thousand instructions from run to run; ten steps make that a small fraction of an
-    instruction per operation on every trace."""
+def instructions(build, path):
+    """Host instructions per operation, counted by valgrind's callgrind inside the replay itself
+    (replay_run: the allocator, the device model and the replay loop, not reading the trace), each
+    configuration in a process of its own; None where valgrind is missing. 'whole': the trace
+    replayed once, growth included. 'steady': steps 6 to 10 of the trace repeated 10 times (the run
+    of 10 steps less the run of 5, over the events between). Unlike a clock on a shared machine,
+    the count is the same from run to run: the same configuration's steady tail took 72 and 140 ns
+    per operation in two consecutive runs here."""
     if not shutil.which("valgrind"):
         return None
-    per_op = {}
+    counts = {"whole": {}, "steady": {}}
     for label, conf in (CONFS[3], CONFS[2]):
         ir, events = [], []
-        for rep in (5, 15):
-            out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
-                                  "--cachegrind-out-file=/dev/null",
-                                  os.path.join(build, "tools", "tessera-replay"), "--json",
-                                  "--repeat", str(rep), "--conf", conf, path],
+        for rep in (None, 5, 10):
+            out = subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=replay_run",
+                                  "--callgrind-out-file=/dev/null",
+                                  os.path.join(build, "tools", "tessera-replay"), "--json"] +
+                                 (["--repeat", str(rep)] if rep else []) + ["--conf", conf, path],
                                  capture_output=True, text=True,
                                  env=dict(os.environ, TESSERA_REPLAY_QUIET="1"))
-            m = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
-            if out.returncode != 0 or not m:
-                sys.exit(f"floor: cachegrind on {path} ({conf}) failed: {out.stderr[-500:]}")
-            ir.append(int(m.group(1).replace(",", "")))
+            m = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+            if out.returncode != 0 or not m or int(m.group(1)) == 0:
+                sys.exit(f"floor: callgrind on {path} ({conf}) counted nothing: "
+                         f"{out.stderr[-500:]}")
+            ir.append(int(m.group(1)))
             events.append(json.loads(out.stdout)["events"])
-        per_op[label] = (ir[1] - ir[0]) / (events[1] - events[0])
-    return per_op
+        counts["whole"][label] = ir[0] / events[0]
+        counts["steady"][label] = (ir[2] - ir[1]) / (events[2] - events[1])
+    return counts
 
 
 def subjects(root, build):
@@ -148,8 +151,10 @@ def main():
             for r, s in zip(res, again):
                 r["ns_per_op"] = min(r["ns_per_op"], s["ns_per_op"])
         raw[name] = res
+        counts = None if quick else instructions(build, path)
         row = {"name": name, "steady_ns": steady_ns(build, path),
-               "steady_instr": None if quick else steady_instr(build, path)}
+               "whole_instr": counts and counts["whole"],
+               "steady_instr": counts and counts["steady"]}
         for (label, conf), r in zip(CONFS, res):
             gib = r["peak_reserved_bytes"] / 2**30
             row[label] = {
@@ -191,11 +196,14 @@ def main():
       "as 5 steps (`--repeat 5`), the two configurations in one process, the lower of three "
       "passes:\n")
     against_former("steady_ns", rows, 2)
-    counted = [r for r in rows if r["steady_instr"]]
+    counted = [r for r in rows if r["whole_instr"]]
     if counted:
-        w("Host instructions per operation once memory stops growing (valgrind's cachegrind, "
-          "steps 6 to 15 of each trace repeated 15 times, each configuration in a process of its "
-          "own): the same measure as the table above without the machine's noise.\n")
+        w("Host instructions per operation (valgrind's callgrind, counted inside the replay: the "
+          "allocator, the device model and the replay loop; each configuration in a process of "
+          "its own), the whole replay once:\n")
+        against_former("whole_instr", counted, 3)
+        w("and once memory stops growing, steps 6 to 10 of each trace repeated 10 times: the "
+          "measure of the ns table above without the machine's noise.\n")
         against_former("steady_instr", counted, 3)
     elif not quick:
         w("valgrind is not installed: host instructions once memory stops growing not counted "
@@ -223,16 +231,24 @@ def main():
            [f"{r['name']} ({r['default']['min'] >> 20} MiB against "
             f"{min(r['pytorch']['min'], r['expandable']['min']) >> 20})" for r in d
             if r["default"]["min"] > min(r["pytorch"]["min"], r["expandable"]["min"])], len(d))
-    target("host ns/op <= the former default's",
-           [f"{r['name']} ({r['default']['ns']:.1f} against {r['former default']['ns']:.1f})"
-            for r in d if r["default"]["ns"] > r["former default"]["ns"]], len(d))
-    target("host ns/op once memory stops growing <= the former default's (within 10%)",
-           [f"{r['name']} ({r['steady_ns']['default']:.1f} against "
-            f"{r['steady_ns']['former default']:.1f})" for r in d
-            if r["steady_ns"]["default"] > 1.10 * r["steady_ns"]["former default"]], len(d))
-    if counted:
+    # host time: the instruction count decides where valgrind is installed; a clock over a replay
+    # of a few milliseconds is bimodal on a shared machine (the tables show both)
+    if not counted:
+        target("host ns/op <= the former default's",
+               [f"{r['name']} ({r['default']['ns']:.1f} against {r['former default']['ns']:.1f})"
+                for r in d if r["default"]["ns"] > r["former default"]["ns"]], len(d))
+        target("host ns/op once memory stops growing <= the former default's (within 10%)",
+               [f"{r['name']} ({r['steady_ns']['default']:.1f} against "
+                f"{r['steady_ns']['former default']:.1f})" for r in d
+                if r["steady_ns"]["default"] > 1.10 * r["steady_ns"]["former default"]], len(d))
+    else:
+        target("host instructions per operation, the whole replay, <= the former default's",
+               [f"{r['name']} ({r['whole_instr']['default']:.1f} against "
+                f"{r['whole_instr']['former default']:.1f})" for r in counted
+                if r["whole_instr"]["default"] > r["whole_instr"]["former default"]],
+               len(counted))
         target("host instructions per operation once memory stops growing <= the former "
-               "default's (within 1%: reading the trace varies a little)",
+               "default's (within 1%: the two place blocks differently)",
                [f"{r['name']} ({r['steady_instr']['default']:.1f} against "
                 f"{r['steady_instr']['former default']:.1f})" for r in counted
                 if r["steady_instr"]["default"] > 1.01 * r["steady_instr"]["former default"]],
