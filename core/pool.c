@@ -45,10 +45,6 @@ static inline ts_block *node_block_on_stream(ts_node *n, uint64_t stream)
     return (n && n->k0 == stream) ? block_of_node(n) : NULL;
 }
 
-/* How many growing tails a whole-page request walks past: free blocks before unmapped pages, a
- * segment's end or a hole a give-back left, a few at most on one stream. */
-#define TS_PAGE_REST_CANDIDATES 8
-
 /* A block of whole pages can always be placed with nothing wasted. Placed in a hole where it
  * leaves a rest smaller than a page, that rest sits between live blocks until a neighbour is
  * freed: only a request smaller than a page fits it, and it holds no page that stitching or a
@@ -62,12 +58,13 @@ static ts_block *pool_whole_page_fit(const ts_pool *p, ts_block *b, size_t size,
     const size_t page = b->seg->page_size;
     if (size % page != 0 || b->size - size == 0 || b->size - size >= page)
         return b;
-    ts_node *n = ts_freeidx_find(&p->free, stream, size + page);
-    for (int i = 0; n && i < TS_PAGE_REST_CANDIDATES; i++) {
+    /* like best fit's walk, this one passes only growing tails: one per unmapped range of the
+     * stream's segment (its end, or a hole a give-back left) */
+    for (ts_node *n = ts_freeidx_find(&p->free, stream, size + page); n;
+         n = ts_freeidx_next_on_stream(&p->free, n)) {
         ts_block *c = block_of_node(n);
-        if (block_is_vm(c) && !(c->next && c->next->state == TS_BLOCK_UNMAPPED))
-            return c;
-        n = ts_freeidx_next_on_stream(&p->free, n);
+        if (!(c->next && c->next->state == TS_BLOCK_UNMAPPED))
+            return block_is_vm(c) ? c : b;
     }
     return b;
 }
