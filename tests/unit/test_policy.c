@@ -1024,6 +1024,55 @@ static void test_policy_whole_pages_leave_no_sub_page_rest(void **state)
     }
 }
 
+/* Rule (defragment): a whole-page request whose best fit leaves exactly a page keeps it, even
+ * when that best fit is a growing tail and a block that is not a tail would serve it too.
+ *
+ * Fragment (34 MiB device, a handle per page, so that the retry can give back part of a hole):
+ * eight 1 MiB blocks in the small pool, the last six freed (three free pages); large blocks a
+ * 4 MiB, h 8 MiB, c 2 MiB, e 8 MiB, g 2 MiB and d 2 MiB back to back, h and d freed. 12 MiB: no
+ * block holds it, the free pages (10 MiB) are too few to stitch, and the device is full: the
+ * retry gives back the small pool's three pages and h's last two, and the request grows from the
+ * free end. h's first 4 MiB stay mapped and free before the 4 MiB given back: a growing tail that
+ * could grow to 8 MiB. With e freed (8 MiB between live blocks), best fit for 2 MiB keeps the
+ * tail (e could not grow further than it), and so does the whole-page rule: its rest is a page. */
+static void test_policy_whole_pages_keep_a_rest_of_a_page(void **state)
+{
+    (void)state;
+    ts_config cfg = conf_of("defragment:True,handle_policy:page,stitch_when:pressure");
+    fixture f;
+    fx_open(&f, 34 * MiB, &cfg, true, false);
+    uintptr_t s[8];
+    for (int i = 0; i < 8; i++)
+        s[i] = fx_alloc(&f, 1 * MiB);
+    const uintptr_t a = fx_alloc(&f, 4 * MiB), h = fx_alloc(&f, 8 * MiB);
+    const uintptr_t c = fx_alloc(&f, 2 * MiB), e = fx_alloc(&f, 8 * MiB);
+    const uintptr_t g = fx_alloc(&f, 2 * MiB), d = fx_alloc(&f, 2 * MiB);
+    assert_int_equal(reserved(&f), 34 * MiB);
+    assert_int_equal(d, a + 24 * MiB);
+    for (int i = 2; i < 8; i++)
+        fx_free(&f, s[i]);
+    fx_free(&f, h);
+    fx_free(&f, d);
+    const uintptr_t r = fx_alloc(&f, 12 * MiB);
+    assert_int_equal(r, d); /* grown from the free end */
+    assert_int_equal(fx_stats(&f)->num_stitches, 0);
+    assert_true(ts_devmodel_is_backed(f.dev, h, 4 * MiB));
+    assert_false(ts_devmodel_is_backed(f.dev, h + 4 * MiB, 4 * MiB));
+    fx_free(&f, e);
+
+    const uintptr_t q = fx_alloc(&f, 2 * MiB);
+    assert_int_equal(q, h);
+
+    fx_free(&f, q);
+    fx_free(&f, r);
+    fx_free(&f, a);
+    fx_free(&f, c);
+    fx_free(&f, g);
+    fx_free(&f, s[0]);
+    fx_free(&f, s[1]);
+    fx_close(&f);
+}
+
 /* Rule (defragment, memory short): the retry gives back only what the request lacks, from
  * other pools' free memory first and from the request's own segment last, never the free end
  * that its growth maps again.
@@ -1303,6 +1352,7 @@ int main(void)
         cmocka_unit_test(test_policy_growth_without_batches),
         cmocka_unit_test(test_policy_small_request_takes_a_large_piece),
         cmocka_unit_test(test_policy_whole_pages_leave_no_sub_page_rest),
+        cmocka_unit_test(test_policy_whole_pages_keep_a_rest_of_a_page),
         cmocka_unit_test(test_policy_retry_gives_back_only_what_lacks),
         cmocka_unit_test(test_policy_retry_retires_passed_fences_first),
         cmocka_unit_test(test_policy_repeated_step_reaches_a_steady_state),
