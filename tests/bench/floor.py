@@ -206,8 +206,8 @@ def main():
           "measure of the ns table above without the machine's noise.\n")
         against_former("steady_instr", counted, 3)
     elif not quick:
-        w("valgrind is not installed: host instructions once memory stops growing not counted "
-          "(apt-get install valgrind).\n")
+        w("valgrind is not installed: host instructions not counted, host time decided by the "
+          "clock (apt-get install valgrind).\n")
     steady_rows = [r for r in rows if r["default"]["calls_step"] is not None]
     if steady_rows:
         w("| workload | " + " | ".join(f"{l}: calls/step" for l, _ in CONFS) + " |")
