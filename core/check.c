@@ -118,7 +118,7 @@ static int check_block_state(ts_allocator *a, ts_segment *seg, ts_block *b, bool
     }
     case TS_BLOCK_UNMAPPED: {
         t->unmapped_blocks[pi]++;
-        if (b->next && b->next->state == TS_BLOCK_UNMAPPED)
+        if (block_before_unmapped(b))
             return check_fail(why, whylen, "unmapped blocks %#" PRIxPTR " not merged", b->addr);
         ts_node *n = ts_tree_lower_bound(&p->unmapped, b->stream, b->addr, 0);
         if (n != &b->node)

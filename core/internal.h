@@ -331,6 +331,12 @@ static inline bool block_is_expandable(const ts_block *b)
     return b->seg->kind == TS_SEGMENT_EXPANDABLE;
 }
 
+/* Right before unmapped pages of its segment (a free one is a growing tail: a growth extends it). */
+static inline bool block_before_unmapped(const ts_block *b)
+{
+    return b->next && b->next->state == TS_BLOCK_UNMAPPED;
+}
+
 /* Backed by virtual-memory pages (expandable or stitched), not by one seg_alloc: such blocks can
  * give pages back, are never released whole with seg_free, and are left out of inactive_split. */
 static inline bool block_is_vm(const ts_block *b)

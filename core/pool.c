@@ -37,7 +37,7 @@ void pool_remove_unmapped(ts_pool *p, ts_block *b)
 /* What an expandable block could grow to: itself plus the unmapped range right after it. */
 static size_t block_expandable_size(const ts_block *b)
 {
-    return b->size + (b->next && b->next->state == TS_BLOCK_UNMAPPED ? b->next->size : 0);
+    return b->size + (block_before_unmapped(b) ? b->next->size : 0);
 }
 
 static inline ts_block *node_block_on_stream(ts_node *n, uint64_t stream)
@@ -63,7 +63,7 @@ static ts_block *pool_whole_page_fit(const ts_pool *p, ts_block *b, size_t size,
     for (ts_node *n = ts_freeidx_find(&p->free, stream, size + page); n;
          n = ts_freeidx_next_on_stream(&p->free, n)) {
         ts_block *c = block_of_node(n);
-        if (!(c->next && c->next->state == TS_BLOCK_UNMAPPED))
+        if (!block_before_unmapped(c))
             return block_is_vm(c) ? c : b;
     }
     return b;
@@ -172,7 +172,7 @@ size_t block_merge(ts_allocator *a, ts_block *dst, ts_block *src)
 static bool top_is_holed(const ts_block *b)
 {
     const bool hole_before = b->prev && b->prev->state == TS_BLOCK_UNMAPPED;
-    const bool hole_after = b->next && b->next->state == TS_BLOCK_UNMAPPED && b->next->next;
+    const bool hole_after = block_before_unmapped(b) && b->next->next;
     if (!hole_before && !hole_after)
         return false;
     for (const ts_block *r = b->next; r; r = r->next)
