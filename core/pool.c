@@ -55,8 +55,9 @@ static inline ts_block *node_block_on_stream(ts_node *n, uint64_t stream)
  * (taking tails too cost eor-nn-snapshot's smallest device a page). */
 static ts_block *pool_whole_page_fit(const ts_pool *p, ts_block *b, size_t size, uint64_t stream)
 {
-    const size_t page = b->seg->page_size;
-    if (size % page != 0 || b->size - size == 0 || b->size - size >= page)
+    const size_t page = b->seg->page_size, rest = b->size - size;
+    /* the division last: most fits leave nothing or a page and more */
+    if (rest == 0 || rest >= page || size % page != 0)
         return b;
     /* like best fit's walk, this one passes only growing tails: one per unmapped range of the
      * stream's segment (its end, or a hole a give-back left) */
